@@ -1,0 +1,330 @@
+//! Offline ingest: capture files and directories -> sources -> the store.
+//!
+//! Files are recognised by extension (and, for `.json`, by a sniff of their start): Prometheus
+//! text (`.prom`, `.txt`), Prometheus API responses (`.json` holding `resultType`), Kubernetes
+//! objects (`.json`, `.jsonl`, `.ndjson`, `.yaml`, `.yml`). Anything else is counted as skipped.
+//! Files are parsed on worker threads; the store writer runs on the calling thread.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::diag::{Diagnostics, Position};
+use crate::error::{Error, Result};
+use crate::sources::dcgm_text::{self, ScrapeTime};
+use crate::sources::{kubernetes_file, prometheus_api};
+use crate::store::{Store, StoreOptions, StoreStats};
+use crate::tables::TableBatch;
+use crate::tables::k8s::K8sTables;
+use crate::tables::samples::SampleTables;
+
+/// File the simulator writes beside its capture: its truth, not a capture file.
+pub const SIMULATOR_TRUTH: &str = "expected.json";
+
+/// The formats ingest reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Format {
+    PrometheusText,
+    PrometheusApi,
+    Kubernetes,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::PrometheusText => "prometheus text",
+            Format::PrometheusApi => "prometheus api",
+            Format::Kubernetes => "kubernetes objects",
+        }
+    }
+}
+
+/// Options of one ingest run.
+#[derive(Debug, Clone)]
+pub struct IngestOptions {
+    pub store: StoreOptions,
+    /// Parser threads (the store writer has its own).
+    pub threads: usize,
+}
+
+impl Default for IngestOptions {
+    fn default() -> Self {
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, 8);
+        IngestOptions { store: StoreOptions::default(), threads }
+    }
+}
+
+/// Told about progress; the binary draws a bar or prints lines.
+pub trait Progress: Sync {
+    fn start(&self, _files: u64, _bytes: u64) {}
+    fn advance(&self, _bytes: u64) {}
+    fn finish(&self) {}
+}
+
+/// No progress reporting.
+pub struct Quiet;
+impl Progress for Quiet {}
+
+/// What an ingest run read, wrote and rejected.
+#[derive(Debug, Default, Clone)]
+pub struct IngestSummary {
+    pub files: BTreeMap<Format, u64>,
+    /// Files not read, by reason (`extension .csv`, `simulator truth`...).
+    pub skipped_files: BTreeMap<String, u64>,
+    pub bytes_read: u64,
+    /// Metric samples accepted (one metric value of one series at one time).
+    pub samples: u64,
+    /// Samples whose value was a DCGM blank sentinel (stored as null).
+    pub blank_samples: u64,
+    /// Lines, points or objects rejected.
+    pub rejected: u64,
+    /// Object versions by kind.
+    pub objects: BTreeMap<String, u64>,
+    pub diagnostics: Diagnostics,
+    pub store: StoreStats,
+    pub elapsed: Duration,
+}
+
+/// Lists the files under `paths` (directories recursively; hidden entries skipped), sorted.
+pub fn list_inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        let meta = std::fs::metadata(p).map_err(|e| Error::Input { path: p.clone(), reason: format!("cannot read: {e}") })?;
+        if meta.is_dir() {
+            walk(p, &mut out)?;
+        } else {
+            out.push(p.clone());
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::Input { path: dir.to_path_buf(), reason: format!("cannot list: {e}") })?;
+    for e in entries {
+        let e = e.map_err(|e| Error::io(dir, e))?;
+        if e.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let path = e.path();
+        let ft = e.file_type().map_err(|e| Error::io(&path, e))?;
+        if ft.is_dir() {
+            walk(&path, out)?;
+        } else {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// How a path is read, or why it is skipped.
+pub fn classify(path: &Path, head: &[u8]) -> std::result::Result<Format, String> {
+    if path.file_name().is_some_and(|n| n == SIMULATOR_TRUTH) {
+        return Err("simulator truth (expected.json)".into());
+    }
+    let ext = path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
+    match ext.as_str() {
+        "prom" | "txt" => Ok(Format::PrometheusText),
+        "json" if prometheus_api::looks_like_api_response(head) => Ok(Format::PrometheusApi),
+        "json" | "jsonl" | "ndjson" | "yaml" | "yml" => Ok(Format::Kubernetes),
+        "" => Err("no extension".into()),
+        other => Err(format!("extension .{other}")),
+    }
+}
+
+/// What a worker hands the writer.
+enum Message {
+    Batches(Vec<TableBatch>),
+    File { format: std::result::Result<Format, String>, bytes: u64, diags: Diagnostics, objects: BTreeMap<String, u64>, samples: u64, blank: u64, rejected: u64 },
+    Failed(Error),
+}
+
+/// Rows a worker gathers before handing a batch to the writer.
+const WORKER_BATCH_ROWS: usize = 256 * 1024;
+
+/// Reads every file under `paths` into the store at `store_root`.
+pub fn ingest(paths: &[PathBuf], store_root: &Path, options: &IngestOptions, progress: &dyn Progress) -> Result<IngestSummary> {
+    let started = Instant::now();
+    let files = list_inputs(paths)?;
+    let total_bytes: u64 = files.iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).sum();
+    progress.start(files.len() as u64, total_bytes);
+    let mut store = Store::open(store_root, options.store.clone())?;
+    let mut summary = IngestSummary::default();
+    let next = AtomicUsize::new(0);
+    let threads = options.threads.max(1).min(files.len().max(1));
+    let (tx, rx) = mpsc::sync_channel::<Message>(threads * 2);
+    let mut first_error: Option<Error> = None;
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            let tx = tx.clone();
+            let (files, next) = (&files, &next);
+            scope.spawn(move || worker(files, next, &tx));
+        }
+        drop(tx);
+        for msg in rx {
+            match msg {
+                Message::Batches(batches) => {
+                    if first_error.is_none() {
+                        for b in batches {
+                            if let Err(e) = store.append(b) {
+                                first_error = Some(e);
+                                // Tell the workers to stop taking files.
+                                next.store(usize::MAX / 2, Ordering::SeqCst);
+                                break;
+                            }
+                        }
+                    }
+                }
+                Message::File { format, bytes, diags, objects, samples, blank, rejected } => {
+                    progress.advance(bytes);
+                    summary.bytes_read += bytes;
+                    match format {
+                        Ok(f) => *summary.files.entry(f).or_default() += 1,
+                        Err(reason) => *summary.skipped_files.entry(reason).or_default() += 1,
+                    }
+                    summary.diagnostics.merge(diags);
+                    for (k, n) in objects {
+                        *summary.objects.entry(k).or_default() += n;
+                    }
+                    summary.samples += samples;
+                    summary.blank_samples += blank;
+                    summary.rejected += rejected;
+                }
+                Message::Failed(e) => {
+                    if first_error.is_none() {
+                        first_error = Some(e);
+                        next.store(usize::MAX / 2, Ordering::SeqCst);
+                    }
+                }
+            }
+        }
+    });
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    summary.store = store.finish()?;
+    progress.finish();
+    summary.elapsed = started.elapsed();
+    Ok(summary)
+}
+
+fn worker(files: &[PathBuf], next: &AtomicUsize, tx: &mpsc::SyncSender<Message>) {
+    let mut samples = SampleTables::new();
+    let mut k8s = K8sTables::new();
+    loop {
+        let i = next.fetch_add(1, Ordering::SeqCst);
+        let Some(path) = files.get(i) else { break };
+        let msg = match read_one(path, &mut samples, &mut k8s) {
+            Ok(m) => m,
+            Err(e) => Message::Failed(e),
+        };
+        if tx.send(msg).is_err() {
+            return;
+        }
+        if samples.rows() >= WORKER_BATCH_ROWS || k8s.len() >= WORKER_BATCH_ROWS / 8 {
+            if let Err(e) = hand_over(&mut samples, &mut k8s, tx) {
+                let _ = tx.send(Message::Failed(e));
+                return;
+            }
+        }
+    }
+    if let Err(e) = hand_over(&mut samples, &mut k8s, tx) {
+        let _ = tx.send(Message::Failed(e));
+    }
+}
+
+fn hand_over(samples: &mut SampleTables, k8s: &mut K8sTables, tx: &mpsc::SyncSender<Message>) -> Result<()> {
+    let mut batches = samples.take_batches()?;
+    if !k8s.is_empty() {
+        batches.extend(std::mem::take(k8s).finish()?);
+    }
+    if !batches.is_empty() {
+        let _ = tx.send(Message::Batches(batches));
+    }
+    Ok(())
+}
+
+/// Reads one file into the worker's tables.
+fn read_one(path: &Path, samples: &mut SampleTables, k8s: &mut K8sTables) -> Result<Message> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let len = bytes.len() as u64;
+    let mut diags = Diagnostics::new();
+    let format = classify(path, &bytes);
+    let (mut n_samples, mut blank, mut rejected) = (0, 0, 0);
+    let mut objects = BTreeMap::new();
+    match format {
+        Ok(Format::PrometheusText) => {
+            let time = match dcgm_text::time_from_file_name(path) {
+                Some(t) => ScrapeTime::FileName(t),
+                None => mtime_ms(path).map_or(ScrapeTime::Unknown, ScrapeTime::Modified),
+            };
+            let before = samples.counts;
+            let mut file_diags = Diagnostics::new();
+            let stats = dcgm_text::read_text(path, &bytes, time, samples, &mut file_diags);
+            if stats.samples == 0 && stats.rejected > 0 {
+                // Nothing in the file parsed: it is not exposition text at all (a kubectl table
+                // saved as .txt, say). One error for the file says more than one per line.
+                let first = file_diags.errors.first().map(|d| d.to_string()).unwrap_or_default();
+                diags.error(path, Position::File, "unrecognised_format", format!("not Prometheus text exposition ({} lines rejected; first: {first})", stats.rejected));
+                rejected += 1;
+            } else {
+                diags.merge(file_diags);
+                rejected += stats.rejected;
+            }
+            n_samples += stats.samples;
+            blank += samples.counts.blank - before.blank;
+        }
+        Ok(Format::PrometheusApi) => {
+            let before = samples.counts;
+            let stats = prometheus_api::read_response(path, &bytes, samples, &mut diags);
+            n_samples += stats.samples;
+            rejected += stats.rejected;
+            blank += samples.counts.blank - before.blank;
+        }
+        Ok(Format::Kubernetes) => {
+            let fallback = mtime_ms(path).unwrap_or(0);
+            let before_errors = diags.errors.len();
+            let versions = kubernetes_file::read_objects(path, &bytes, fallback, &mut diags);
+            let before_kinds = k8s.kinds.clone();
+            for v in &versions {
+                k8s.push(path, v, &mut diags);
+            }
+            for (k, n) in &k8s.kinds {
+                let delta = n - before_kinds.get(k).copied().unwrap_or(0);
+                if delta > 0 {
+                    objects.insert(k.clone(), delta);
+                }
+            }
+            rejected += (diags.errors.len() - before_errors) as u64;
+        }
+        Err(_) => {}
+    }
+    Ok(Message::File { format, bytes: len, diags, objects, samples: n_samples, blank, rejected })
+}
+
+fn mtime_ms(path: &Path) -> Option<i64> {
+    let m = std::fs::metadata(path).ok()?.modified().ok()?;
+    let d = m.duration_since(std::time::UNIX_EPOCH).ok()?;
+    Some(d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classify_by_extension_and_sniff() {
+        assert_eq!(classify(Path::new("a/b.prom"), b""), Ok(Format::PrometheusText));
+        assert_eq!(classify(Path::new("a/b.txt"), b""), Ok(Format::PrometheusText));
+        assert_eq!(classify(Path::new("q.json"), br#"{"status":"success","data":{"resultType":"vector"}}"#), Ok(Format::PrometheusApi));
+        assert_eq!(classify(Path::new("pods.json"), br#"{"apiVersion":"v1","kind":"List"}"#), Ok(Format::Kubernetes));
+        assert_eq!(classify(Path::new("w.JSONL"), b""), Ok(Format::Kubernetes));
+        assert_eq!(classify(Path::new("q.yaml"), b""), Ok(Format::Kubernetes));
+        assert_eq!(classify(Path::new("x.csv"), b""), Err("extension .csv".into()));
+        assert_eq!(classify(Path::new("sim/expected.json"), b"{}"), Err("simulator truth (expected.json)".into()));
+    }
+}

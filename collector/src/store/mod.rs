@@ -1,0 +1,297 @@
+//! `parquet_store`: the store's writer.
+//!
+//! Layout (DESIGN.md, "The store"): `<root>/<table>/date=YYYY-MM-DD/part-<run>-<n>.parquet`,
+//! zstd-compressed, rows sorted by the table's `sort_by`, timestamps `Timestamp(ms, "UTC")`.
+//!
+//! Guarantees:
+//! - **Atomic files.** Each file is written under a hidden temporary name in its partition
+//!   directory, fsynced, then renamed; readers (and a crash) never see half a file. Temporary
+//!   files left by a crash are removed by the next writer.
+//! - **No duplicates.** A row whose key (the table's `key` columns) is already stored, or appears
+//!   twice in the input, is skipped. Keys are hashed to 128 bits (xxh3) and the hashes of the
+//!   partitions a run touches are loaded from the files already there, so re-ingesting the same
+//!   input, or rerunning an ingest a crash interrupted, writes nothing twice and loses nothing.
+//! - **One writer.** An exclusive lock on `<root>/.lock` keeps two writers apart.
+
+mod keys;
+mod parquet_file;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::{AsArray, RecordBatch, UInt32Array};
+use arrow::compute::{SortColumn, concat_batches, lexsort_to_indices, take_record_batch};
+use arrow::datatypes::TimestampMillisecondType;
+use chrono::{DateTime, NaiveDate};
+use gpuledger_schemas::{DedupScope, PARTITION_KEY, Table};
+
+use crate::error::{Error, Result};
+use crate::tables::TableBatch;
+use keys::KeySet;
+
+pub use parquet_file::write_properties;
+
+/// Name of the marker file that says a directory is a gpuledger store.
+pub const MARKER: &str = ".gpuledger-store";
+const LOCK: &str = ".lock";
+
+/// Tuning knobs of the writer.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// A table's buffered rows are written out once they reach this many.
+    pub flush_rows: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions { flush_rows: 2_000_000 }
+    }
+}
+
+/// What a writer did, per table.
+#[derive(Debug, Default, Clone)]
+pub struct StoreStats {
+    pub rows_written: BTreeMap<&'static str, u64>,
+    /// Rows skipped because the same fact was already stored or appeared twice in the input.
+    pub duplicates: BTreeMap<&'static str, u64>,
+    pub files_written: u64,
+    pub bytes_written: u64,
+}
+
+/// An open store, writable by this process only.
+pub struct Store {
+    root: PathBuf,
+    _lock: File,
+    options: StoreOptions,
+    run_id: String,
+    file_seq: u64,
+    buffers: HashMap<&'static str, (&'static Table, Vec<RecordBatch>, usize)>,
+    keys: HashMap<(&'static str, Option<String>), KeySet>,
+    pub stats: StoreStats,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store at `root` for writing.
+    pub fn open(root: &Path, options: StoreOptions) -> Result<Store> {
+        if root.exists() {
+            let is_store = root.join(MARKER).exists();
+            let empty = fs::read_dir(root).map_err(|e| Error::io(root, e))?.next().is_none();
+            if !is_store && !empty {
+                return Err(Error::Store {
+                    path: root.to_path_buf(),
+                    reason: format!("exists, is not empty and has no {MARKER} marker: not a gpuledger store, refusing to write into it"),
+                });
+            }
+        }
+        fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+        let marker = root.join(MARKER);
+        if !marker.exists() {
+            let text = format!("{{\"schema_version\":{}}}\n", gpuledger_schemas::SCHEMA_VERSION);
+            fs::write(&marker, text).map_err(|e| Error::io(&marker, e))?;
+        }
+        let lock_path = root.join(LOCK);
+        let lock = File::options().create(true).truncate(false).write(true).open(&lock_path).map_err(|e| Error::io(&lock_path, e))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(Error::Store { path: root.to_path_buf(), reason: "another gpuledger process is writing this store".into() });
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(Error::io(&lock_path, e)),
+        }
+        parquet_file::remove_stale_temporaries(root)?;
+        let now = chrono::Utc::now();
+        let run_id = format!("{}-{}", now.format("%Y%m%dT%H%M%S%6f"), std::process::id());
+        Ok(Store { root: root.to_path_buf(), _lock: lock, options, run_id, file_seq: 0, buffers: HashMap::new(), keys: HashMap::new(), stats: StoreStats::default() })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Buffers a batch; writes the table out when enough rows are buffered.
+    pub fn append(&mut self, (table, batch): TableBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let entry = self.buffers.entry(table.name).or_insert_with(|| (table, Vec::new(), 0));
+        entry.2 += batch.num_rows();
+        entry.1.push(batch);
+        if entry.2 >= self.options.flush_rows {
+            self.flush_table(table.name)?;
+        }
+        Ok(())
+    }
+
+    /// Writes every buffered row.
+    pub fn flush(&mut self) -> Result<()> {
+        let names: Vec<&'static str> = self.buffers.keys().copied().collect();
+        for name in names {
+            self.flush_table(name)?;
+        }
+        Ok(())
+    }
+
+    /// Flushes and returns what was done.
+    pub fn finish(mut self) -> Result<StoreStats> {
+        self.flush()?;
+        Ok(std::mem::take(&mut self.stats))
+    }
+
+    fn flush_table(&mut self, name: &'static str) -> Result<()> {
+        let Some((table, batches, _)) = self.buffers.remove(name) else { return Ok(()) };
+        if batches.is_empty() {
+            return Ok(());
+        }
+        let schema = table.arrow_schema();
+        let all = concat_batches(&schema, &batches).map_err(|source| Error::Arrow { table: table.name, source })?;
+        drop(batches);
+        for (day, indices) in partition_rows(table, &all)? {
+            let date = day_to_date(day);
+            let part = take_record_batch(&all, &UInt32Array::from(indices)).map_err(|source| Error::Arrow { table: table.name, source })?;
+            let scope = match table.dedup {
+                DedupScope::Partition => Some(date.clone()),
+                DedupScope::Table => None,
+            };
+            let keyset = self.keyset(table, scope)?;
+            let fresh = keyset.insert_new(table, &part)?;
+            let kept = fresh.true_count();
+            let dropped = part.num_rows() - kept;
+            if dropped > 0 {
+                *self.stats.duplicates.entry(table.name).or_default() += dropped as u64;
+            }
+            if kept == 0 {
+                continue;
+            }
+            let part = if dropped > 0 {
+                arrow::compute::filter_record_batch(&part, &fresh).map_err(|source| Error::Arrow { table: table.name, source })?
+            } else {
+                part
+            };
+            let sorted = sort_batch(table, &part)?;
+            let dir = partition_dir(&self.root, table.name, &date);
+            self.file_seq += 1;
+            let file = dir.join(format!("part-{}-{:05}.parquet", self.run_id, self.file_seq));
+            let bytes = parquet_file::write_atomically(table, &file, &sorted)?;
+            self.stats.files_written += 1;
+            self.stats.bytes_written += bytes;
+            *self.stats.rows_written.entry(table.name).or_default() += kept as u64;
+        }
+        Ok(())
+    }
+
+    /// The key hashes of a partition (or a whole table), loaded from disk on first use.
+    fn keyset(&mut self, table: &'static Table, scope: Option<String>) -> Result<&mut KeySet> {
+        let k = (table.name, scope);
+        if !self.keys.contains_key(&k) {
+            let dirs = match &k.1 {
+                Some(date) => vec![partition_dir(&self.root, table.name, date)],
+                None => partition_dirs(&self.root, table.name)?,
+            };
+            let set = KeySet::load(table, &dirs)?;
+            self.keys.insert(k.clone(), set);
+        }
+        self.keys.get_mut(&k).ok_or_else(|| Error::Store { path: self.root.clone(), reason: "key set vanished (bug)".into() })
+    }
+}
+
+/// `<root>/<table>`.
+pub fn table_dir(root: &Path, table: &str) -> PathBuf {
+    root.join(table)
+}
+
+/// `<root>/<table>/date=YYYY-MM-DD`.
+pub fn partition_dir(root: &Path, table: &str, date: &str) -> PathBuf {
+    table_dir(root, table).join(format!("{PARTITION_KEY}={date}"))
+}
+
+/// Every `date=` directory of a table (none when the table has never been written).
+pub fn partition_dirs(root: &Path, table: &str) -> Result<Vec<PathBuf>> {
+    let dir = table_dir(root, table);
+    let mut out = Vec::new();
+    match fs::read_dir(&dir) {
+        Ok(entries) => {
+            for e in entries {
+                let e = e.map_err(|e| Error::io(&dir, e))?;
+                if e.file_name().to_string_lossy().starts_with(&format!("{PARTITION_KEY}=")) {
+                    out.push(e.path());
+                }
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io(&dir, e)),
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Row indices per UTC day (days since the epoch) of the table's partition column.
+fn partition_rows(table: &'static Table, batch: &RecordBatch) -> Result<BTreeMap<i64, Vec<u32>>> {
+    let idx = table.index_of(table.partition_column).ok_or_else(|| Error::Store { path: PathBuf::new(), reason: format!("{}: no partition column", table.name) })?;
+    let ts = batch.column(idx).as_primitive::<TimestampMillisecondType>();
+    let mut out: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
+    // Runs of one day are the common case (a file holds one scrape or one day): collect a run,
+    // then hand it to the map in one go.
+    let mut run_day = i64::MIN;
+    let mut run: Vec<u32> = Vec::new();
+    for (i, t) in ts.values().iter().enumerate() {
+        let day = t.div_euclid(86_400_000);
+        if day != run_day && !run.is_empty() {
+            out.entry(run_day).or_default().append(&mut run);
+        }
+        run_day = day;
+        run.push(i as u32);
+    }
+    if !run.is_empty() {
+        out.entry(run_day).or_default().append(&mut run);
+    }
+    Ok(out)
+}
+
+fn day_to_date(day: i64) -> String {
+    DateTime::from_timestamp(day * 86_400, 0)
+        .map(|t| t.date_naive())
+        .unwrap_or(NaiveDate::MIN)
+        .format("%Y-%m-%d")
+        .to_string()
+}
+
+fn sort_batch(table: &'static Table, batch: &RecordBatch) -> Result<RecordBatch> {
+    let columns: Vec<SortColumn> = table
+        .sort_by
+        .iter()
+        .filter_map(|c| table.index_of(c))
+        .map(|i| SortColumn { values: Arc::clone(batch.column(i)), options: None })
+        .collect();
+    let indices = lexsort_to_indices(&columns, None).map_err(|source| Error::Arrow { table: table.name, source })?;
+    take_record_batch(batch, &indices).map_err(|source| Error::Arrow { table: table.name, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn days_map_to_dates() {
+        assert_eq!(day_to_date(0), "1970-01-01");
+        assert_eq!(day_to_date(20_727), "2026-10-01");
+        assert_eq!(day_to_date(-1), "1969-12-31");
+    }
+
+    #[test]
+    fn refuses_a_directory_that_is_not_a_store() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("notes.txt"), "mine").unwrap();
+        let err = Store::open(dir.path(), StoreOptions::default()).err().unwrap();
+        assert!(err.to_string().contains("not a gpuledger store"), "{err}");
+    }
+
+    #[test]
+    fn a_second_writer_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let err = Store::open(dir.path(), StoreOptions::default()).err().unwrap();
+        assert!(err.to_string().contains("another gpuledger process"), "{err}");
+    }
+}

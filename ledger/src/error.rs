@@ -1,0 +1,29 @@
+//! Errors of the ledger, grouped by who is at fault: the store, the query, the output.
+
+use std::path::PathBuf;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The store cannot be used.
+    #[error("store {}: {reason}", path.display())]
+    Store { path: PathBuf, reason: String },
+    /// Registering a store table with DataFusion failed.
+    #[error("registering table {table}: {source}")]
+    Register {
+        table: &'static str,
+        #[source]
+        source: datafusion::error::DataFusionError,
+    },
+    /// Planning or running a query failed (usually the query's fault).
+    #[error("query `{sql}`: {source}")]
+    Query {
+        sql: String,
+        #[source]
+        source: datafusion::error::DataFusionError,
+    },
+    /// Formatting results failed.
+    #[error("formatting results: {0}")]
+    Output(#[from] arrow::error::ArrowError),
+}

@@ -1,0 +1,86 @@
+//! The computing half of gpuledger: a DataFusion session over the store.
+//!
+//! ```text
+//! store (Parquet, Hive partitions) -> ledger::Ledger (DataFusion) -> query results, reports
+//! ```
+//!
+//! The ledger reads the store only through the tables `gpuledger-schemas` defines; it never
+//! reads capture files or calls into the collector. Every table is registered under its name
+//! with the `date` partition column, so `WHERE date = '2026-10-01'` reads one directory.
+
+pub mod error;
+pub mod output;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow::record_batch::RecordBatch;
+use datafusion::datasource::MemTable;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
+use datafusion::prelude::SessionContext;
+use gpuledger_schemas::{PARTITION_KEY, TABLES, Table};
+
+pub use error::{Error, Result};
+
+/// A query session over one store.
+pub struct Ledger {
+    ctx: SessionContext,
+    root: PathBuf,
+}
+
+impl Ledger {
+    /// Opens the store at `root` and registers every table (an empty one for a table never
+    /// written, so queries over it return no rows instead of failing).
+    pub async fn open(root: &Path) -> Result<Ledger> {
+        if !root.is_dir() {
+            return Err(Error::Store { path: root.to_path_buf(), reason: "no such directory (run `gpuledger ingest` first)".into() });
+        }
+        let ctx = SessionContext::new();
+        for table in TABLES {
+            register(&ctx, root, table).await?;
+        }
+        Ok(Ledger { ctx, root: root.to_path_buf() })
+    }
+
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Runs one SQL statement and collects its result.
+    pub async fn query(&self, sql: &str) -> Result<Vec<RecordBatch>> {
+        let df = self.ctx.sql(sql).await.map_err(|source| Error::Query { sql: first_line(sql), source })?;
+        df.collect().await.map_err(|source| Error::Query { sql: first_line(sql), source })
+    }
+}
+
+fn first_line(sql: &str) -> String {
+    let line = sql.trim().lines().next().unwrap_or_default();
+    if line.len() > 80 { format!("{}...", &line[..line.floor_char_boundary(80)]) } else { line.to_string() }
+}
+
+async fn register(ctx: &SessionContext, root: &Path, table: &'static Table) -> Result<()> {
+    let dir = root.join(table.name);
+    let file_schema = table.arrow_schema();
+    let result = if dir.is_dir() {
+        let dir_str = format!("{}/", dir.display());
+        let url = ListingTableUrl::parse(&dir_str).map_err(|source| Error::Register { table: table.name, source })?;
+        let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
+            .with_file_extension(".parquet")
+            .with_table_partition_cols(vec![(PARTITION_KEY.to_string(), DataType::Utf8)]);
+        let config = ListingTableConfig::new(url).with_listing_options(options).with_schema(file_schema);
+        let listing = ListingTable::try_new(config).map_err(|source| Error::Register { table: table.name, source })?;
+        ctx.register_table(table.name, Arc::new(listing))
+    } else {
+        let mut fields: Vec<Field> = file_schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new(PARTITION_KEY, DataType::Utf8, false));
+        let empty = MemTable::try_new(Arc::new(Schema::new(fields)), vec![vec![]]).map_err(|source| Error::Register { table: table.name, source })?;
+        ctx.register_table(table.name, Arc::new(empty))
+    };
+    result.map(|_| ()).map_err(|source| Error::Register { table: table.name, source })
+}

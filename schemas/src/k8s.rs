@@ -1,0 +1,293 @@
+//! Tables fed by Kubernetes and Kueue objects (kubectl JSON/YAML, watch streams, live watches).
+//!
+//! `k8s_objects` keeps every object version whole; the typed tables pull out the fields the ledger
+//! joins on, one row per object version (and per condition for `workload_conditions`).
+
+use crate::ColumnType::*;
+use crate::{Column, DedupScope, Table, col};
+
+/// Columns every object-derived table starts with, in this order.
+macro_rules! version_columns {
+    () => {
+        [
+            col("observed_at", Timestamp, false, "When this version was observed: the latest timestamp the object itself records (creation, conditions, status times), never earlier than the version before it in the same stream; the file's modification time when the object records none"),
+            col("seq", Int64, false, "Position of this version in its source stream (0-based); orders versions with equal observed_at"),
+            col("event_type", Utf8, false, "Watch event type (ADDED, MODIFIED, DELETED), or SNAPSHOT for an object read from a List or a plain object file"),
+            col("resource_version", Utf8, true, "metadata.resourceVersion (opaque; only recognises the same version seen twice)"),
+            col("content_hash", Utf8, false, "Hash of the object's canonical JSON (managedFields removed): recognises the same version seen twice when resourceVersion is absent"),
+        ]
+    };
+}
+
+const fn cat<const A: usize, const B: usize, const N: usize>(a: [Column; A], b: [Column; B]) -> [Column; N] {
+    assert!(A + B == N);
+    let mut out = [a[0]; N];
+    let mut i = 0;
+    while i < A {
+        out[i] = a[i];
+        i += 1;
+    }
+    while i < N {
+        out[i] = b[i - A];
+        i += 1;
+    }
+    out
+}
+
+const OBJ: [Column; 5] = version_columns!();
+
+const K8S_OBJECTS_COLUMNS: [Column; 16] = cat(
+    OBJ,
+    [
+        col("api_version", Utf8, false, "apiVersion, e.g. v1, batch/v1, kueue.x-k8s.io/v1beta2"),
+        col("kind", Utf8, false, "kind, e.g. Pod, Workload"),
+        col("namespace", Utf8, true, "metadata.namespace; null for cluster-scoped objects"),
+        col("name", Utf8, false, "metadata.name"),
+        col("uid", Utf8, true, "metadata.uid"),
+        col("owner_kind", Utf8, true, "Kind of the controlling ownerReference (else the first one)"),
+        col("owner_name", Utf8, true, "Name of that owner"),
+        col("owner_uid", Utf8, true, "UID of that owner"),
+        col("labels", Utf8, true, "metadata.labels as a JSON object"),
+        col("annotations", Utf8, true, "metadata.annotations as a JSON object"),
+        col("object", Utf8, false, "The whole object as JSON text (metadata.managedFields removed)"),
+    ],
+);
+
+pub const K8S_OBJECTS: Table = Table {
+    name: "k8s_objects",
+    doc: "Every version of every Kubernetes/Kueue object seen, whole, with its identity pulled out",
+    columns: &K8S_OBJECTS_COLUMNS,
+    partition_column: "observed_at",
+    sort_by: &["kind", "namespace", "name", "observed_at", "seq"],
+    key: &["kind", "namespace", "name", "uid", "resource_version", "event_type", "content_hash"],
+    dedup: DedupScope::Table,
+};
+
+const PODS_COLUMNS: [Column; 25] = cat(
+    OBJ,
+    [
+        col("namespace", Utf8, false, "metadata.namespace"),
+        col("name", Utf8, false, "metadata.name"),
+        col("uid", Utf8, true, "metadata.uid"),
+        col("node_name", Utf8, true, "spec.nodeName (null until scheduled)"),
+        col("phase", Utf8, true, "status.phase: Pending, Running, Succeeded, Failed, Unknown"),
+        col("reason", Utf8, true, "status.reason, e.g. Evicted"),
+        col("owner_kind", Utf8, true, "Kind of the controlling ownerReference (Job, JobSet, RayJob, ...)"),
+        col("owner_name", Utf8, true, "Name of that owner"),
+        col("owner_uid", Utf8, true, "UID of that owner"),
+        col("job_name", Utf8, true, "Label batch.kubernetes.io/job-name (or job-name)"),
+        col("workload_name", Utf8, true, "Annotation kueue.x-k8s.io/workload (Kueue's plain-pod integration)"),
+        col("queue_name", Utf8, true, "Label kueue.x-k8s.io/queue-name"),
+        col("gpu_request", Int64, true, "Sum over containers of nvidia.com/gpu limits (else requests)"),
+        col("start_time", Timestamp, true, "status.startTime"),
+        col("deletion_timestamp", Timestamp, true, "metadata.deletionTimestamp"),
+        col("disruption_target", Boolean, false, "True when the pod has a DisruptionTarget condition with status True (preempted, evicted, node drained)"),
+        col("disruption_reason", Utf8, true, "Reason of that DisruptionTarget condition, e.g. PreemptionByScheduler, EvictionByEvictionAPI"),
+        col("last_termination_reason", Utf8, true, "Reason of the most recent container termination (OOMKilled, Error, Completed), current state first, else lastState"),
+        col("last_exit_code", Int32, true, "Exit code of that termination"),
+        col("labels", Utf8, true, "metadata.labels as a JSON object"),
+    ],
+);
+
+pub const PODS: Table = Table {
+    name: "pods",
+    doc: "Pod versions: where each ran, who owns it, how it ended",
+    columns: &PODS_COLUMNS,
+    partition_column: "observed_at",
+    sort_by: &["namespace", "name", "observed_at", "seq"],
+    key: &["namespace", "name", "uid", "resource_version", "event_type", "content_hash"],
+    dedup: DedupScope::Table,
+};
+
+const NODES_COLUMNS: [Column; 13] = cat(
+    OBJ,
+    [
+        col("name", Utf8, false, "metadata.name"),
+        col("uid", Utf8, true, "metadata.uid"),
+        col("hostname_label", Utf8, true, "Label kubernetes.io/hostname"),
+        col("gpu_product", Utf8, true, "Label nvidia.com/gpu.product (GPU feature discovery)"),
+        col("gpu_capacity", Int64, true, "status.capacity nvidia.com/gpu"),
+        col("ready", Boolean, true, "Ready condition is True"),
+        col("unschedulable", Boolean, false, "spec.unschedulable"),
+        col("labels", Utf8, true, "metadata.labels as a JSON object (node pools are read from here)"),
+    ],
+);
+
+pub const NODES: Table = Table {
+    name: "nodes",
+    doc: "Node versions: node pools and GPU models by label, capacity, readiness",
+    columns: &NODES_COLUMNS,
+    partition_column: "observed_at",
+    sort_by: &["name", "observed_at", "seq"],
+    key: &["name", "uid", "resource_version", "event_type", "content_hash"],
+    dedup: DedupScope::Table,
+};
+
+const NAMESPACES_COLUMNS: [Column; 10] = cat(
+    OBJ,
+    [
+        col("name", Utf8, false, "metadata.name"),
+        col("uid", Utf8, true, "metadata.uid"),
+        col("phase", Utf8, true, "status.phase"),
+        col("labels", Utf8, true, "metadata.labels as a JSON object (the team label is read from here)"),
+        col("annotations", Utf8, true, "metadata.annotations as a JSON object"),
+    ],
+);
+
+pub const NAMESPACES: Table = Table {
+    name: "namespaces",
+    doc: "Namespace versions: team labels",
+    columns: &NAMESPACES_COLUMNS,
+    partition_column: "observed_at",
+    sort_by: &["name", "observed_at", "seq"],
+    key: &["name", "uid", "resource_version", "event_type", "content_hash"],
+    dedup: DedupScope::Table,
+};
+
+const JOBS_COLUMNS: [Column; 24] = cat(
+    OBJ,
+    [
+        col("api_version", Utf8, false, "apiVersion (batch/v1, jobset.x-k8s.io/v1alpha2, ray.io/v1, kubeflow.org/v1, ...)"),
+        col("kind", Utf8, false, "Job, JobSet, RayJob, PyTorchJob, ..."),
+        col("namespace", Utf8, false, "metadata.namespace"),
+        col("name", Utf8, false, "metadata.name"),
+        col("uid", Utf8, true, "metadata.uid"),
+        col("owner_kind", Utf8, true, "Kind of the controlling ownerReference (a Job owned by a JobSet, say)"),
+        col("owner_name", Utf8, true, "Name of that owner"),
+        col("owner_uid", Utf8, true, "UID of that owner"),
+        col("queue_name", Utf8, true, "Label kueue.x-k8s.io/queue-name"),
+        col("suspend", Boolean, true, "spec.suspend (Kueue suspends a job until admitted)"),
+        col("start_time", Timestamp, true, "status.startTime"),
+        col("completion_time", Timestamp, true, "status.completionTime"),
+        col("succeeded", Int64, true, "status.succeeded"),
+        col("failed", Int64, true, "status.failed"),
+        col("outcome", Utf8, true, "Complete or Failed when that condition is True, else null"),
+        col("outcome_reason", Utf8, true, "Reason of that condition, e.g. BackoffLimitExceeded"),
+        col("labels", Utf8, true, "metadata.labels as a JSON object"),
+        col("annotations", Utf8, true, "metadata.annotations as a JSON object (gpuledger.io/accepted-units, gpuledger.io/unit)"),
+        col("batch_job", Boolean, false, "True for batch/v1 Job; false for other job kinds recognised by their owner role"),
+    ],
+);
+
+pub const JOBS: Table = Table {
+    name: "jobs",
+    doc: "Job versions (batch/v1 Job and the other job kinds Kueue admits): outcome and annotations",
+    columns: &JOBS_COLUMNS,
+    partition_column: "observed_at",
+    sort_by: &["namespace", "name", "observed_at", "seq"],
+    key: &["kind", "namespace", "name", "uid", "resource_version", "event_type", "content_hash"],
+    dedup: DedupScope::Table,
+};
+
+const WORKLOADS_COLUMNS: [Column; 23] = cat(
+    OBJ,
+    [
+        col("api_version", Utf8, false, "kueue.x-k8s.io/v1beta1 or v1beta2"),
+        col("namespace", Utf8, false, "metadata.namespace"),
+        col("name", Utf8, false, "metadata.name"),
+        col("uid", Utf8, true, "metadata.uid"),
+        col("created_at", Timestamp, true, "metadata.creationTimestamp"),
+        col("owner_kind", Utf8, true, "Kind of the job that owns the Workload"),
+        col("owner_name", Utf8, true, "Name of that job"),
+        col("owner_uid", Utf8, true, "UID of that job"),
+        col("queue_name", Utf8, true, "spec.queueName (the LocalQueue)"),
+        col("cluster_queue", Utf8, true, "status.admission.clusterQueue"),
+        col("priority", Int64, true, "spec.priority"),
+        col("priority_class", Utf8, true, "spec.priorityClassName"),
+        col("flavors", Utf8, true, "Assigned flavors per pod set and resource, JSON: {\"podset\":{\"nvidia.com/gpu\":\"flavor\"}}"),
+        col("requeue_count", Int64, true, "status.requeueState.count"),
+        col("accumulated_execution_seconds", Int64, true, "status.accumulatedPastExecutionTimeSeconds (v1beta1 also spelt accumulatedPastExexcutionTimeSeconds)"),
+        col("labels", Utf8, true, "metadata.labels as a JSON object"),
+        col("annotations", Utf8, true, "metadata.annotations as a JSON object (gpuledger.io/accepted-units, gpuledger.io/unit)"),
+        col("gpu_count", Int64, true, "GPUs the Workload asks for: sum over pod sets of count x nvidia.com/gpu per pod"),
+    ],
+);
+
+pub const WORKLOADS: Table = Table {
+    name: "workloads",
+    doc: "Kueue Workload versions: queue, admission, flavors, requeues",
+    columns: &WORKLOADS_COLUMNS,
+    partition_column: "observed_at",
+    sort_by: &["namespace", "name", "observed_at", "seq"],
+    key: &["namespace", "name", "uid", "resource_version", "event_type", "content_hash"],
+    dedup: DedupScope::Table,
+};
+
+const WORKLOAD_CONDITIONS_COLUMNS: [Column; 13] = cat(
+    OBJ,
+    [
+        col("namespace", Utf8, false, "Workload namespace"),
+        col("name", Utf8, false, "Workload name"),
+        col("uid", Utf8, true, "Workload uid"),
+        col("type", Utf8, false, "Condition type: QuotaReserved, Admitted, Evicted, Preempted, Requeued, PodsReady, Finished, ..."),
+        col("status", Utf8, false, "True, False or Unknown"),
+        col("reason", Utf8, true, "Condition reason, e.g. Succeeded, Failed, Preempted, InactiveWorkload"),
+        col("message", Utf8, true, "Condition message"),
+        col("last_transition_time", Timestamp, true, "lastTransitionTime"),
+    ],
+);
+
+pub const WORKLOAD_CONDITIONS: Table = Table {
+    name: "workload_conditions",
+    doc: "One row per condition per Workload version: the admission / eviction / finish history",
+    columns: &WORKLOAD_CONDITIONS_COLUMNS,
+    partition_column: "observed_at",
+    sort_by: &["namespace", "name", "last_transition_time", "type"],
+    key: &["namespace", "name", "uid", "resource_version", "event_type", "content_hash", "type"],
+    dedup: DedupScope::Table,
+};
+
+const K8S_EVENTS_COLUMNS: [Column; 20] = cat(
+    OBJ,
+    [
+        col("api_version", Utf8, false, "v1 (core) or events.k8s.io/v1"),
+        col("namespace", Utf8, true, "metadata.namespace of the Event"),
+        col("name", Utf8, false, "metadata.name of the Event"),
+        col("uid", Utf8, true, "metadata.uid of the Event"),
+        col("type", Utf8, true, "Normal or Warning"),
+        col("reason", Utf8, true, "reason, e.g. FailedScheduling, Evicted, Preempted, BackOff, OOMKilling"),
+        col("message", Utf8, true, "message (core/v1) or note (events.k8s.io/v1)"),
+        col("regarding_kind", Utf8, true, "involvedObject/regarding kind"),
+        col("regarding_namespace", Utf8, true, "involvedObject/regarding namespace"),
+        col("regarding_name", Utf8, true, "involvedObject/regarding name"),
+        col("regarding_uid", Utf8, true, "involvedObject/regarding uid"),
+        col("first_seen", Timestamp, true, "firstTimestamp, else eventTime"),
+        col("last_seen", Timestamp, true, "series.lastObservedTime, else lastTimestamp, else eventTime"),
+        col("count", Int64, true, "count (core/v1) or series.count"),
+        col("reporting_controller", Utf8, true, "reportingController / reportingComponent, else source.component"),
+    ],
+);
+
+pub const K8S_EVENTS: Table = Table {
+    name: "k8s_events",
+    doc: "Kubernetes Events (core/v1 and events.k8s.io/v1) in one shape: why things failed",
+    columns: &K8S_EVENTS_COLUMNS,
+    partition_column: "observed_at",
+    sort_by: &["regarding_namespace", "regarding_name", "observed_at", "seq"],
+    key: &["namespace", "name", "uid", "resource_version", "event_type", "content_hash"],
+    dedup: DedupScope::Table,
+};
+
+const KUEUE_QUEUES_COLUMNS: [Column; 13] = cat(
+    OBJ,
+    [
+        col("api_version", Utf8, false, "kueue.x-k8s.io/v1beta1 or v1beta2"),
+        col("kind", Utf8, false, "LocalQueue, ClusterQueue or ResourceFlavor"),
+        col("namespace", Utf8, true, "Namespace (LocalQueue only)"),
+        col("name", Utf8, false, "metadata.name"),
+        col("uid", Utf8, true, "metadata.uid"),
+        col("cluster_queue", Utf8, true, "LocalQueue: spec.clusterQueue"),
+        col("cohort", Utf8, true, "ClusterQueue: spec.cohort (v1beta1) or spec.cohortName (v1beta2)"),
+        col("spec", Utf8, true, "spec as JSON (quotas, preemption policy, ResourceFlavor nodeLabels)"),
+    ],
+);
+
+pub const KUEUE_QUEUES: Table = Table {
+    name: "kueue_queues",
+    doc: "Kueue LocalQueue, ClusterQueue and ResourceFlavor versions",
+    columns: &KUEUE_QUEUES_COLUMNS,
+    partition_column: "observed_at",
+    sort_by: &["kind", "namespace", "name", "observed_at", "seq"],
+    key: &["kind", "namespace", "name", "uid", "resource_version", "event_type", "content_hash"],
+    dedup: DedupScope::Table,
+};
