@@ -1,1 +1,36 @@
-fn main(){}
+//! `gpuledger`: the command-line program. Parsing and glue only; the work lives in the
+//! `collector` (sources -> store) and `ledger` (store -> SQL) crates.
+
+mod cli;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let args = cli::Cli::parse();
+    match cli::run(args) {
+        Ok(code) => code,
+        Err(e) => {
+            // A closed pipe (`gpuledger query ... | head`) is not an error worth a message.
+            if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) {
+                return ExitCode::SUCCESS;
+            }
+            let mut msg = String::new();
+            for (i, cause) in e.chain().enumerate() {
+                let text = cause.to_string();
+                // thiserror messages often already end with their source's text.
+                if i > 0 && msg.contains(&text) {
+                    continue;
+                }
+                if i > 0 {
+                    msg.push_str(": ");
+                }
+                msg.push_str(&text);
+            }
+            let _ = writeln!(std::io::stderr(), "gpuledger: error: {msg}");
+            ExitCode::from(cli::EXIT_ERROR)
+        }
+    }
+}

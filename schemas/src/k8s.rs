@@ -272,19 +272,19 @@ const KUEUE_QUEUES_COLUMNS: [Column; 13] = cat(
     OBJ,
     [
         col("api_version", Utf8, false, "kueue.x-k8s.io/v1beta1 or v1beta2"),
-        col("kind", Utf8, false, "LocalQueue, ClusterQueue or ResourceFlavor"),
+        col("kind", Utf8, false, "LocalQueue, ClusterQueue, ResourceFlavor or WorkloadPriorityClass"),
         col("namespace", Utf8, true, "Namespace (LocalQueue only)"),
         col("name", Utf8, false, "metadata.name"),
         col("uid", Utf8, true, "metadata.uid"),
         col("cluster_queue", Utf8, true, "LocalQueue: spec.clusterQueue"),
         col("cohort", Utf8, true, "ClusterQueue: spec.cohort (v1beta1) or spec.cohortName (v1beta2)"),
-        col("spec", Utf8, true, "spec as JSON (quotas, preemption policy, ResourceFlavor nodeLabels)"),
+        col("spec", Utf8, true, "spec as JSON (quotas, preemption policy, ResourceFlavor nodeLabels); for a WorkloadPriorityClass {\"value\",\"description\"}"),
     ],
 );
 
 pub const KUEUE_QUEUES: Table = Table {
     name: "kueue_queues",
-    doc: "Kueue LocalQueue, ClusterQueue and ResourceFlavor versions",
+    doc: "Kueue LocalQueue, ClusterQueue, ResourceFlavor and WorkloadPriorityClass versions",
     columns: &KUEUE_QUEUES_COLUMNS,
     partition_column: "observed_at",
     sort_by: &["kind", "namespace", "name", "observed_at", "seq"],

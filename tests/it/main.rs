@@ -1,1 +1,8 @@
+//! Integration tests: the real `gpuledger` binary on real fixtures, simulated captures and
+//! peer readers. One test binary (each extra one would link DataFusion again).
 
+mod cli;
+mod fixtures;
+mod ingest;
+mod peers;
+mod util;

@@ -1,0 +1,161 @@
+//! `gpuledger ingest`: capture files -> the Parquet store, with a summary of what was read,
+//! written and rejected.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::ValueEnum;
+use gpuledger_collector::ingest::{self, IngestOptions, IngestSummary};
+use gpuledger_collector::store::StoreOptions;
+use serde_json::json;
+
+use super::progress::{ProgressMode, Reporter};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SummaryFormat {
+    Text,
+    Json,
+}
+
+/// Read capture files and directories into the store.
+///
+/// Recognised: Prometheus text of the DCGM exporter (`.prom`, `.txt`; per-sample millisecond
+/// timestamps, or one scrape per file named `<unix-millis>.prom` / `<RFC 3339>.prom`),
+/// Prometheus API responses (`.json` from /api/v1/query or /api/v1/query_range), and
+/// Kubernetes/Kueue objects as kubectl writes them (`.json` Lists or objects, watch-event
+/// streams in `.json`/`.jsonl`, multi-document `.yaml`). Ingesting the same input twice stores
+/// nothing twice. Bad lines and objects are reported with file and line and skipped.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Example:\n  gpuledger ingest ./capture --store ./store\n  gpuledger ingest dcgm/ kubernetes/pods.watch.jsonl --store ./store --strict")]
+pub struct Args {
+    /// Files or directories to read (directories recursively; hidden entries are skipped).
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// Store directory (created if missing).
+    #[arg(long, env = "GPULEDGER_STORE")]
+    pub store: PathBuf,
+    /// Exit with code 1 when any input was rejected.
+    #[arg(long)]
+    pub strict: bool,
+    /// Progress display on stderr.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub progress: ProgressMode,
+    /// Summary format on stdout.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: SummaryFormat,
+    /// Parser threads (default: the number of cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Write a table out once this many rows are buffered (lower it to bound memory).
+    #[arg(long, default_value_t = 2_000_000)]
+    pub flush_rows: usize,
+    /// Print every rejected item (default: the first 20).
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let summary = ingest_with(&args)?;
+    print_diagnostics(&summary, args.verbose);
+    match args.format {
+        SummaryFormat::Text => print!("{}", summary_text(&summary)),
+        SummaryFormat::Json => println!("{}", serde_json::to_string_pretty(&summary_json(&summary))?),
+    }
+    if args.strict && !summary.diagnostics.errors.is_empty() {
+        eprintln!("gpuledger: --strict: {} input problems", summary.diagnostics.errors.len());
+        return Ok(ExitCode::from(super::EXIT_BAD_INPUT));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn ingest_with(args: &Args) -> anyhow::Result<IngestSummary> {
+    let mut options = IngestOptions { store: StoreOptions { flush_rows: args.flush_rows.max(1) }, ..IngestOptions::default() };
+    if let Some(t) = args.threads {
+        options.threads = t.max(1);
+    }
+    let reporter = Reporter::new(args.progress);
+    ingest::ingest(&args.paths, &args.store, &options, &reporter).with_context(|| format!("ingesting into {}", args.store.display()))
+}
+
+fn print_diagnostics(s: &IngestSummary, verbose: bool) {
+    const SHOWN: usize = 20;
+    for w in &s.diagnostics.warnings {
+        eprintln!("gpuledger: warning: {w}");
+    }
+    let errors = &s.diagnostics.errors;
+    for e in errors.iter().take(if verbose { usize::MAX } else { SHOWN }) {
+        eprintln!("gpuledger: bad input: {e}");
+    }
+    if !verbose && errors.len() > SHOWN {
+        eprintln!("gpuledger: ... and {} more input problems (-v shows all)", errors.len() - SHOWN);
+    }
+}
+
+/// The run summary for people.
+pub fn summary_text(s: &IngestSummary) -> String {
+    let mut out = String::new();
+    let files: u64 = s.files.values().sum();
+    let secs = s.elapsed.as_secs_f64().max(1e-9);
+    out.push_str(&format!(
+        "ingested {files} files ({:.1} MiB) in {:.2}s: {} samples ({:.0}/s)\n",
+        s.bytes_read as f64 / 1048576.0,
+        secs,
+        s.samples,
+        s.samples as f64 / secs
+    ));
+    for (f, n) in &s.files {
+        out.push_str(&format!("  files  {:<20} {n}\n", f.name()));
+    }
+    for (why, n) in &s.skipped_files {
+        out.push_str(&format!("  files  skipped: {why:<11} {n}\n"));
+    }
+    if s.blank_samples > 0 {
+        out.push_str(&format!("  samples with DCGM blank value (stored as null): {}\n", s.blank_samples));
+    }
+    if !s.objects.is_empty() {
+        let kinds: Vec<String> = s.objects.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        out.push_str(&format!("  objects {}\n", kinds.join(", ")));
+    }
+    for (table, n) in &s.store.rows_written {
+        out.push_str(&format!("  rows   {table:<20} {n} written\n"));
+    }
+    for (table, n) in &s.store.duplicates {
+        out.push_str(&format!("  rows   {table:<20} {n} already stored, skipped\n"));
+    }
+    out.push_str(&format!("  store  {} files, {:.1} MiB\n", s.store.files_written, s.store.bytes_written as f64 / 1048576.0));
+    let counts = s.diagnostics.error_counts();
+    if counts.is_empty() {
+        out.push_str("  rejected: none\n");
+    } else {
+        let parts: Vec<String> = counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        out.push_str(&format!("  rejected: {} ({})\n", s.diagnostics.errors.len(), parts.join(", ")));
+    }
+    for (why, n) in &s.diagnostics.skipped {
+        out.push_str(&format!("  skipped: {why} {n}\n"));
+    }
+    out
+}
+
+/// The run summary for programs (`--format json`).
+pub fn summary_json(s: &IngestSummary) -> serde_json::Value {
+    let files: serde_json::Map<String, serde_json::Value> = s.files.iter().map(|(f, n)| (f.name().to_string(), json!(n))).collect();
+    json!({
+        "files": files,
+        "skipped_files": s.skipped_files,
+        "bytes_read": s.bytes_read,
+        "samples": s.samples,
+        "blank_samples": s.blank_samples,
+        "objects": s.objects,
+        "rows_written": s.store.rows_written,
+        "duplicates_skipped": s.store.duplicates,
+        "files_written": s.store.files_written,
+        "bytes_written": s.store.bytes_written,
+        "rejected": s.diagnostics.errors.len(),
+        "rejected_by_reason": s.diagnostics.error_counts(),
+        "errors": s.diagnostics.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+        "warnings": s.diagnostics.warnings.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+        "skipped": s.diagnostics.skipped,
+        "elapsed_seconds": s.elapsed.as_secs_f64(),
+    })
+}

@@ -1,0 +1,64 @@
+//! Command-line definitions: one module per subcommand, each with its arguments and `run`.
+
+mod demo;
+mod ingest;
+mod progress;
+mod query;
+mod schema;
+mod simulate;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit code when the run finished but `--strict` found bad input.
+pub const EXIT_BAD_INPUT: u8 = 1;
+/// Exit code when the run could not be done (flags, store, I/O).
+pub const EXIT_ERROR: u8 = 2;
+
+const AFTER_HELP: &str = "\
+Examples:
+  gpuledger demo                                    simulate a cluster, ingest it, show a query
+  gpuledger simulate --out ./capture --gpus 64 --days 3
+  gpuledger ingest ./capture --store ./store
+  gpuledger query --store ./store \"SELECT hostname, count(*) FROM gpu_samples GROUP BY 1\"
+  gpuledger schema gpu_samples
+
+Exit codes:
+  0  success
+  1  finished, but --strict found bad input
+  2  could not run (flags, store, I/O)";
+
+/// GPU cost ledger for Kubernetes clusters: joins DCGM exporter metrics, Kubernetes objects and
+/// Kueue Workloads into a Parquet store and answers, in SQL, who used which GPUs and how well.
+#[derive(Debug, Parser)]
+#[command(name = "gpuledger", version, after_help = AFTER_HELP, max_term_width = 100)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    Ingest(ingest::Args),
+    Query(query::Args),
+    Schema(schema::Args),
+    Simulate(simulate::Args),
+    Demo(demo::Args),
+}
+
+/// Runs the parsed command; `Ok` carries the exit code.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Ingest(a) => ingest::run(a),
+        Command::Query(a) => query::run(a),
+        Command::Schema(a) => schema::run(a),
+        Command::Simulate(a) => simulate::run(a),
+        Command::Demo(a) => demo::run(a),
+    }
+}
+
+/// A tokio runtime for the async ledger calls.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+}

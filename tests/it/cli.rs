@@ -1,0 +1,61 @@
+//! The command line as a user meets it: help, exit codes, one-line errors, schema output.
+
+use tempfile::TempDir;
+
+use crate::util::{bin, run};
+
+#[test]
+fn help_teaches_examples_and_exit_codes() {
+    let out = run(&["--help"], 0);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in ["ingest", "query", "schema", "simulate", "demo", "Exit codes:", "gpuledger ingest ./capture --store ./store"] {
+        assert!(text.contains(want), "--help lacks {want:?}:\n{text}");
+    }
+    let out = run(&["ingest", "--help"], 0);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("--strict") && text.contains("<unix-millis>.prom"), "{text}");
+}
+
+#[test]
+fn strict_turns_bad_input_into_exit_1_and_keeps_the_rest() {
+    let dir = TempDir::new().unwrap();
+    let f = dir.path().join("1790812800000.prom");
+    std::fs::write(&f, "good{a=\"1\"} 1\nbad{a=\"1\"} x\n").unwrap();
+    let store = dir.path().join("store");
+    let out = run(&["ingest", "--strict", "--progress", "off", "--store", &store.display().to_string(), &f.display().to_string()], 1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("1790812800000.prom:2: value \"x\" is not a number"), "{err}");
+    let q = run(&["query", "--store", &store.display().to_string(), "--format", "csv", "SELECT metric, value FROM metric_samples"], 0);
+    assert_eq!(String::from_utf8_lossy(&q.stdout), "metric,value\ngood,1.0\n");
+}
+
+#[test]
+fn errors_are_one_line_with_exit_2() {
+    let dir = TempDir::new().unwrap();
+    let out = run(&["query", "--store", &dir.path().join("nope").display().to_string(), "SELECT 1"], 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("gpuledger: error: store ") && err.contains("no such directory"), "{err}");
+    let store = dir.path().join("s");
+    std::fs::create_dir(&store).unwrap();
+    let out = run(&["query", "--store", &store.display().to_string(), "SELECT nope FROM gpu_samples"], 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("query `SELECT nope FROM gpu_samples`") && err.contains("nope"), "{err}");
+    // Not a store: refuse to write into somebody's directory.
+    std::fs::write(dir.path().join("notes.txt"), "x").unwrap();
+    let f = dir.path().join("notes.txt");
+    let out = run(&["ingest", "--progress", "off", "--store", &dir.path().display().to_string(), &f.display().to_string()], 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a gpuledger store"));
+}
+
+#[test]
+fn schema_prints_every_documented_column() {
+    let out = run(&["schema", "gpu_samples"], 0);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for c in gpuledger_schemas::table("gpu_samples").unwrap().columns {
+        assert!(text.contains(c.name) && text.contains(c.doc), "missing {}", c.name);
+    }
+    let out = bin().args(["schema", "gpu_sample"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no table named \"gpu_sample\""));
+}

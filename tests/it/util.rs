@@ -1,0 +1,67 @@
+//! Helpers: run the binary, find the shared fixtures, read results back.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// The `gpuledger` binary under test.
+pub fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_gpuledger"))
+}
+
+/// `../shared/fixtures/real` beside the checkout (or `$GPULEDGER_FIXTURES`).
+pub fn fixtures() -> PathBuf {
+    if let Ok(p) = std::env::var("GPULEDGER_FIXTURES") {
+        return PathBuf::from(p);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/real")
+}
+
+pub fn fixture(rel: &str) -> PathBuf {
+    let p = fixtures().join(rel);
+    assert!(p.exists(), "fixture {} is missing (set GPULEDGER_FIXTURES)", p.display());
+    p
+}
+
+/// Runs the binary; panics with its output unless it exits with `code`.
+pub fn run(args: &[&str], code: i32) -> Output {
+    let out = bin().args(args).output().expect("binary runs");
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "gpuledger {args:?}\n--- stdout\n{}\n--- stderr\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Ingests `paths` into `store` and returns the JSON summary.
+pub fn ingest(paths: &[&Path], store: &Path) -> Value {
+    let mut args: Vec<String> = vec!["ingest".into(), "--format".into(), "json".into(), "--progress".into(), "off".into(), "--store".into(), store.display().to_string()];
+    args.extend(paths.iter().map(|p| p.display().to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run(&refs, 0);
+    serde_json::from_slice(&out.stdout).expect("summary is JSON")
+}
+
+/// Runs SQL over the store and returns the rows as JSON objects.
+pub fn query(store: &Path, sql: &str) -> Vec<Value> {
+    let out = run(&["query", "--store", &store.display().to_string(), "--format", "json", sql], 0);
+    match serde_json::from_slice(&out.stdout).expect("query output is JSON") {
+        Value::Array(rows) => rows,
+        other => panic!("expected an array, got {other}"),
+    }
+}
+
+/// A single integer from `SELECT count(*) AS n ...`-style SQL.
+pub fn count(store: &Path, sql: &str) -> i64 {
+    let rows = query(store, sql);
+    rows[0]["n"].as_i64().unwrap_or_else(|| panic!("no integer `n` in {rows:?}"))
+}
+
+/// Rows a summary says were written to `table`.
+pub fn written(summary: &Value, table: &str) -> u64 {
+    summary["rows_written"][table].as_u64().unwrap_or(0)
+}
