@@ -250,9 +250,17 @@ fn hand_over(samples: &mut SampleTables, k8s: &mut K8sTables, tx: &mpsc::SyncSen
 
 /// Reads one file into the worker's tables.
 fn read_one(path: &Path, samples: &mut SampleTables, k8s: &mut K8sTables) -> Result<Message> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    let len = bytes.len() as u64;
     let mut diags = Diagnostics::new();
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) => {
+            // One unreadable file (permissions, vanished) must not stop the others.
+            diags.error(path, Position::File, "unreadable_file", format!("cannot read: {e}"));
+            let objects = BTreeMap::new();
+            return Ok(Message::File { format: Err("unreadable".into()), bytes: 0, diags, objects, samples: 0, blank: 0, rejected: 1 });
+        }
+    };
+    let len = bytes.len() as u64;
     let format = classify(path, &bytes);
     let (mut n_samples, mut blank, mut rejected) = (0, 0, 0);
     let mut objects = BTreeMap::new();

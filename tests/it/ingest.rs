@@ -191,3 +191,16 @@ fn store_layout_is_hive_partitioned_parquet() {
     assert_eq!(count(&store, "SELECT count(*) AS n FROM gpu_samples WHERE date = '2026-10-30'"), n30);
     assert_eq!(count(&store, "SELECT count(*) AS n FROM gpu_samples WHERE date = '2026-10-30' AND ts >= '2026-10-31T00:00:00Z'"), 0);
 }
+
+#[test]
+fn an_unreadable_file_is_reported_and_the_rest_lands() {
+    let dir = TempDir::new().unwrap();
+    let cap = dir.path().join("cap");
+    write(&cap, "1790812800000.prom", "up{job=\"x\"} 1\n");
+    std::os::unix::fs::symlink(dir.path().join("gone.prom"), cap.join("dangling.prom")).unwrap();
+    let store = dir.path().join("store");
+    let s = ingest(&[&cap], &store);
+    assert_eq!(s["rejected_by_reason"]["unreadable_file"], 1, "{s}");
+    assert!(s["errors"][0].as_str().unwrap().contains("dangling.prom: cannot read"), "{s}");
+    assert_eq!(written(&s, "metric_samples"), 1);
+}

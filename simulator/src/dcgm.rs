@@ -1,0 +1,695 @@
+//! DCGM exporter text, one node at a time, and the accounting of each sample as it is written.
+//!
+//! Every node except the T4 pool is written as Prometheus `/federate` output: one file per UTC
+//! day, every sample with its millisecond timestamp, the lines of one scrape together. The T4
+//! node is written as raw exporter scrapes: one `<unix-millis>.prom` per scrape with `# HELP` and
+//! `# TYPE` lines and no sample timestamps. Nodes are independent (own PRNG stream, own files),
+//! so they are written on several threads with identical output.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use crate::cluster::{Cluster, PoolId, Timeline, tag};
+use crate::error::{Result, SimError};
+use crate::out::{
+    AtomicFile, MS_PER_DAY, create_dir, day_string, push_fixed6, push_u64, write_atomic,
+};
+use crate::rng::Rng;
+use crate::schedule::{Kind, Sim};
+use crate::truth::{Acc, Months, SegClass, State, split_span};
+
+/// DCGM's "blank" value for a field it could not read (it shows up as this integer).
+pub const BLANK: u64 = 9_223_372_036_854_775_794;
+
+struct Metric {
+    name: &'static [u8],
+    help: &'static str,
+    counter: bool,
+    fixed6: bool,
+}
+
+const fn m(name: &'static [u8], help: &'static str, counter: bool, fixed6: bool) -> Metric {
+    Metric {
+        name,
+        help,
+        counter,
+        fixed6,
+    }
+}
+
+const SM_CLOCK: usize = 0;
+const MEM_CLOCK: usize = 1;
+const MEM_TEMP: usize = 2;
+const GPU_TEMP: usize = 3;
+const POWER: usize = 4;
+const ENERGY: usize = 5;
+const PCIE: usize = 6;
+const UTIL: usize = 7;
+const COPY: usize = 8;
+const ENC: usize = 9;
+const DEC: usize = 10;
+const XID: usize = 11;
+const FB_FREE: usize = 12;
+const FB_USED: usize = 13;
+const GR: usize = 14;
+const TENSOR: usize = 15;
+const DRAM: usize = 16;
+const N_METRICS: usize = 17;
+/// Metrics every GPU has; the profiling ones follow.
+const N_BASIC: usize = 14;
+
+/// In the order dcgm-exporter's default counters file lists them.
+const METRICS: [Metric; N_METRICS] = [
+    m(
+        b"DCGM_FI_DEV_SM_CLOCK",
+        "SM clock frequency (in MHz).",
+        false,
+        false,
+    ),
+    m(
+        b"DCGM_FI_DEV_MEM_CLOCK",
+        "Memory clock frequency (in MHz).",
+        false,
+        false,
+    ),
+    m(
+        b"DCGM_FI_DEV_MEMORY_TEMP",
+        "Memory temperature (in C).",
+        false,
+        false,
+    ),
+    m(
+        b"DCGM_FI_DEV_GPU_TEMP",
+        "GPU temperature (in C).",
+        false,
+        false,
+    ),
+    m(
+        b"DCGM_FI_DEV_POWER_USAGE",
+        "Power draw (in W).",
+        false,
+        true,
+    ),
+    m(
+        b"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "Total energy consumption since boot (in mJ).",
+        true,
+        false,
+    ),
+    m(
+        b"DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "Total number of PCIe retries.",
+        true,
+        false,
+    ),
+    m(
+        b"DCGM_FI_DEV_GPU_UTIL",
+        "GPU utilization (in %).",
+        false,
+        false,
+    ),
+    m(
+        b"DCGM_FI_DEV_MEM_COPY_UTIL",
+        "Memory utilization (in %).",
+        false,
+        false,
+    ),
+    m(
+        b"DCGM_FI_DEV_ENC_UTIL",
+        "Encoder utilization (in %).",
+        false,
+        false,
+    ),
+    m(
+        b"DCGM_FI_DEV_DEC_UTIL",
+        "Decoder utilization (in %).",
+        false,
+        false,
+    ),
+    m(
+        b"DCGM_FI_DEV_XID_ERRORS",
+        "Value of the last XID error encountered.",
+        false,
+        false,
+    ),
+    m(
+        b"DCGM_FI_DEV_FB_FREE",
+        "Framebuffer memory free (in MiB).",
+        false,
+        false,
+    ),
+    m(
+        b"DCGM_FI_DEV_FB_USED",
+        "Framebuffer memory used (in MiB).",
+        false,
+        false,
+    ),
+    m(
+        b"DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "Ratio of time the graphics engine is active.",
+        false,
+        true,
+    ),
+    m(
+        b"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "Ratio of cycles the tensor (HMMA) pipe is active.",
+        false,
+        true,
+    ),
+    m(
+        b"DCGM_FI_PROF_DRAM_ACTIVE",
+        "Ratio of cycles the device memory interface is active sending or receiving data.",
+        false,
+        true,
+    ),
+];
+
+/// A pod holding a slot (GPU or MIG instance) over `[from_ms, to_ms)`.
+#[derive(Debug, Clone, Copy)]
+pub struct Hold {
+    pub from_ms: i64,
+    pub to_ms: i64,
+    pub pod: u32,
+}
+
+/// Who holds each slot when: from container start to container end.
+pub fn build_holds(cl: &Cluster, sim: &Sim) -> Vec<Vec<Hold>> {
+    let mut holds = vec![Vec::new(); cl.slots.len()];
+    for (i, p) in sim.pods.iter().enumerate() {
+        if p.cancelled || p.started_s == i64::MAX || p.started_s >= p.end_s {
+            continue;
+        }
+        for &s in &p.slots {
+            holds[s as usize].push(Hold {
+                from_ms: p.started_s * 1000,
+                to_ms: p.end_s * 1000,
+                pod: i as u32,
+            });
+        }
+    }
+    for h in &mut holds {
+        h.sort_by_key(|x| x.from_ms);
+    }
+    holds
+}
+
+pub struct Ctx<'a> {
+    pub cl: &'a Cluster,
+    pub tl: &'a Timeline,
+    pub sim: &'a Sim,
+    pub holds: Vec<Vec<Hold>>,
+    pub seg_class: Vec<SegClass>,
+    pub months: &'a Months,
+    pub dir: PathBuf,
+    pub seed: u64,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Stats {
+    pub files: u64,
+    pub bytes: u64,
+    pub samples: u64,
+    pub rows: u64,
+    pub blanks: u64,
+}
+
+impl Stats {
+    fn add(&mut self, o: &Stats) {
+        self.files += o.files;
+        self.bytes += o.bytes;
+        self.samples += o.samples;
+        self.rows += o.rows;
+        self.blanks += o.blanks;
+    }
+}
+
+/// Writes every node's files on `threads` threads (the output does not depend on how many);
+/// calls `progress` (0..1 of this phase) from the calling thread while they run.
+pub fn write_all(ctx: &Ctx, threads: usize, progress: &mut dyn FnMut(f64)) -> Result<(Stats, Acc)> {
+    create_dir(&ctx.dir)?;
+    let nodes = ctx.cl.nodes.len();
+    let threads = threads.clamp(1, nodes.max(1));
+    let next = AtomicUsize::new(0);
+    let done = AtomicU64::new(0);
+    let total = (nodes * ctx.tl.scrapes).max(1) as f64;
+    let teams = ctx.sim.teams.len();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| -> Result<(Stats, Acc)> {
+                    let mut acc = Acc::new(ctx.months.len(), teams, ctx.sim.segs.len());
+                    let mut stats = Stats::default();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= nodes {
+                            break;
+                        }
+                        let s = write_node(ctx, i, &mut acc, &done)?;
+                        stats.add(&s);
+                    }
+                    Ok((stats, acc))
+                })
+            })
+            .collect();
+        while !handles.iter().all(|h| h.is_finished()) {
+            progress(done.load(Ordering::Relaxed) as f64 / total);
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        let mut stats = Stats::default();
+        let mut acc = Acc::new(ctx.months.len(), teams, ctx.sim.segs.len());
+        let mut first_err = None;
+        for h in handles {
+            match h.join() {
+                Ok(Ok((s, a))) => {
+                    stats.add(&s);
+                    acc.merge(&a);
+                }
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_err.get_or_insert(SimError::Internal(
+                        "a DCGM writer thread panicked".to_string(),
+                    ));
+                }
+            }
+        }
+        progress(1.0);
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok((stats, acc)),
+        }
+    })
+}
+
+struct Series {
+    slot: usize,
+    gpu: usize,
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    holder: Option<u32>,
+    hold_i: usize,
+    idle_i: usize,
+    weight7: u64,
+    mem_mib: u64,
+    reserved_mib: u64,
+    vals: [u64; N_METRICS],
+}
+
+struct GpuState {
+    energy_mj: u64,
+    pcie: u64,
+    busy_micro: u64,
+    held: bool,
+}
+
+const EMPTY_TAIL: &[u8] = b"container=\"\",namespace=\"\",pod=\"\"}";
+
+fn driver_version(pool: PoolId) -> &'static str {
+    match pool {
+        PoolId::T4 => "535.183.01",
+        _ => "550.54.15",
+    }
+}
+
+fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<Stats> {
+    let cl = ctx.cl;
+    let tl = ctx.tl;
+    let sim = ctx.sim;
+    let node = &cl.nodes[ni];
+    let pool = node.pool;
+    let spec = pool.spec();
+    let per_scrape_files = pool == PoolId::T4;
+    let n_metrics = if spec.profiling { N_METRICS } else { N_BASIC };
+    let dir = ctx.dir.join(&node.name);
+    create_dir(&dir)?;
+    let mut rng = Rng::stream(ctx.seed, tag::DCGM, ni as u64);
+    let mut blank_rng = Rng::stream(ctx.seed, tag::DCGM, 1_000_000 + ni as u64);
+
+    let mut series: Vec<Series> = Vec::new();
+    let mut gpus: Vec<GpuState> = Vec::new();
+    for (gi, g) in node.gpus.iter().enumerate() {
+        gpus.push(GpuState {
+            energy_mj: rng.range(2_000_000_000, 60_000_000_000) as u64,
+            pcie: 0,
+            busy_micro: 0,
+            held: false,
+        });
+        for s in g.slots.clone() {
+            let slot = &cl.slots[s];
+            let mut head = Vec::with_capacity(256);
+            head.extend_from_slice(b"{gpu=\"");
+            push_u64(&mut head, g.index as u64);
+            head.extend_from_slice(b"\",UUID=\"");
+            head.extend_from_slice(g.uuid.as_bytes());
+            head.extend_from_slice(b"\",pci_bus_id=\"");
+            head.extend_from_slice(g.pci_bus_id.as_bytes());
+            head.extend_from_slice(b"\",device=\"nvidia");
+            push_u64(&mut head, g.index as u64);
+            head.extend_from_slice(b"\",modelName=\"");
+            head.extend_from_slice(spec.model.as_bytes());
+            let (mem, reserved) = match slot.mig {
+                Some((p, id)) => {
+                    head.extend_from_slice(b"\",GPU_I_PROFILE=\"");
+                    head.extend_from_slice(p.name().as_bytes());
+                    head.extend_from_slice(b"\",GPU_I_ID=\"");
+                    push_u64(&mut head, id as u64);
+                    (p.mem_mib(), 0)
+                }
+                None => (spec.mem_mib, spec.reserved_mib),
+            };
+            head.extend_from_slice(b"\",Hostname=\"");
+            head.extend_from_slice(node.name.as_bytes());
+            head.extend_from_slice(b"\",DCGM_FI_DRIVER_VERSION=\"");
+            head.extend_from_slice(driver_version(pool).as_bytes());
+            head.extend_from_slice(b"\",");
+            series.push(Series {
+                slot: s,
+                gpu: gi,
+                head,
+                tail: EMPTY_TAIL.to_vec(),
+                holder: None,
+                hold_i: 0,
+                idle_i: 0,
+                weight7: slot.weight7,
+                mem_mib: mem,
+                reserved_mib: reserved,
+                vals: [0; N_METRICS],
+            });
+        }
+    }
+
+    let k_total = tl.scrapes;
+    let iv = tl.interval_ms;
+    let max_gap = 2 * iv;
+    // Next present scrape after each one: the end of its covered span.
+    let mut next_present = vec![usize::MAX; k_total];
+    let mut nxt = usize::MAX;
+    for k in (0..k_total).rev() {
+        next_present[k] = nxt;
+        if node.present[k] {
+            nxt = k;
+        }
+    }
+    let scrapes_per_day = (MS_PER_DAY / iv).max(1) as u64;
+    // A few blank memory temperatures per node and day, as real exporters show.
+    let blank_den = (series.len() as u64 * scrapes_per_day / 3).max(1);
+
+    let mut stats = Stats::default();
+    let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
+    let mut ts_suffix: Vec<u8> = Vec::with_capacity(24);
+    let mut pieces: Vec<(usize, i64)> = Vec::with_capacity(4);
+    let mut unobs: Vec<(usize, i64)> = Vec::with_capacity(4);
+    let mut file: Option<(i64, AtomicFile)> = None;
+    let mut last_energy_t = tl.start_ms() + node.scrape_offset_ms;
+    let mut local_done = 0u64;
+
+    for (k, &next_k) in next_present.iter().enumerate() {
+        local_done += 1;
+        if local_done == 256 {
+            done.fetch_add(local_done, Ordering::Relaxed);
+            local_done = 0;
+        }
+        if !node.present[k] {
+            continue;
+        }
+        let t = tl.start_ms() + node.scrape_offset_ms + k as i64 * iv;
+        // Coverage of this scrape's samples (DESIGN.md "Observation").
+        pieces.clear();
+        unobs.clear();
+        match next_k {
+            usize::MAX => split_span(ctx.months, t, t + iv, &mut pieces),
+            nk => {
+                let t_next = tl.start_ms() + node.scrape_offset_ms + nk as i64 * iv;
+                if t_next - t > max_gap {
+                    split_span(ctx.months, t, t + iv, &mut pieces);
+                    split_span(ctx.months, t + iv, t_next, &mut unobs);
+                } else {
+                    split_span(ctx.months, t, t_next, &mut pieces);
+                }
+            }
+        }
+
+        for g in gpus.iter_mut() {
+            g.busy_micro = 0;
+            g.held = false;
+        }
+        for s in series.iter_mut() {
+            let holds = &ctx.holds[s.slot];
+            while s.hold_i < holds.len() && holds[s.hold_i].to_ms <= t {
+                s.hold_i += 1;
+            }
+            let holder = match holds.get(s.hold_i) {
+                Some(h) if h.from_ms <= t => Some(h.pod),
+                _ => None,
+            };
+            if holder != s.holder {
+                s.holder = holder;
+                s.idle_i = 0;
+                s.tail.clear();
+                match holder {
+                    Some(p) => {
+                        let pod = &sim.pods[p as usize];
+                        let ns = crate::cluster::NAMESPACES[sim.jobs[pod.job as usize].ns].name;
+                        s.tail.extend_from_slice(b"container=\"main\",namespace=\"");
+                        s.tail.extend_from_slice(ns.as_bytes());
+                        s.tail.extend_from_slice(b"\",pod=\"");
+                        s.tail.extend_from_slice(pod.name.as_bytes());
+                        s.tail.extend_from_slice(b"\"}");
+                    }
+                    None => s.tail.extend_from_slice(EMPTY_TAIL),
+                }
+            }
+            let active = match holder {
+                Some(p) => {
+                    let idle = &sim.pods[p as usize].idle;
+                    while s.idle_i < idle.len() && idle[s.idle_i].1 <= t {
+                        s.idle_i += 1;
+                    }
+                    !matches!(idle.get(s.idle_i), Some(w) if w.0 <= t)
+                }
+                None => false,
+            };
+
+            // The accounting of this sample.
+            match holder {
+                Some(p) => {
+                    let pod = &sim.pods[p as usize];
+                    let class = ctx.seg_class[pod.seg as usize];
+                    let state = match class {
+                        SegClass::Failed => State::Failed,
+                        SegClass::Preempted => State::Preempted,
+                        _ if active => State::Productive,
+                        _ => State::AllocatedIdle,
+                    };
+                    for &(month, ms) in &pieces {
+                        let amount = ms as u64 * s.weight7;
+                        acc.add(
+                            month,
+                            pod.team,
+                            state,
+                            pool,
+                            amount,
+                            class == SegClass::Running,
+                        );
+                        acc.seg[pod.seg as usize] += amount;
+                    }
+                }
+                None => {
+                    for &(month, ms) in &pieces {
+                        acc.add(
+                            month,
+                            0,
+                            State::Unallocated,
+                            pool,
+                            ms as u64 * s.weight7,
+                            false,
+                        );
+                    }
+                }
+            }
+
+            // Per-instance values.
+            let r = rng.next_u64();
+            let v = &mut s.vals;
+            if active {
+                v[GR] = 200_000 + r % 780_001;
+                v[UTIL] = 30 + (r >> 20) % 71;
+                v[TENSOR] = v[GR] * (250 + (r >> 28) % 600) / 1000;
+                v[DRAM] = 80_000 + (r >> 38) % 600_000;
+                v[COPY] = 5 + (r >> 48) % 55;
+            } else if holder.is_some() {
+                v[GR] = r % 30_001;
+                v[UTIL] = (r >> 20) % 4;
+                v[TENSOR] = (r >> 28) % 2_000;
+                v[DRAM] = (r >> 38) % 15_000;
+                v[COPY] = (r >> 48) % 2;
+            } else {
+                v[GR] = r % 200;
+                v[UTIL] = 0;
+                v[TENSOR] = 0;
+                v[DRAM] = (r >> 38) % 50;
+                v[COPY] = 0;
+            }
+            v[ENC] = 0;
+            v[DEC] = 0;
+            v[XID] = 0;
+            let usable = s.mem_mib - s.reserved_mib;
+            match holder {
+                Some(p) => {
+                    let pod = &sim.pods[p as usize];
+                    let used = (usable * pod.fb_milli / 1000 + (r >> 52) % 64).min(usable);
+                    v[FB_USED] = used;
+                    v[FB_FREE] = usable - used;
+                    if active
+                        && matches!(pool, PoolId::L4 | PoolId::T4)
+                        && sim.jobs[pod.job as usize].kind == Kind::Serve
+                    {
+                        v[DEC] = (r >> 56) % 25;
+                    }
+                    if let Some((slot, from, to, code)) = pod.xid
+                        && slot as usize == s.slot
+                        && from <= t
+                        && t < to
+                    {
+                        v[XID] = code;
+                    }
+                }
+                None => {
+                    v[FB_USED] = 0;
+                    v[FB_FREE] = usable;
+                }
+            }
+            let g = &mut gpus[s.gpu];
+            g.held |= holder.is_some();
+            let busy = if active {
+                v[GR]
+            } else if holder.is_some() {
+                20_000
+            } else {
+                0
+            };
+            g.busy_micro += busy * s.weight7 / 7;
+        }
+
+        // Whole-GPU accounting: what MIG instances leave over, and unobserved time.
+        for (gi, g) in node.gpus.iter().enumerate() {
+            if g.leftover7 > 0 {
+                for &(month, ms) in &pieces {
+                    acc.add(
+                        month,
+                        0,
+                        State::Unallocated,
+                        pool,
+                        ms as u64 * g.leftover7,
+                        false,
+                    );
+                }
+            }
+            for &(month, ms) in &unobs {
+                acc.add_unobserved(month, pool, ms as u64 * 7);
+            }
+            // Device-wide values, shared by every series of the GPU (MIG instances included).
+            let st = &mut gpus[gi];
+            let r = rng.next_u64();
+            let busy = st.busy_micro.min(1_000_000);
+            let power_mw = spec.power_idle_mw
+                + (spec.power_max_mw - spec.power_idle_mw) * busy / 1_000_000 * (900 + (r % 100))
+                    / 1000
+                + (r >> 8) % 1500;
+            st.energy_mj += power_mw * (t - last_energy_t).max(0) as u64 / 1000;
+            if (r >> 20).is_multiple_of(40_000) {
+                st.pcie += 1 + (r >> 40) % 3;
+            }
+            let temp = spec.temp_idle + busy * 42 / 1_000_000 + (r >> 24) % 3;
+            let sm = if busy > 50_000 {
+                spec.sm_clock_max - (r >> 28) % 45
+            } else if st.held {
+                spec.sm_clock_max - 200 - (r >> 28) % 200
+            } else {
+                spec.sm_clock_idle + (r >> 28) % 20
+            };
+            for s in series.iter_mut().filter(|s| s.gpu == gi) {
+                s.vals[SM_CLOCK] = sm;
+                s.vals[MEM_CLOCK] = spec.mem_clock;
+                s.vals[GPU_TEMP] = temp;
+                s.vals[MEM_TEMP] = if blank_rng.next_u64().is_multiple_of(blank_den) {
+                    stats.blanks += 1;
+                    BLANK
+                } else {
+                    temp + 4 + (r >> 36) % 4
+                };
+                s.vals[POWER] = power_mw * 1000;
+                s.vals[ENERGY] = st.energy_mj;
+                s.vals[PCIE] = st.pcie;
+            }
+        }
+        last_energy_t = t;
+
+        // The scrape's lines, metric by metric as the exporter groups them.
+        ts_suffix.clear();
+        if per_scrape_files {
+            ts_suffix.push(b'\n');
+        } else {
+            ts_suffix.push(b' ');
+            push_u64(&mut ts_suffix, t as u64);
+            ts_suffix.push(b'\n');
+        }
+        buf.clear();
+        for (mi, metric) in METRICS.iter().enumerate().take(n_metrics) {
+            if per_scrape_files {
+                buf.extend_from_slice(b"# HELP ");
+                buf.extend_from_slice(metric.name);
+                buf.push(b' ');
+                buf.extend_from_slice(metric.help.as_bytes());
+                buf.extend_from_slice(b"\n# TYPE ");
+                buf.extend_from_slice(metric.name);
+                buf.extend_from_slice(if metric.counter {
+                    b" counter\n"
+                } else {
+                    b" gauge\n"
+                });
+            }
+            for s in &series {
+                buf.extend_from_slice(metric.name);
+                buf.extend_from_slice(&s.head);
+                buf.extend_from_slice(&s.tail);
+                buf.push(b' ');
+                let v = s.vals[mi];
+                if metric.fixed6 {
+                    push_fixed6(&mut buf, v);
+                } else {
+                    push_u64(&mut buf, v);
+                }
+                buf.extend_from_slice(&ts_suffix);
+            }
+        }
+        stats.samples += (series.len() * n_metrics) as u64;
+        stats.rows += series.len() as u64;
+
+        if per_scrape_files {
+            let path = dir.join(format!("{t}.prom"));
+            stats.bytes += write_atomic(&path, &buf)?;
+            stats.files += 1;
+        } else {
+            let day = t.div_euclid(MS_PER_DAY);
+            if file.as_ref().is_none_or(|(d, _)| *d != day) {
+                if let Some((_, f)) = file.take() {
+                    stats.bytes += f.finish()?;
+                    stats.files += 1;
+                }
+                let path = dir.join(format!("{}.prom", day_string(t)));
+                file = Some((day, AtomicFile::create(&path)?));
+            }
+            if let Some((_, f)) = file.as_mut() {
+                f.write(&buf)?;
+            }
+        }
+    }
+    if let Some((_, f)) = file.take() {
+        stats.bytes += f.finish()?;
+        stats.files += 1;
+    }
+    done.fetch_add(local_done, Ordering::Relaxed);
+    Ok(stats)
+}

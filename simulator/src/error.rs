@@ -1,0 +1,49 @@
+//! The simulator's error type: bad configuration, or a file that could not be written.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The configuration cannot describe a cluster (zero days, zero interval, ...).
+    #[error("invalid simulator configuration: {0}")]
+    Config(String),
+    /// Writing, renaming or creating a file or directory failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Serialising an object failed (a bug: every object is built from plain values).
+    #[error("{}: serialising {what}: {reason}", path.display())]
+    Serialize {
+        path: PathBuf,
+        what: String,
+        reason: String,
+    },
+    /// A broken invariant inside the simulator; please report it.
+    #[error("internal simulator error (this is a bug, please report it): {0}")]
+    Internal(String),
+}
+
+pub type Result<T, E = SimError> = std::result::Result<T, E>;
+
+impl SimError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        SimError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_error_names_the_path() {
+        let e = SimError::io("/x/y.prom", std::io::Error::other("disk full"));
+        assert_eq!(e.to_string(), "/x/y.prom: disk full");
+    }
+}

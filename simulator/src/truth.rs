@@ -1,0 +1,464 @@
+//! The ledger figures a capture implies, computed from the simulation state while its samples
+//! are generated (never by reading the files back), following DESIGN.md "Accounting rules".
+//!
+//! Amounts are kept as integer "sevenths of a GPU x milliseconds", so that sums are exact and do
+//! not depend on thread or summation order; they become f64 GPU-hours only in `expected.json`.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::cluster::{CLUSTER_QUEUES, NAMESPACES, POOLS, PoolId, Timeline};
+use crate::out::{MS_PER_DAY, month_string, next_month_start_ms, rfc3339};
+use crate::schedule::{FailReason, SegEnd, Sim, Term, accepted_units, run_team};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum State {
+    Productive = 0,
+    AllocatedIdle = 1,
+    Failed = 2,
+    Preempted = 3,
+    Unallocated = 4,
+}
+
+pub const STATES: [&str; 5] = [
+    "productive",
+    "allocated_idle",
+    "failed",
+    "preempted",
+    "unallocated",
+];
+
+/// How a segment's samples count, as known at the end of the capture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegClass {
+    /// Succeeded: productive or idle by activity.
+    Settled,
+    Failed,
+    Preempted,
+    /// Still running at the end: by activity, and provisional.
+    Running,
+}
+
+pub fn seg_class(end: &SegEnd) -> SegClass {
+    match end {
+        SegEnd::Running => SegClass::Running,
+        SegEnd::Succeeded(_) => SegClass::Settled,
+        SegEnd::Failed(..) => SegClass::Failed,
+        SegEnd::Preempted { .. } => SegClass::Preempted,
+    }
+}
+
+/// UTC months touched by a capture, so that an amount can be filed by month index.
+#[derive(Debug, Clone)]
+pub struct Months {
+    starts: Vec<i64>,
+    pub names: Vec<String>,
+}
+
+impl Months {
+    /// Months from the one holding `from_ms` to the one holding `to_ms`.
+    pub fn new(from_ms: i64, to_ms: i64) -> Self {
+        let (y, m, _) = crate::out::civil_from_days(from_ms.div_euclid(MS_PER_DAY));
+        let mut start = crate::out::days_from_civil(y, m, 1) * MS_PER_DAY;
+        let mut starts = Vec::new();
+        let mut names = Vec::new();
+        while start <= to_ms {
+            starts.push(start);
+            names.push(month_string(start));
+            start = next_month_start_ms(start);
+        }
+        Months { starts, names }
+    }
+
+    pub fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    pub fn index(&self, ms: i64) -> usize {
+        match self.starts.binary_search(&ms) {
+            Ok(i) => i,
+            Err(i) => i.saturating_sub(1),
+        }
+    }
+}
+
+/// Splits `[a, b)` at every UTC midnight and files each piece under its month.
+pub fn split_span(months: &Months, a: i64, b: i64, out: &mut Vec<(usize, i64)>) {
+    let mut a = a;
+    while a < b {
+        let midnight = (a.div_euclid(MS_PER_DAY) + 1) * MS_PER_DAY;
+        let e = b.min(midnight);
+        let m = months.index(a);
+        match out.last_mut() {
+            Some(last) if last.0 == m => last.1 += e - a,
+            _ => out.push((m, e - a)),
+        }
+        a = e;
+    }
+}
+
+/// Per-thread accumulator of observed, unobserved and per-segment amounts.
+#[derive(Debug, Clone)]
+pub struct Acc {
+    months: usize,
+    teams: usize,
+    /// [month][team][state][pool] -> (total, provisional)
+    cells: Vec<(u64, u64)>,
+    /// [month][pool]
+    unobserved: Vec<u64>,
+    /// Per segment.
+    pub seg: Vec<u64>,
+}
+
+impl Acc {
+    pub fn new(months: usize, teams: usize, segs: usize) -> Self {
+        Acc {
+            months,
+            teams,
+            cells: vec![(0, 0); months * teams * 5 * 4],
+            unobserved: vec![0; months * 4],
+            seg: vec![0; segs],
+        }
+    }
+
+    #[inline]
+    pub fn add(
+        &mut self,
+        month: usize,
+        team: usize,
+        state: State,
+        pool: PoolId,
+        amount: u64,
+        provisional: bool,
+    ) {
+        let i = ((month * self.teams + team) * 5 + state as usize) * 4 + pool as usize;
+        let c = &mut self.cells[i];
+        c.0 += amount;
+        if provisional {
+            c.1 += amount;
+        }
+    }
+
+    #[inline]
+    pub fn add_unobserved(&mut self, month: usize, pool: PoolId, amount: u64) {
+        self.unobserved[month * 4 + pool as usize] += amount;
+    }
+
+    pub fn merge(&mut self, other: &Acc) {
+        for (a, b) in self.cells.iter_mut().zip(&other.cells) {
+            a.0 += b.0;
+            a.1 += b.1;
+        }
+        for (a, b) in self.unobserved.iter_mut().zip(&other.unobserved) {
+            *a += b;
+        }
+        for (a, b) in self.seg.iter_mut().zip(&other.seg) {
+            *a += b;
+        }
+    }
+}
+
+/// Sevenths-of-a-GPU milliseconds -> GPU-hours.
+pub fn hours(amount: u64) -> f64 {
+    amount as f64 / 7.0 / 3_600_000.0
+}
+
+#[derive(Serialize)]
+pub struct Expected {
+    pub config: ConfigOut,
+    pub totals: Totals,
+    pub gpu_hours: Vec<GpuHoursRow>,
+    pub unobserved_gpu_hours: Vec<UnobservedRow>,
+    pub accepted_units: Vec<UnitsRow>,
+    pub runs: Vec<RunRow>,
+    pub queue_waits: Vec<WaitRow>,
+}
+
+#[derive(Serialize)]
+pub struct ConfigOut {
+    pub gpus: u32,
+    pub days: u32,
+    pub seed: u64,
+    pub scrape_interval_s: u32,
+    pub start: String,
+    pub end: String,
+}
+
+#[derive(Serialize)]
+pub struct Totals {
+    pub samples: u64,
+    pub gpu_rows: u64,
+    pub blank_values: u64,
+    pub objects_by_kind: BTreeMap<String, u64>,
+}
+
+#[derive(Serialize)]
+pub struct GpuHoursRow {
+    pub month: String,
+    pub team: String,
+    pub state: &'static str,
+    pub model_name: &'static str,
+    pub pool: &'static str,
+    pub gpu_hours: f64,
+    pub provisional_gpu_hours: f64,
+}
+
+#[derive(Serialize)]
+pub struct UnobservedRow {
+    pub month: String,
+    pub pool: &'static str,
+    pub gpu_hours: f64,
+}
+
+#[derive(Serialize)]
+pub struct UnitsRow {
+    pub month: String,
+    pub team: String,
+    pub unit: String,
+    pub accepted_units: f64,
+}
+
+#[derive(Serialize)]
+pub struct RunRow {
+    pub namespace: String,
+    pub workload: String,
+    pub job: String,
+    pub team: String,
+    pub segment: u32,
+    pub outcome: &'static str,
+    pub start: String,
+    pub end: Option<String>,
+    /// Workload condition reason, refined by the pod's last termination: `Succeeded`,
+    /// `OOMKilled`, `Error`, `Preempted`; empty while running.
+    pub cause: String,
+    pub exit_code: Option<i32>,
+    pub xid: Option<u64>,
+    pub cluster_queue: String,
+    pub gpu_hours: f64,
+}
+
+#[derive(Serialize)]
+pub struct WaitRow {
+    pub namespace: String,
+    pub workload: String,
+    pub team: String,
+    pub cluster_queue: String,
+    pub wait_seconds: Vec<f64>,
+}
+
+pub struct Counts {
+    pub samples: u64,
+    pub gpu_rows: u64,
+    pub blank_values: u64,
+    pub objects_by_kind: BTreeMap<String, u64>,
+}
+
+pub fn cluster_queue_of(ns: usize) -> String {
+    NAMESPACES[ns]
+        .cq
+        .map(|i| CLUSTER_QUEUES[i].0.to_string())
+        .unwrap_or_default()
+}
+
+pub fn build_expected(
+    cfg: &crate::SimConfig,
+    tl: &Timeline,
+    sim: &Sim,
+    months: &Months,
+    acc: &Acc,
+    counts: Counts,
+) -> Expected {
+    let mut gpu_hours = Vec::new();
+    for m in 0..acc.months {
+        for t in 0..acc.teams {
+            for (s, state) in STATES.iter().enumerate() {
+                for pool in POOLS {
+                    let (total, prov) =
+                        acc.cells[((m * acc.teams + t) * 5 + s) * 4 + pool as usize];
+                    if total == 0 {
+                        continue;
+                    }
+                    gpu_hours.push(GpuHoursRow {
+                        month: months.names[m].clone(),
+                        team: sim.teams[t].clone(),
+                        state,
+                        model_name: pool.spec().model,
+                        pool: pool.spec().name,
+                        gpu_hours: hours(total),
+                        provisional_gpu_hours: hours(prov),
+                    });
+                }
+            }
+        }
+    }
+    gpu_hours.sort_by(|a, b| {
+        (&a.month, &a.team, a.state, a.pool).cmp(&(&b.month, &b.team, b.state, b.pool))
+    });
+    let mut unobserved = Vec::new();
+    for m in 0..acc.months {
+        for pool in POOLS {
+            let v = acc.unobserved[m * 4 + pool as usize];
+            if v > 0 {
+                unobserved.push(UnobservedRow {
+                    month: months.names[m].clone(),
+                    pool: pool.spec().name,
+                    gpu_hours: hours(v),
+                });
+            }
+        }
+    }
+
+    let mut units: BTreeMap<(String, String, String), f64> = BTreeMap::new();
+    for job in &sim.jobs {
+        if let Some((t, true)) = job.finished {
+            let (count, unit) = accepted_units(job);
+            *units
+                .entry((month_string(t * 1000), run_team(job).to_string(), unit))
+                .or_insert(0.0) += count;
+        }
+    }
+    let accepted_units = units
+        .into_iter()
+        .map(|((month, team, unit), accepted_units)| UnitsRow {
+            month,
+            team,
+            unit,
+            accepted_units,
+        })
+        .collect();
+
+    let mut runs = Vec::new();
+    let mut waits = Vec::new();
+    for job in &sim.jobs {
+        let ns = NAMESPACES[job.ns].name.to_string();
+        let cq = cluster_queue_of(job.ns);
+        let mut w = Vec::new();
+        for &s in &job.segments {
+            let seg = &sim.segs[s as usize];
+            w.push((seg.admitted_s - seg.queued_s) as f64);
+            let (outcome, end, cause) = match seg.end {
+                SegEnd::Running => ("running", None, String::new()),
+                SegEnd::Succeeded(t) => ("succeeded", Some(rfc3339(t)), "Succeeded".to_string()),
+                SegEnd::Failed(t, r) => (
+                    "failed",
+                    Some(rfc3339(t)),
+                    match r {
+                        FailReason::OomKilled => "OOMKilled".to_string(),
+                        FailReason::Error => "Error".to_string(),
+                    },
+                ),
+                SegEnd::Preempted { at, .. } => {
+                    ("preempted", Some(rfc3339(at)), "Preempted".to_string())
+                }
+            };
+            let last_pod = seg
+                .pods
+                .iter()
+                .rev()
+                .map(|&p| &sim.pods[p as usize])
+                .find(|p| !p.cancelled && p.end_s < tl.end_s);
+            let exit_code = match (seg.end, last_pod) {
+                (SegEnd::Running, _) | (_, None) => None,
+                (_, Some(p)) => Some(match p.term {
+                    Term::Completed => 0,
+                    Term::OomKilled => 137,
+                    Term::Error => 1,
+                    Term::Killed => 143,
+                }),
+            };
+            let xid = seg
+                .pods
+                .iter()
+                .filter_map(|&p| sim.pods[p as usize].xid)
+                .map(|x| x.3)
+                .next();
+            runs.push(RunRow {
+                namespace: ns.clone(),
+                workload: job.wl_name.clone(),
+                job: job.name.clone(),
+                team: run_team(job).to_string(),
+                segment: seg.n,
+                outcome,
+                start: rfc3339(seg.admitted_s),
+                end,
+                cause,
+                exit_code,
+                xid,
+                cluster_queue: cq.clone(),
+                gpu_hours: hours(acc.seg[s as usize]),
+            });
+        }
+        if !w.is_empty() {
+            waits.push(WaitRow {
+                namespace: ns,
+                workload: job.wl_name.clone(),
+                team: run_team(job).to_string(),
+                cluster_queue: cq,
+                wait_seconds: w,
+            });
+        }
+    }
+
+    Expected {
+        config: ConfigOut {
+            gpus: cfg.gpus,
+            days: cfg.days,
+            seed: cfg.seed,
+            scrape_interval_s: cfg.scrape_interval_s,
+            start: rfc3339(tl.start_s),
+            end: rfc3339(tl.end_s),
+        },
+        totals: Totals {
+            samples: counts.samples,
+            gpu_rows: counts.gpu_rows,
+            blank_values: counts.blank_values,
+            objects_by_kind: counts.objects_by_kind,
+        },
+        gpu_hours,
+        unobserved_gpu_hours: unobserved,
+        accepted_units,
+        runs,
+        queue_waits: waits,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::out::days_from_civil;
+
+    #[test]
+    fn spans_split_at_midnight_and_month_boundary() {
+        let oct31 = days_from_civil(2026, 10, 31) * MS_PER_DAY;
+        let months = Months::new(oct31 - 40 * MS_PER_DAY, oct31 + 40 * MS_PER_DAY);
+        let mut out = Vec::new();
+        // 23:59:40 .. 00:00:40 next day: 20 s in October, 40 s in November.
+        split_span(
+            &months,
+            oct31 + MS_PER_DAY - 20_000,
+            oct31 + MS_PER_DAY + 40_000,
+            &mut out,
+        );
+        assert_eq!(out.len(), 2);
+        assert_eq!(months.names[out[0].0], "2026-10");
+        assert_eq!(out[0].1, 20_000);
+        assert_eq!(months.names[out[1].0], "2026-11");
+        assert_eq!(out[1].1, 40_000);
+        // A midnight inside a month merges back into one piece of that month.
+        out.clear();
+        split_span(&months, oct31 - 10_000, oct31 + 10_000, &mut out);
+        assert_eq!(out, vec![(months.index(oct31), 20_000)]);
+    }
+
+    #[test]
+    fn hours_of_a_whole_gpu_hour() {
+        assert_eq!(hours(7 * 3_600_000), 1.0);
+        let mut a = Acc::new(1, 2, 1);
+        a.add(0, 1, State::Productive, PoolId::L4, 7, true);
+        let mut b = Acc::new(1, 2, 1);
+        b.merge(&a);
+        b.merge(&a);
+        assert_eq!(b.cells[5 * 4 + PoolId::L4 as usize], (14, 14));
+    }
+}

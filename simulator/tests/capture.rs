@@ -1,0 +1,600 @@
+//! Checks of a simulated capture made with independent code: the files are read back with plain
+//! string handling and serde, and compared with `expected.json` and with the configuration.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
+
+use chrono::{TimeZone, Utc};
+use gpuledger_simulator::{SimConfig, SimSummary, simulate};
+use serde_json::Value;
+
+/// Small enough for debug builds; starts at noon on 31 October so that one day crosses a month.
+fn small(seed: u64) -> SimConfig {
+    SimConfig {
+        gpus: 24,
+        days: 1,
+        seed,
+        scrape_interval_s: 60,
+        start: Utc.with_ymd_and_hms(2026, 10, 31, 12, 0, 0).unwrap(),
+    }
+}
+
+fn run(cfg: &SimConfig) -> (tempfile::TempDir, SimSummary) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut last = -1.0;
+    let summary = simulate(cfg, dir.path(), &mut |f| {
+        assert!(
+            f >= last && (0.0..=1.0).contains(&f),
+            "progress went from {last} to {f}"
+        );
+        last = f;
+    })
+    .unwrap();
+    assert_eq!(last, 1.0);
+    (dir, summary)
+}
+
+fn files(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn expected(root: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(root.join("expected.json")).unwrap()).unwrap()
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap()
+}
+
+#[test]
+fn same_seed_gives_the_same_bytes_and_another_seed_does_not() {
+    let (a, sa) = run(&small(7));
+    let (b, sb) = run(&small(7));
+    assert_eq!(sa, sb);
+    let fa = files(a.path());
+    let fb = files(b.path());
+    let rel = |r: &Path, v: &[PathBuf]| {
+        v.iter()
+            .map(|p| p.strip_prefix(r).unwrap().to_path_buf())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(rel(a.path(), &fa), rel(b.path(), &fb));
+    assert_eq!(fa.len() as u64, sa.files);
+    let mut bytes = 0;
+    for (x, y) in fa.iter().zip(&fb) {
+        let (bx, by) = (std::fs::read(x).unwrap(), std::fs::read(y).unwrap());
+        assert!(
+            bx == by,
+            "{} differs between two runs with the same seed",
+            x.display()
+        );
+        bytes += bx.len() as u64;
+    }
+    assert_eq!(bytes, sa.bytes);
+    assert!(
+        fa.iter().all(|p| !p.to_string_lossy().ends_with(".tmp")),
+        "a temporary file was left behind"
+    );
+
+    let (c, _) = run(&small(8));
+    let ea = std::fs::read(a.path().join("expected.json")).unwrap();
+    let ec = std::fs::read(c.path().join("expected.json")).unwrap();
+    assert_ne!(ea, ec, "another seed gave the same figures");
+    let wa = std::fs::read(a.path().join("kubernetes/workloads.watch.json")).unwrap();
+    let wc = std::fs::read(c.path().join("kubernetes/workloads.watch.json")).unwrap();
+    assert_ne!(wa, wc);
+}
+
+/// Observed plus unobserved time of each pool is its GPUs times the capture's wall time: every
+/// series is sampled from its first to its last scrape slot and the last sample covers one
+/// interval, so nothing is lost or counted twice (MIG instances plus leftover make whole GPUs).
+#[test]
+fn pool_hours_add_up_to_gpus_times_wall_time_and_states_partition_them() {
+    let cfg = small(11);
+    let (dir, _) = run(&cfg);
+    let exp = expected(dir.path());
+    let nodes: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("kubernetes/nodes.json")).unwrap())
+            .unwrap();
+    let mut pool_gpus: BTreeMap<String, f64> = BTreeMap::new();
+    for n in nodes["items"].as_array().unwrap() {
+        let labels = &n["metadata"]["labels"];
+        let pool = labels["gpuledger.io/pool"].as_str().unwrap().to_string();
+        let count: f64 = labels["nvidia.com/gpu.count"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        *pool_gpus.entry(pool).or_default() += count;
+    }
+    assert_eq!(pool_gpus.len(), 4, "{pool_gpus:?}");
+    let interval = cfg.scrape_interval_s as f64;
+    let slots = (cfg.days as f64 * 86_400.0 / interval).floor();
+    let wall_h = slots * interval / 3600.0;
+
+    let mut observed: BTreeMap<String, f64> = BTreeMap::new();
+    let mut by_state: BTreeMap<String, f64> = BTreeMap::new();
+    let allowed = [
+        "productive",
+        "allocated_idle",
+        "failed",
+        "preempted",
+        "unallocated",
+    ];
+    for r in exp["gpu_hours"].as_array().unwrap() {
+        let state = r["state"].as_str().unwrap();
+        assert!(allowed.contains(&state), "unknown state {state}");
+        let h = f(&r["gpu_hours"]);
+        let p = f(&r["provisional_gpu_hours"]);
+        assert!(h > 0.0 && p >= 0.0 && p <= h + 1e-9, "{r}");
+        if state == "unallocated" {
+            assert_eq!(r["team"], "platform");
+            assert_eq!(p, 0.0);
+        }
+        if state == "failed" || state == "preempted" {
+            assert_eq!(p, 0.0, "settled states are never provisional: {r}");
+        }
+        *observed
+            .entry(r["pool"].as_str().unwrap().to_string())
+            .or_default() += h;
+        *by_state.entry(state.to_string()).or_default() += h;
+    }
+    let mut unobserved: BTreeMap<String, f64> = BTreeMap::new();
+    for r in exp["unobserved_gpu_hours"].as_array().unwrap() {
+        *unobserved
+            .entry(r["pool"].as_str().unwrap().to_string())
+            .or_default() += f(&r["gpu_hours"]);
+    }
+    for (pool, gpus) in &pool_gpus {
+        let want = gpus * wall_h;
+        let got = observed.get(pool).copied().unwrap_or(0.0)
+            + unobserved.get(pool).copied().unwrap_or(0.0);
+        assert!(
+            (got - want).abs() < 1e-6 * want,
+            "pool {pool}: {got} GPU-hours, want {want}"
+        );
+        assert!(
+            unobserved.get(pool).copied().unwrap_or(0.0) > 0.0,
+            "pool {pool} has no exporter gap"
+        );
+    }
+    // The states partition observed time: their sum is the observed total.
+    let total_obs: f64 = observed.values().sum();
+    let total_states: f64 = by_state.values().sum();
+    assert!((total_obs - total_states).abs() < 1e-6);
+    assert!(
+        by_state["productive"] > 0.0
+            && by_state["allocated_idle"] > 0.0
+            && by_state["unallocated"] > 0.0
+    );
+
+    // Hours land in the month they fall in: the capture crosses into November.
+    let months: BTreeSet<&str> = exp["gpu_hours"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["month"].as_str().unwrap())
+        .collect();
+    assert_eq!(months, BTreeSet::from(["2026-10", "2026-11"]));
+
+    // Each run's hours are a part of its team's allocated hours.
+    let run_hours: f64 = exp["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| f(&r["gpu_hours"]))
+        .sum();
+    let allocated: f64 = total_states - by_state["unallocated"];
+    assert!(
+        (run_hours - allocated).abs() < 1e-6 * allocated.max(1.0),
+        "runs {run_hours} vs allocated {allocated}"
+    );
+}
+
+/// Series identity of a sample line: everything that names the GPU or MIG instance.
+fn identity(labels: &str) -> String {
+    let mut id = String::new();
+    for key in ["Hostname=", "UUID=", "gpu=", "GPU_I_ID="] {
+        if let Some(i) = labels
+            .find(&format!(",{key}"))
+            .or_else(|| labels.find(&format!("{{{key}")))
+        {
+            let rest = &labels[i + key.len() + 1..];
+            let v = rest.split('"').nth(1).unwrap_or("");
+            id.push_str(v);
+        }
+        id.push('|');
+    }
+    id
+}
+
+#[test]
+fn prom_files_hold_the_counted_samples_and_t4_files_have_no_timestamps() {
+    let (dir, summary) = run(&small(5));
+    let exp = expected(dir.path());
+    let mut samples = 0u64;
+    let mut rows: HashSet<(String, String)> = HashSet::new();
+    let mut blanks = 0u64;
+    let mut t4_files = 0;
+    let mut day_files = 0;
+    for p in files(&dir.path().join("dcgm")) {
+        let text = std::fs::read_to_string(&p).unwrap();
+        let node = p
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
+        let host_label = format!("Hostname=\"{node}\"");
+        let stem = p.file_stem().unwrap().to_string_lossy().to_string();
+        // The UTC day a daily file is named after, as days since 1970.
+        let file_day = chrono::NaiveDate::parse_from_str(&stem, "%Y-%m-%d")
+            .map(|d| d.and_hms_opt(0, 0, 0).unwrap().and_utc().timestamp() / 86_400)
+            .ok();
+        assert_eq!(p.extension().unwrap(), "prom");
+        let t4 = node.starts_with("gpu-t4-");
+        if t4 {
+            t4_files += 1;
+            assert!(
+                stem.parse::<u64>().is_ok(),
+                "T4 file name {stem} is not unix millis"
+            );
+            assert!(
+                text.contains("# HELP DCGM_FI_DEV_GPU_UTIL ")
+                    && text.contains("# TYPE DCGM_FI_DEV_GPU_UTIL gauge")
+            );
+            assert!(
+                !text.contains("DCGM_FI_PROF_"),
+                "T4 has no profiling metrics"
+            );
+        } else {
+            day_files += 1;
+            assert!(!text.contains("# HELP"));
+        }
+        for line in text.lines() {
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            samples += 1;
+            let close = line.rfind('}').unwrap();
+            let (labels, rest) = (&line[..=close], line[close + 1..].trim());
+            let fields: Vec<&str> = rest.split(' ').collect();
+            assert!(
+                !fields[0].is_empty() && fields[0].bytes().all(|b| b.is_ascii_digit() || b == b'.'),
+                "{line}"
+            );
+            let ts = if t4 {
+                assert_eq!(fields.len(), 1, "T4 sample with a timestamp: {line}");
+                stem.clone()
+            } else {
+                assert_eq!(fields.len(), 2, "sample without a timestamp: {line}");
+                let ms: i64 = fields[1].parse().unwrap();
+                assert_eq!(
+                    Some(ms.div_euclid(86_400_000)),
+                    file_day,
+                    "sample at {ms} in file {stem}"
+                );
+                fields[1].to_string()
+            };
+            assert!(labels.contains(&host_label));
+            if fields[0] == "9223372036854775794" {
+                assert!(line.starts_with("DCGM_FI_DEV_MEMORY_TEMP{"));
+                blanks += 1;
+            }
+            if line.starts_with("DCGM_FI_DEV_GPU_UTIL{") {
+                rows.insert((identity(labels), ts));
+            }
+        }
+    }
+    assert!(t4_files > 1000 && day_files > 0);
+    assert_eq!(samples, exp["totals"]["samples"].as_u64().unwrap());
+    assert_eq!(samples, summary.samples);
+    assert_eq!(
+        rows.len() as u64,
+        exp["totals"]["gpu_rows"].as_u64().unwrap()
+    );
+    assert_eq!(rows.len() as u64, summary.gpu_rows);
+    assert_eq!(blanks, exp["totals"]["blank_values"].as_u64().unwrap());
+    assert!(blanks > 0, "no blank sentinel was written");
+}
+
+fn latest_timestamp(v: &Value, best: &mut String) {
+    match v {
+        Value::String(s) => {
+            let b = s.as_bytes();
+            if s.len() >= 20
+                && b[4] == b'-'
+                && b[10] == b'T'
+                && s.ends_with('Z')
+                && s[..19] > best[..]
+            {
+                *best = s[..19].to_string();
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| latest_timestamp(x, best)),
+        Value::Object(o) => o.values().for_each(|x| latest_timestamp(x, best)),
+        _ => {}
+    }
+}
+
+/// Watch streams parse, come in time order (each version's latest timestamp is its time) and
+/// hold as many objects as `expected.json` counts.
+#[test]
+fn object_files_parse_in_time_order_and_match_the_counts() {
+    let (dir, summary) = run(&small(3));
+    let k = dir.path().join("kubernetes");
+    let exp = expected(dir.path());
+    let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
+    let mut count = |v: &Value| {
+        *kinds
+            .entry(v["kind"].as_str().unwrap().to_string())
+            .or_insert(0) += 1
+    };
+
+    let check_stream = |values: Vec<Value>, kind: &str, count: &mut dyn FnMut(&Value)| {
+        let mut last = String::new();
+        let mut types = BTreeSet::new();
+        for ev in values {
+            let t = ev["type"].as_str().unwrap().to_string();
+            assert!(["ADDED", "MODIFIED", "DELETED"].contains(&t.as_str()));
+            types.insert(t);
+            let obj = &ev["object"];
+            assert_eq!(obj["kind"], kind);
+            let mut ts = String::new();
+            latest_timestamp(obj, &mut ts);
+            assert!(
+                ts >= last,
+                "{kind} {} at {ts} after {last}",
+                obj["metadata"]["name"]
+            );
+            last = ts;
+            count(obj);
+        }
+        assert_eq!(
+            types.len(),
+            3,
+            "{kind} stream lacks an event type: {types:?}"
+        );
+    };
+
+    let text = std::fs::read_to_string(k.join("workloads.watch.json")).unwrap();
+    assert!(
+        text.starts_with("{\n    \"type\": \"ADDED\",\n    \"object\": {"),
+        "not pretty-printed as kubectl does"
+    );
+    let wl: Vec<Value> = serde_json::Deserializer::from_str(&text)
+        .into_iter::<Value>()
+        .map(|r| r.unwrap())
+        .collect();
+    assert!(
+        wl.iter()
+            .any(|e| e["object"]["apiVersion"] == "kueue.x-k8s.io/v1beta1")
+    );
+    assert!(
+        wl.iter()
+            .any(|e| e["object"]["apiVersion"] == "kueue.x-k8s.io/v1beta2")
+    );
+    check_stream(wl, "Workload", &mut count);
+    for (file, kind) in [("jobs.watch.jsonl", "Job"), ("pods.watch.jsonl", "Pod")] {
+        let text = std::fs::read_to_string(k.join(file)).unwrap();
+        let v: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        check_stream(v, kind, &mut count);
+    }
+    let events: Value =
+        serde_json::from_slice(&std::fs::read(k.join("events.json")).unwrap()).unwrap();
+    assert_eq!(events["kind"], "List");
+    let mut names = HashSet::new();
+    for e in events["items"].as_array().unwrap() {
+        assert_eq!(e["apiVersion"], "v1");
+        assert!(names.insert(e["metadata"]["name"].as_str().unwrap().to_string()));
+        count(e);
+    }
+    for line in std::fs::read_to_string(k.join("events-v1.jsonl"))
+        .unwrap()
+        .lines()
+    {
+        let e: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(e["apiVersion"], "events.k8s.io/v1");
+        assert!(
+            e["regarding"]["name"].is_string()
+                && e["note"].is_string()
+                && e["eventTime"].is_string()
+        );
+        assert!(
+            names.insert(e["metadata"]["name"].as_str().unwrap().to_string()),
+            "event in both files"
+        );
+        count(&e);
+    }
+    let nodes: Value =
+        serde_json::from_slice(&std::fs::read(k.join("nodes.json")).unwrap()).unwrap();
+    nodes["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .for_each(&mut count);
+    for file in ["namespaces.yaml", "kueue.yaml"] {
+        let text = std::fs::read_to_string(k.join(file)).unwrap();
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let v: Value = serde::Deserialize::deserialize(doc).unwrap();
+            count(&v);
+        }
+    }
+    let want: BTreeMap<String, u64> =
+        serde_json::from_value(exp["totals"]["objects_by_kind"].clone()).unwrap();
+    assert_eq!(kinds, want);
+    assert_eq!(kinds.values().sum::<u64>(), summary.objects);
+    for kind in [
+        "Namespace",
+        "Node",
+        "ResourceFlavor",
+        "ClusterQueue",
+        "LocalQueue",
+        "Workload",
+        "Job",
+        "Pod",
+        "Event",
+    ] {
+        assert!(kinds.contains_key(kind), "no {kind} written");
+    }
+    let kueue = std::fs::read_to_string(k.join("kueue.yaml")).unwrap();
+    for kind in ["ResourceFlavor", "ClusterQueue", "LocalQueue"] {
+        for api in ["v1beta1", "v1beta2"] {
+            assert!(
+                kueue
+                    .split("---\n")
+                    .any(|d| d.contains(&format!("kind: {kind}"))
+                        && d.contains(&format!("kueue.x-k8s.io/{api}"))),
+                "no {api} {kind}"
+            );
+        }
+    }
+}
+
+/// A larger capture shows every case the accounting rules single out.
+#[test]
+fn a_larger_capture_has_every_interesting_case() {
+    let cfg = SimConfig {
+        gpus: 64,
+        days: 2,
+        seed: 42,
+        scrape_interval_s: 300,
+        start: Utc.with_ymd_and_hms(2026, 10, 31, 0, 0, 0).unwrap(),
+    };
+    let (dir, _) = run(&cfg);
+    let exp = expected(dir.path());
+    let runs = exp["runs"].as_array().unwrap();
+    let outcomes: BTreeSet<&str> = runs
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        outcomes,
+        BTreeSet::from(["failed", "preempted", "running", "succeeded"])
+    );
+    let causes: BTreeSet<&str> = runs.iter().map(|r| r["cause"].as_str().unwrap()).collect();
+    assert!(
+        causes.contains("OOMKilled") && causes.contains("Error"),
+        "{causes:?}"
+    );
+    assert!(
+        runs.iter().any(|r| r["segment"].as_u64().unwrap() >= 2),
+        "no readmitted segment"
+    );
+    assert!(
+        runs.iter().any(|r| r["xid"].is_u64()),
+        "no run with an XID error"
+    );
+
+    let rows = exp["gpu_hours"].as_array().unwrap();
+    let states: BTreeSet<&str> = rows.iter().map(|r| r["state"].as_str().unwrap()).collect();
+    assert_eq!(states.len(), 5, "{states:?}");
+    assert!(rows.iter().any(|r| f(&r["provisional_gpu_hours"]) > 0.0));
+    assert!(
+        rows.iter()
+            .any(|r| r["pool"] == "a100-mig" && r["state"] == "unallocated")
+    );
+    let teams: BTreeSet<&str> = rows.iter().map(|r| r["team"].as_str().unwrap()).collect();
+    for t in [
+        "ml-research",
+        "nlp",
+        "vision",
+        "serving",
+        "sandbox",
+        "platform",
+    ] {
+        assert!(teams.contains(t), "team {t} missing from {teams:?}");
+    }
+    let units: BTreeSet<&str> = exp["accepted_units"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["unit"].as_str().unwrap())
+        .collect();
+    assert!(
+        units.contains("1k-images") && units.contains("run"),
+        "{units:?}"
+    );
+    assert!(exp["queue_waits"].as_array().unwrap().iter().any(|w| {
+        w["wait_seconds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| f(s) > 600.0)
+    }));
+
+    let k = dir.path().join("kubernetes");
+    let wl = std::fs::read_to_string(k.join("workloads.watch.json")).unwrap();
+    assert!(
+        wl.contains("accumulatedPastExexcutionTimeSeconds"),
+        "no v1beta1 Workload was readmitted"
+    );
+    assert!(wl.contains("\"reason\": \"Preempted\"") && wl.contains("\"type\": \"Requeued\""));
+    let pods = std::fs::read_to_string(k.join("pods.watch.jsonl")).unwrap();
+    for s in [
+        "\"OOMKilled\"",
+        "\"exitCode\":137",
+        "\"exitCode\":1,",
+        "DisruptionTarget",
+        "deletionTimestamp",
+        "\"team\":\"ml-research\"",
+    ] {
+        assert!(pods.contains(s), "no pod shows {s}");
+    }
+    let v1 = std::fs::read_to_string(k.join("events-v1.jsonl")).unwrap();
+    let core = std::fs::read_to_string(k.join("events.json")).unwrap();
+    for s in ["GPUXidError", "NodeNotReady", "OOMKilling"] {
+        assert!(core.contains(s), "no {s} event in events.json");
+    }
+    for s in [
+        "FailedScheduling",
+        "BackOff",
+        "Killing",
+        "Preempted",
+        "Evicted",
+    ] {
+        assert!(core.contains(s) || v1.contains(s), "no {s} event");
+    }
+    // Both formats carry the common facts.
+    for s in [
+        "\"Scheduled\"",
+        "\"Pulled\"",
+        "\"QuotaReserved\"",
+        "\"Admitted\"",
+        "\"Pending\"",
+    ] {
+        assert!(
+            core.contains(s) && v1.contains(s),
+            "{s} is missing from one of the event files"
+        );
+    }
+    let mut xid_seen = false;
+    for p in files(&dir.path().join("dcgm")) {
+        let text = std::fs::read_to_string(&p).unwrap();
+        if text.lines().any(|l| {
+            l.starts_with("DCGM_FI_DEV_XID_ERRORS{") && (l.contains("} 79") || l.contains("} 48"))
+        }) {
+            xid_seen = true;
+        }
+    }
+    assert!(xid_seen, "no XID value in the DCGM files");
+}
