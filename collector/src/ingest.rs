@@ -156,7 +156,8 @@ pub fn ingest(paths: &[PathBuf], store_root: &Path, options: &IngestOptions, pro
     let mut summary = IngestSummary::default();
     let next = AtomicUsize::new(0);
     let threads = options.threads.max(1).min(files.len().max(1));
-    let (tx, rx) = mpsc::sync_channel::<Message>(threads * 2);
+    // Room for the workers to keep parsing while the writer sorts and compresses a flush.
+    let (tx, rx) = mpsc::sync_channel::<Message>(16);
     let mut first_error: Option<Error> = None;
     std::thread::scope(|scope| {
         for _ in 0..threads {
@@ -215,10 +216,12 @@ pub fn ingest(paths: &[PathBuf], store_root: &Path, options: &IngestOptions, pro
 fn worker(files: &[PathBuf], next: &AtomicUsize, tx: &mpsc::SyncSender<Message>) {
     let mut samples = SampleTables::new();
     let mut k8s = K8sTables::new();
+    // One read buffer per worker: a fresh allocation per file cost page faults on every file.
+    let mut buf = Vec::new();
     loop {
         let i = next.fetch_add(1, Ordering::SeqCst);
         let Some(path) = files.get(i) else { break };
-        let msg = match read_one(path, &mut samples, &mut k8s) {
+        let msg = match read_one(path, &mut buf, &mut samples, &mut k8s) {
             Ok(m) => m,
             Err(e) => Message::Failed(e),
         };
@@ -249,10 +252,12 @@ fn hand_over(samples: &mut SampleTables, k8s: &mut K8sTables, tx: &mpsc::SyncSen
 }
 
 /// Reads one file into the worker's tables.
-fn read_one(path: &Path, samples: &mut SampleTables, k8s: &mut K8sTables) -> Result<Message> {
+fn read_one(path: &Path, buf: &mut Vec<u8>, samples: &mut SampleTables, k8s: &mut K8sTables) -> Result<Message> {
     let mut diags = Diagnostics::new();
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
+    buf.clear();
+    let read = std::fs::File::open(path).and_then(|mut f| std::io::Read::read_to_end(&mut f, buf));
+    let bytes: &[u8] = match read {
+        Ok(_) => buf,
         Err(e) => {
             // One unreadable file (permissions, vanished) must not stop the others.
             diags.error(path, Position::File, "unreadable_file", format!("cannot read: {e}"));
@@ -261,7 +266,7 @@ fn read_one(path: &Path, samples: &mut SampleTables, k8s: &mut K8sTables) -> Res
         }
     };
     let len = bytes.len() as u64;
-    let format = classify(path, &bytes);
+    let format = classify(path, bytes);
     let (mut n_samples, mut blank, mut rejected) = (0, 0, 0);
     let mut objects = BTreeMap::new();
     match format {
@@ -272,7 +277,7 @@ fn read_one(path: &Path, samples: &mut SampleTables, k8s: &mut K8sTables) -> Res
             };
             let before = samples.counts;
             let mut file_diags = Diagnostics::new();
-            let stats = dcgm_text::read_text(path, &bytes, time, samples, &mut file_diags);
+            let stats = dcgm_text::read_text(path, bytes, time, samples, &mut file_diags);
             if stats.samples == 0 && stats.rejected > 0 {
                 // Nothing in the file parsed: it is not exposition text at all (a kubectl table
                 // saved as .txt, say). One error for the file says more than one per line.
@@ -288,7 +293,7 @@ fn read_one(path: &Path, samples: &mut SampleTables, k8s: &mut K8sTables) -> Res
         }
         Ok(Format::PrometheusApi) => {
             let before = samples.counts;
-            let stats = prometheus_api::read_response(path, &bytes, samples, &mut diags);
+            let stats = prometheus_api::read_response(path, bytes, samples, &mut diags);
             n_samples += stats.samples;
             rejected += stats.rejected;
             blank += samples.counts.blank - before.blank;
@@ -296,7 +301,7 @@ fn read_one(path: &Path, samples: &mut SampleTables, k8s: &mut K8sTables) -> Res
         Ok(Format::Kubernetes) => {
             let fallback = mtime_ms(path).unwrap_or(0);
             let before_errors = diags.errors.len();
-            let versions = kubernetes_file::read_objects(path, &bytes, fallback, &mut diags);
+            let versions = kubernetes_file::read_objects(path, bytes, fallback, &mut diags);
             let before_kinds = k8s.kinds.clone();
             for v in &versions {
                 k8s.push(path, v, &mut diags);

@@ -315,8 +315,25 @@ fn parse_value(tok: &[u8]) -> Option<f64> {
 
 const POW10: [f64; 16] = [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
 
+/// Millisecond timestamps: digits with an optional sign, no UTF-8 round trip (every federate
+/// line has one).
 fn parse_int(tok: &[u8]) -> Option<i64> {
-    std::str::from_utf8(tok).ok()?.parse::<i64>().ok()
+    let (neg, digits) = match tok.first()? {
+        b'-' => (true, &tok[1..]),
+        b'+' => (false, &tok[1..]),
+        _ => (false, tok),
+    };
+    if digits.is_empty() || digits.len() > 18 {
+        return None;
+    }
+    let mut v: i64 = 0;
+    for &c in digits {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + i64::from(c - b'0');
+    }
+    Some(if neg { -v } else { v })
 }
 
 /// The scrape time a file name states: `<unix-millis>.prom` or an RFC 3339 stem such as
@@ -349,6 +366,11 @@ mod tests {
             assert_eq!(parse_value(s.as_bytes()), Some(expect), "{s}");
         }
         assert!(parse_value(b"NaN").unwrap().is_nan());
+        assert_eq!(parse_int(b"1790812800000"), Some(1_790_812_800_000));
+        assert_eq!(parse_int(b"-5"), Some(-5));
+        for bad in ["", "-", "1.5", "12a", "1234567890123456789"] {
+            assert_eq!(parse_int(bad.as_bytes()), None, "{bad:?}");
+        }
         assert_eq!(parse_value(b"+Inf"), Some(f64::INFINITY));
         assert_eq!(parse_value(b"-Inf"), Some(f64::NEG_INFINITY));
         for bad in ["", "abc", "1.2.3", "inf", "infinity", "nan", ".", "-", "0x10", "1,5"] {
