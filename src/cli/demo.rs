@@ -24,7 +24,8 @@ pub struct Args {
     days: u32,
 }
 
-/// GPU-hours seen per team-side namespace and state of allocation, as a first look.
+/// GPUs, samples and mean activity per namespace holding GPUs, as a first look (the ledger
+/// issue turns this into GPU-hours and cost per team).
 const FIRST_LOOK: &str = "\
 SELECT coalesce(namespace, '(unallocated)') AS namespace,
        count(DISTINCT uuid) AS gpus,
