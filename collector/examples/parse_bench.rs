@@ -57,10 +57,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("{{\"files\":{},\"bytes\":{bytes},\"ours_samples\":{ours},\"ours_seconds\":{ours_s:.3},\"ours_samples_per_s\":{:.0},\"prometheus_parse_samples\":{theirs},\"prometheus_parse_seconds\":{theirs_s:.3},\"prometheus_parse_samples_per_s\":{:.0},\"speedup\":{:.1}}}",
         paths.len(), ours as f64 / ours_s, theirs as f64 / theirs_s, (ours as f64 / ours_s) / (theirs as f64 / theirs_s));
 
-    if let (Some(flag), Some(out), Some(max)) = (args.get(2), args.get(3), args.get(4)) {
-        if flag == "--openmetrics" {
-            write_openmetrics(&texts, Path::new(out), max.parse()?)?;
-        }
+    if let (Some("--openmetrics"), Some(out), Some(max)) = (args.get(2).map(String::as_str), args.get(3), args.get(4)) {
+        write_openmetrics(&texts, Path::new(out), max.parse()?)?;
     }
     Ok(())
 }

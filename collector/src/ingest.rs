@@ -228,11 +228,10 @@ fn worker(files: &[PathBuf], next: &AtomicUsize, tx: &mpsc::SyncSender<Message>)
         if tx.send(msg).is_err() {
             return;
         }
-        if samples.rows() >= WORKER_BATCH_ROWS || k8s.len() >= WORKER_BATCH_ROWS / 8 {
-            if let Err(e) = hand_over(&mut samples, &mut k8s, tx) {
-                let _ = tx.send(Message::Failed(e));
-                return;
-            }
+        let full = samples.rows() >= WORKER_BATCH_ROWS || k8s.len() >= WORKER_BATCH_ROWS / 8;
+        if let Err(e) = if full { hand_over(&mut samples, &mut k8s, tx) } else { Ok(()) } {
+            let _ = tx.send(Message::Failed(e));
+            return;
         }
     }
     if let Err(e) = hand_over(&mut samples, &mut k8s, tx) {

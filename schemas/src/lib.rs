@@ -15,6 +15,9 @@
 //! assert!(t.arrow_schema().field_with_name("engine_active").is_ok());
 //! ```
 
+// Tests may unwrap: a panic is how they fail.
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
