@@ -84,21 +84,5 @@ fn hash_rows(table: &'static Table, cols: &[ArrayRef]) -> Result<Vec<u128>> {
 
 /// Visible `.parquet` files of a directory, sorted (missing directory: none).
 pub fn parquet_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    match std::fs::read_dir(dir) {
-        Ok(entries) => {
-            for e in entries {
-                let e = e.map_err(|e| Error::io(dir, e))?;
-                let name = e.file_name();
-                let name = name.to_string_lossy();
-                if !name.starts_with('.') && name.ends_with(".parquet") {
-                    out.push(e.path());
-                }
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(Error::io(dir, e)),
-    }
-    out.sort();
-    Ok(out)
+    super::entries_named(dir, |name| !name.starts_with('.') && name.ends_with(".parquet"))
 }

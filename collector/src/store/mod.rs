@@ -207,19 +207,24 @@ pub fn partition_dir(root: &Path, table: &str, date: &str) -> PathBuf {
 
 /// Every `date=` directory of a table (none when the table has never been written).
 pub fn partition_dirs(root: &Path, table: &str) -> Result<Vec<PathBuf>> {
-    let dir = table_dir(root, table);
+    let prefix = format!("{PARTITION_KEY}=");
+    entries_named(&table_dir(root, table), |name| name.starts_with(&prefix))
+}
+
+/// Entries of `dir` whose names pass `keep`, sorted; a missing directory has none.
+pub(crate) fn entries_named(dir: &Path, keep: impl Fn(&str) -> bool) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
-    match fs::read_dir(&dir) {
+    match fs::read_dir(dir) {
         Ok(entries) => {
             for e in entries {
-                let e = e.map_err(|e| Error::io(&dir, e))?;
-                if e.file_name().to_string_lossy().starts_with(&format!("{PARTITION_KEY}=")) {
+                let e = e.map_err(|e| Error::io(dir, e))?;
+                if keep(&e.file_name().to_string_lossy()) {
                     out.push(e.path());
                 }
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(Error::io(&dir, e)),
+        Err(e) => return Err(Error::io(dir, e)),
     }
     out.sort();
     Ok(out)
