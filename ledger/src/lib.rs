@@ -11,8 +11,14 @@
 // Tests may unwrap: a panic is how they fail.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod accounting;
+pub mod config;
+pub mod derived;
+mod monthly;
 pub mod error;
 pub mod output;
+pub mod report;
+pub mod udf;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,14 +43,23 @@ impl Ledger {
     /// Opens the store at `root` and registers every table (an empty one for a table never
     /// written, so queries over it return no rows instead of failing).
     pub async fn open(root: &Path) -> Result<Ledger> {
+        let ctx = Self::accounting_session(root).await?;
+        derived::register(&ctx, root).await?;
+        Ok(Ledger { ctx, root: root.to_path_buf() })
+    }
+
+    /// A fresh session with the store's tables only (no derived tables, which the accounting
+    /// itself defines as views) and the ledger's SQL functions.
+    pub async fn accounting_session(root: &Path) -> Result<SessionContext> {
         if !root.is_dir() {
             return Err(Error::Store { path: root.to_path_buf(), reason: "no such directory (run `gpuledger ingest` first)".into() });
         }
         let ctx = SessionContext::new();
+        udf::register(&ctx);
         for table in TABLES {
             register(&ctx, root, table).await?;
         }
-        Ok(Ledger { ctx, root: root.to_path_buf() })
+        Ok(ctx)
     }
 
     pub fn context(&self) -> &SessionContext {

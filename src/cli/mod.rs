@@ -2,8 +2,10 @@
 
 mod demo;
 mod ingest;
+mod ledger;
 mod progress;
 mod query;
+mod report;
 mod schema;
 mod simulate;
 
@@ -18,10 +20,12 @@ pub const EXIT_ERROR: u8 = 2;
 
 const AFTER_HELP: &str = "\
 Examples:
-  gpuledger demo                                    simulate a cluster, ingest it, show a query
+  gpuledger demo                                    simulate a cluster, ingest it, report its chargeback
   gpuledger simulate --out ./capture --gpus 64 --days 3
   gpuledger ingest ./capture --store ./store
   gpuledger query --store ./store \"SELECT hostname, count(*) FROM gpu_samples GROUP BY 1\"
+  gpuledger ledger --store ./store --config gpuledger.toml
+  gpuledger report --store ./store --config gpuledger.toml --month 2026-10 --format html --out oct.html
   gpuledger schema gpu_samples
 
 Exit codes:
@@ -42,6 +46,8 @@ pub struct Cli {
 enum Command {
     Ingest(ingest::Args),
     Query(query::Args),
+    Ledger(ledger::Args),
+    Report(report::Args),
     Schema(schema::Args),
     Simulate(simulate::Args),
     Demo(demo::Args),
@@ -52,6 +58,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Ingest(a) => ingest::run(a),
         Command::Query(a) => query::run(a),
+        Command::Ledger(a) => ledger::run(a),
+        Command::Report(a) => report::run(a),
         Command::Schema(a) => schema::run(a),
         Command::Simulate(a) => simulate::run(a),
         Command::Demo(a) => demo::run(a),

@@ -1,0 +1,398 @@
+//! Runs the accounting in `queries/` over a store and hands back its derived tables.
+//!
+//! The SQL files are the accounting; this module only feeds them and decides what to
+//! materialise. The files are written for a whole store at once (so an analyst can run them
+//! anywhere); to keep memory bounded by one day of samples, the driver runs the two sample
+//! steps (`30_spans.sql`, `40_states.sql`) once per day partition, with `gpu_samples` narrowed
+//! to that day and the next (a day's last sample looks ahead to the next day's first), keeping
+//! only rows of that day. The object steps run once before, the monthly steps once after.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use chrono::NaiveDate;
+use datafusion::catalog::TableProvider;
+use datafusion::datasource::MemTable;
+use datafusion::prelude::{SessionContext, col, lit};
+
+use crate::config::{Config, IdlePolicy};
+use crate::error::{Error, Result};
+
+/// The accounting, one SQL file per step, in the order they run.
+pub const QUERY_FILES: &[(&str, &str)] = &[
+    ("10_objects.sql", include_str!("../../queries/10_objects.sql")),
+    ("20_runs.sql", include_str!("../../queries/20_runs.sql")),
+    ("30_spans.sql", include_str!("../../queries/30_spans.sql")),
+    ("40_states.sql", include_str!("../../queries/40_states.sql")),
+    ("50_units.sql", include_str!("../../queries/50_units.sql")),
+    ("60_chargeback.sql", include_str!("../../queries/60_chargeback.sql")),
+    ("70_queue.sql", include_str!("../../queries/70_queue.sql")),
+    ("80_failures.sql", include_str!("../../queries/80_failures.sql")),
+];
+
+/// Views computed once and kept as tables, because later steps read them many times.
+const OBJECT_TABLES: &[&str] = &["pods_latest", "workloads_latest", "namespaces_latest", "nodes_latest", "pod_runs", "workload_segments"];
+
+/// The derived tables `gpuledger ledger` writes to the store: (table, the view it comes from).
+pub const DERIVED_TABLES: &[(&str, &str)] = &[
+    ("gpu_state_hours", "priced_state_hours"),
+    ("unobserved_gpu_hours", "unobserved_gpu_hours"),
+    ("chargeback_monthly", "chargeback_monthly"),
+    ("accepted_units_monthly", "accepted_units_monthly"),
+    ("run_segments", "run_segments"),
+    ("run_failures", "run_failures"),
+    ("failure_causes", "failure_causes"),
+    ("queue_waits", "queue_waits"),
+    ("queue_wait_summary", "queue_wait_summary"),
+];
+
+/// What a caller can tune for one accounting run besides the configuration file.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Overrides the configuration's idle policy (`report --idle-policy`).
+    pub idle_policy: Option<IdlePolicy>,
+}
+
+/// A finished accounting run: a session in which every step's view (and the derived tables)
+/// can be queried.
+pub struct Accounting {
+    ctx: SessionContext,
+    /// Day partitions of `gpu_samples` that were processed.
+    pub days: Vec<String>,
+}
+
+/// Progress of the per-day steps: (days done, days in all, the day just done).
+pub type DayProgress<'a> = &'a mut dyn FnMut(usize, usize, &str);
+
+impl Accounting {
+    /// Runs every step of the accounting over the store behind `ctx` (a session from
+    /// [`crate::Ledger::accounting_session`]).
+    pub async fn run(ctx: SessionContext, store: &Path, config: &Config, options: &RunOptions, progress: DayProgress<'_>) -> Result<Accounting> {
+        crate::udf::register(&ctx);
+        register_config(&ctx, config, options)?;
+
+        exec_file(&ctx, "10_objects.sql").await?;
+        exec_file(&ctx, "20_runs.sql").await?;
+        for table in OBJECT_TABLES {
+            materialise(&ctx, table, &format!("SELECT * FROM {table}")).await?;
+        }
+
+        // The sample steps, one day partition at a time.
+        let samples = ctx
+            .deregister_table("gpu_samples")
+            .map_err(|source| Error::Query { sql: "deregister gpu_samples".into(), source })?
+            .ok_or_else(|| Error::Store { path: store.to_path_buf(), reason: "table gpu_samples is not registered".into() })?;
+        let days = sample_days(store)?;
+        let mut state_hours: Vec<RecordBatch> = Vec::new();
+        let mut unobserved: Vec<RecordBatch> = Vec::new();
+        let mut state_schema: Option<SchemaRef> = None;
+        let mut unobserved_schema: Option<SchemaRef> = None;
+        // With no samples at all, one pass over an empty window still yields the schemas.
+        let passes: Vec<Option<&String>> = if days.is_empty() { vec![None] } else { days.iter().map(Some).collect() };
+        for (i, day) in passes.iter().enumerate() {
+            let window = match day {
+                Some(d) => vec![lit(d.as_str()), lit(next_day(d))],
+                None => vec![],
+            };
+            let narrowed = ctx
+                .read_table(samples.clone())
+                .and_then(|df| df.filter(if window.is_empty() { lit(false) } else { col("date").in_list(window, false) }))
+                .map_err(|source| Error::Query { sql: "gpu_samples for one day".into(), source })?;
+            replace_table(&ctx, "gpu_samples", narrowed.into_view())?;
+            exec_file(&ctx, "30_spans.sql").await?;
+            let keep = match day {
+                Some(d) => format!("SELECT * FROM sample_spans WHERE date = '{d}'"),
+                None => "SELECT * FROM sample_spans".to_string(),
+            };
+            materialise(&ctx, "sample_spans", &keep).await?;
+            exec_file(&ctx, "40_states.sql").await?;
+            let (schema, batches) = collect(&ctx, "SELECT * FROM gpu_state_hours").await?;
+            state_schema.get_or_insert(schema);
+            state_hours.extend(batches);
+            let (schema, batches) = collect(&ctx, "SELECT * FROM unobserved_gpu_hours").await?;
+            unobserved_schema.get_or_insert(schema);
+            unobserved.extend(batches);
+            if let Some(d) = day {
+                progress(i + 1, days.len(), d);
+            }
+        }
+        replace_table(&ctx, "gpu_samples", samples)?;
+        if let (Some(s), Some(u)) = (state_schema, unobserved_schema) {
+            replace_table(&ctx, "gpu_state_hours", mem_table(s, state_hours)?)?;
+            replace_table(&ctx, "unobserved_gpu_hours", mem_table(u, unobserved)?)?;
+        }
+
+        for file in ["50_units.sql", "60_chargeback.sql", "70_queue.sql", "80_failures.sql"] {
+            exec_file(&ctx, file).await?;
+        }
+        Ok(Accounting { ctx, days })
+    }
+
+    /// The session holding every view of the run.
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// Runs one query in the run's session.
+    pub async fn query(&self, sql: &str) -> Result<Vec<RecordBatch>> {
+        Ok(collect(&self.ctx, sql).await?.1)
+    }
+
+    /// Computes every derived table: (name, schema, rows).
+    pub async fn derived_tables(&self) -> Result<Vec<(&'static str, SchemaRef, Vec<RecordBatch>)>> {
+        let mut out = Vec::new();
+        for (name, view) in DERIVED_TABLES {
+            let (schema, batches) = collect(&self.ctx, &format!("SELECT * FROM {view}")).await?;
+            out.push((*name, schema, batches));
+        }
+        Ok(out)
+    }
+
+    /// Months that have GPU time, overheads or units, oldest first.
+    pub async fn months(&self) -> Result<Vec<String>> {
+        let batches = self.query("SELECT DISTINCT month FROM chargeback_monthly ORDER BY month").await?;
+        Ok(strings(&batches, 0).into_iter().flatten().collect())
+    }
+}
+
+/// The configuration as small tables the SQL joins against.
+fn register_config(ctx: &SessionContext, config: &Config, options: &RunOptions) -> Result<()> {
+    let a = &config.accounting;
+    let policy = options.idle_policy.unwrap_or(a.idle_policy);
+    let settings = batch(vec![
+        ("team_label", text(vec![Some(a.team_label.clone())])),
+        ("idle_policy", text(vec![Some(policy.as_str().to_string())])),
+        ("active_threshold_engine", float(vec![a.active_threshold_engine])),
+        ("active_threshold_util", float(vec![a.active_threshold_util])),
+        ("max_gap_factor", float(vec![a.max_gap_factor])),
+        ("default_price", float(vec![config.prices.default])),
+        ("currency", text(vec![Some(a.currency.clone())])),
+    ])?;
+    let labels = &config.prices.by_node_label;
+    let by_label = batch(vec![
+        ("rank", Arc::new(Int64Array::from_iter_values(0..labels.len() as i64)) as ArrayRef),
+        ("label_key", text(labels.iter().map(|p| Some(p.label_key.clone())).collect())),
+        ("label_value", text(labels.iter().map(|p| Some(p.label_value.clone())).collect())),
+        ("price", float(labels.iter().map(|p| p.price).collect())),
+    ])?;
+    let models = &config.prices.by_model;
+    let by_model = batch(vec![
+        ("model_name", text(models.iter().map(|(m, _)| Some(m.clone())).collect())),
+        ("price", float(models.iter().map(|(_, p)| *p).collect())),
+    ])?;
+    let mut o_month = Vec::new();
+    let mut o_team = Vec::new();
+    let mut o_component = Vec::new();
+    let mut o_amount = Vec::new();
+    for o in &config.overheads {
+        for (component, amount) in [("network", o.network), ("storage", o.storage), ("support", o.support), ("operations", o.operations)] {
+            if amount != 0.0 {
+                o_month.push(Some(o.month.clone()));
+                o_team.push(o.team.clone());
+                o_component.push(Some(component.to_string()));
+                o_amount.push(amount);
+            }
+        }
+    }
+    let overheads = batch(vec![("month", text(o_month)), ("team", text(o_team)), ("component", text(o_component)), ("amount", float(o_amount))])?;
+    let u = &config.units;
+    let extra_units = batch(vec![
+        ("month", text(u.iter().map(|r| Some(r.month.clone())).collect())),
+        ("team", text(u.iter().map(|r| Some(r.team.clone())).collect())),
+        ("unit", text(u.iter().map(|r| Some(r.unit.clone())).collect())),
+        ("accepted_units", float(u.iter().map(|r| r.accepted_units).collect())),
+    ])?;
+    for (name, b) in [("settings", settings), ("price_by_node_label", by_label), ("price_by_model", by_model), ("overheads", overheads), ("extra_units", extra_units)] {
+        replace_table(ctx, name, mem_table(b.schema(), vec![b])?)?;
+    }
+    Ok(())
+}
+
+fn text(values: Vec<Option<String>>) -> ArrayRef {
+    Arc::new(StringArray::from(values))
+}
+
+fn float(values: Vec<f64>) -> ArrayRef {
+    Arc::new(Float64Array::from(values))
+}
+
+fn batch(columns: Vec<(&str, ArrayRef)>) -> Result<RecordBatch> {
+    let fields: Vec<Field> = columns.iter().map(|(n, a)| Field::new(*n, a.data_type().clone(), true)).collect();
+    let arrays = columns.into_iter().map(|(_, a)| a).collect();
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?)
+}
+
+fn mem_table(schema: SchemaRef, batches: Vec<RecordBatch>) -> Result<Arc<dyn TableProvider>> {
+    let table = MemTable::try_new(schema, vec![batches]).map_err(|source| Error::Query { sql: "in-memory table".into(), source })?;
+    Ok(Arc::new(table))
+}
+
+fn replace_table(ctx: &SessionContext, name: &str, table: Arc<dyn TableProvider>) -> Result<()> {
+    let err = |source| Error::Query { sql: format!("register {name}"), source };
+    ctx.deregister_table(name).map_err(err)?;
+    ctx.register_table(name, table).map_err(err)?;
+    Ok(())
+}
+
+/// Runs every statement of one query file (they create views).
+async fn exec_file(ctx: &SessionContext, file: &str) -> Result<()> {
+    let sql = QUERY_FILES
+        .iter()
+        .find(|(name, _)| *name == file)
+        .map(|(_, sql)| *sql)
+        .ok_or_else(|| Error::Store { path: file.into(), reason: "no such query file".into() })?;
+    for statement in split_statements(sql) {
+        // A view of the same name may exist as a table from an earlier day: drop it first.
+        if let Some(view) = created_view(&statement) {
+            ctx.deregister_table(view.as_str()).map_err(|source| Error::Query { sql: format!("{file}: drop {view}"), source })?;
+        }
+        ctx.sql(&statement).await.map_err(|source| Error::Query { sql: format!("{file}: {}", first_line(&statement)), source })?;
+    }
+    Ok(())
+}
+
+fn first_line(statement: &str) -> String {
+    statement.lines().next().unwrap_or_default().trim().to_string()
+}
+
+/// The view name of a `CREATE [OR REPLACE] VIEW name AS` statement.
+fn created_view(statement: &str) -> Option<String> {
+    let words: Vec<&str> = statement.split_whitespace().take(6).collect();
+    let i = words.iter().position(|w| w.eq_ignore_ascii_case("VIEW"))?;
+    words.get(i + 1).map(|w| w.to_string())
+}
+
+/// Splits a SQL file into statements: a statement ends with `;` at the end of a line.
+/// Comment lines are dropped, so a `;` in a comment does not end anything.
+pub fn split_statements(sql: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in sql.lines() {
+        if line.trim_start().starts_with("--") {
+            continue;
+        }
+        current.push_str(line);
+        current.push('\n');
+        if line.trim_end().ends_with(';') {
+            let statement = current.trim().trim_end_matches(';').to_string();
+            if !statement.is_empty() {
+                out.push(statement);
+            }
+            current.clear();
+        }
+    }
+    if !current.trim().is_empty() {
+        out.push(current.trim().to_string());
+    }
+    out
+}
+
+async fn collect(ctx: &SessionContext, sql: &str) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    let err = |source| Error::Query { sql: first_line(sql), source };
+    let df = ctx.sql(sql).await.map_err(err)?;
+    let planned: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+    let batches = df.collect().await.map_err(err)?;
+    // Execution may settle nullability differently from planning: the batches have the last word.
+    let schema = batches.first().map(|b| b.schema()).unwrap_or(planned);
+    Ok((schema, batches))
+}
+
+/// Replaces the view `name` with a table holding the result of `sql`.
+async fn materialise(ctx: &SessionContext, name: &str, sql: &str) -> Result<()> {
+    let (schema, batches) = collect(ctx, sql).await?;
+    replace_table(ctx, name, mem_table(schema, batches)?)
+}
+
+/// The `date=` partitions of `gpu_samples`, oldest first.
+fn sample_days(store: &Path) -> Result<Vec<String>> {
+    let dir = store.join("gpu_samples");
+    let mut days = Vec::new();
+    if !dir.is_dir() {
+        return Ok(days);
+    }
+    let entries = std::fs::read_dir(&dir).map_err(|e| Error::Store { path: dir.clone(), reason: e.to_string() })?;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::Store { path: dir.clone(), reason: e.to_string() })?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(day) = name.strip_prefix("date=")
+            && NaiveDate::parse_from_str(day, "%Y-%m-%d").is_ok()
+        {
+            days.push(day.to_string());
+        }
+    }
+    days.sort();
+    Ok(days)
+}
+
+fn next_day(day: &str) -> String {
+    NaiveDate::parse_from_str(day, "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.succ_opt())
+        .map(|d| d.format("%Y-%m-%d").to_string())
+        .unwrap_or_default()
+}
+
+/// Column `i` of `batches` as strings (any string-like or numeric type, via a cast).
+pub(crate) fn strings(batches: &[RecordBatch], i: usize) -> Vec<Option<String>> {
+    let mut out = Vec::new();
+    for b in batches {
+        let Ok(a) = arrow::compute::cast(b.column(i), &DataType::Utf8) else { continue };
+        if let Some(s) = a.as_any().downcast_ref::<StringArray>() {
+            out.extend(s.iter().map(|v| v.map(str::to_string)));
+        }
+    }
+    out
+}
+
+/// Rows of `batches` as maps from column name to JSON value (for building reports).
+pub(crate) fn rows(batches: &[RecordBatch]) -> Result<Vec<BTreeMap<String, serde_json::Value>>> {
+    let mut buf = Vec::new();
+    {
+        let mut w = arrow::json::ArrayWriter::new(&mut buf);
+        let refs: Vec<&RecordBatch> = batches.iter().collect();
+        w.write_batches(&refs)?;
+        w.finish()?;
+    }
+    if buf.is_empty() {
+        return Ok(Vec::new());
+    }
+    serde_json::from_slice(&buf).map_err(|e| Error::Output(arrow::error::ArrowError::JsonError(e.to_string())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_split_at_line_end_semicolons() {
+        let sql = "-- a comment; not an end\nCREATE VIEW a AS\nSELECT 1;\n\n-- x\nCREATE OR REPLACE VIEW b AS SELECT ';' AS s;\n";
+        let s = split_statements(sql);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0], "CREATE VIEW a AS\nSELECT 1");
+        assert_eq!(created_view(&s[1]).as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn every_query_file_is_embedded_in_order() {
+        let names: Vec<&str> = QUERY_FILES.iter().map(|(n, _)| *n).collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(names, sorted);
+        let on_disk = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../queries"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".sql"))
+            .count();
+        assert_eq!(on_disk, names.len(), "a queries/*.sql file is not run by the ledger");
+    }
+
+    #[test]
+    fn days_roll_over_months() {
+        assert_eq!(next_day("2026-10-31"), "2026-11-01");
+        assert_eq!(next_day("2026-12-31"), "2027-01-01");
+    }
+}

@@ -1,0 +1,1062 @@
+//! The ledger's configuration file (TOML): how GPU time is attributed to teams, what a GPU-hour
+//! costs, which overheads come on top, and where extra accepted-unit counts come from.
+//!
+//! ```toml
+//! [accounting]
+//! team_label = "team"                 # label key read on pod, Workload, namespace
+//! idle_policy = "platform"            # or "share"
+//! active_threshold_engine = 0.05      # DCGM_FI_PROF_GR_ENGINE_ACTIVE, a 0-1 ratio
+//! active_threshold_util = 5.0         # DCGM_FI_DEV_GPU_UTIL (percent), where engine activity is absent
+//! max_gap_factor = 2.0
+//! currency = "USD"
+//!
+//! [prices]
+//! default = 2.0                       # per GPU-hour; the only required key
+//! [prices.by_model]                   # DCGM modelName -> price
+//! "NVIDIA H100 80GB HBM3" = 2.49
+//! [prices.by_node_label."gpuledger.io/pool"]   # node label key, then value -> price; beats by_model
+//! spot-h100 = 1.10
+//!
+//! [[overheads]]                       # spread over teams by allocated GPU-hours
+//! month = "2026-10"
+//! network = 310.0
+//!
+//! [[overheads]]                       # with `team`: charged to that team directly
+//! month = "2026-10"
+//! team = "serving"
+//! support = 50.0
+//!
+//! [units]
+//! files = ["units.csv"]               # month,team,unit,accepted_units (CSV or .parquet)
+//! ```
+//!
+//! Every mistake is reported as `<file>:<line>: <dotted.key>: <reason>`. Unknown keys are errors
+//! because a misspelt key would otherwise fall back to its default without a word; the only
+//! sections passed through unchecked are `[collector]` and `[serve]`, which belong to components
+//! that validate them themselves.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{DataType, Float64Type};
+use serde::Deserialize;
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+pub const DEFAULT_TEAM_LABEL: &str = "team";
+pub const DEFAULT_ACTIVE_THRESHOLD_ENGINE: f64 = 0.05;
+pub const DEFAULT_ACTIVE_THRESHOLD_UTIL: f64 = 5.0;
+pub const DEFAULT_MAX_GAP_FACTOR: f64 = 2.0;
+pub const DEFAULT_CURRENCY: &str = "USD";
+
+/// The columns of an extra-units file, in the order they are documented.
+const UNIT_COLUMNS: [&str; 4] = ["month", "team", "unit", "accepted_units"];
+
+/// Who carries the cost of GPU time that no team was allocated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IdlePolicy {
+    /// It stays with the `platform` row of the chargeback.
+    #[default]
+    Platform,
+    /// It is spread over the teams in proportion to their allocated GPU-hours.
+    Share,
+}
+
+impl IdlePolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdlePolicy::Platform => "platform",
+            IdlePolicy::Share => "share",
+        }
+    }
+}
+
+impl std::fmt::Display for IdlePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An idle policy name that is neither `platform` nor `share`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown idle policy {0:?} (expected platform or share)")]
+pub struct UnknownIdlePolicy(pub String);
+
+impl FromStr for IdlePolicy {
+    type Err = UnknownIdlePolicy;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "platform" => Ok(IdlePolicy::Platform),
+            "share" => Ok(IdlePolicy::Share),
+            other => Err(UnknownIdlePolicy(other.to_string())),
+        }
+    }
+}
+
+/// A configuration that cannot be used, located in the file that is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The configuration file cannot be read.
+    #[error("{}: cannot read: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A key of the configuration file is wrong. `key` is the dotted path (`overheads[1].month`
+    /// for the second `[[overheads]]` entry); it is empty only for a syntax error no key encloses.
+    #[error("{}:{line}: {}{reason}", path.display(), key_prefix(key))]
+    Invalid { path: PathBuf, line: usize, key: String, reason: String },
+    /// A line of an extra-units file is wrong (for Parquet, `line` is the 1-based row).
+    #[error("{}:{line}: {reason}", path.display())]
+    Units { path: PathBuf, line: usize, reason: String },
+    /// An extra-units file as a whole cannot be used (unreadable Parquet, wrong columns).
+    #[error("{}: {reason}", path.display())]
+    UnitsFile { path: PathBuf, reason: String },
+}
+
+fn key_prefix(key: &str) -> String {
+    if key.is_empty() { String::new() } else { format!("{key}: ") }
+}
+
+/// The whole configuration, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub accounting: Accounting,
+    pub prices: Prices,
+    /// In file order. Several entries for the same month and component add up.
+    pub overheads: Vec<Overhead>,
+    /// The rows of every `[units].files` file, file after file, in row order.
+    pub units: Vec<ExtraUnits>,
+    /// `[units].files`, resolved against the configuration file's directory.
+    pub unit_files: Vec<PathBuf>,
+    /// Reserved for the live collector; kept raw, not validated here.
+    pub collector: Option<toml::Table>,
+    /// Reserved for the server; kept raw, not validated here.
+    pub serve: Option<toml::Table>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Accounting {
+    /// Label key read on pod, Workload and namespace to find a team.
+    pub team_label: String,
+    pub idle_policy: IdlePolicy,
+    /// A GPU sample counts as active at `DCGM_FI_PROF_GR_ENGINE_ACTIVE` >= this (0-1).
+    pub active_threshold_engine: f64,
+    /// Used where engine activity is not exported: active at `DCGM_FI_DEV_GPU_UTIL` >= this (0-100).
+    pub active_threshold_util: f64,
+    /// A gap between samples longer than this many scrape intervals is not counted as GPU time.
+    pub max_gap_factor: f64,
+    /// ISO 4217 code, three uppercase letters.
+    pub currency: String,
+}
+
+impl Default for Accounting {
+    fn default() -> Self {
+        Accounting {
+            team_label: DEFAULT_TEAM_LABEL.to_string(),
+            idle_policy: IdlePolicy::Platform,
+            active_threshold_engine: DEFAULT_ACTIVE_THRESHOLD_ENGINE,
+            active_threshold_util: DEFAULT_ACTIVE_THRESHOLD_UTIL,
+            max_gap_factor: DEFAULT_MAX_GAP_FACTOR,
+            currency: DEFAULT_CURRENCY.to_string(),
+        }
+    }
+}
+
+/// Prices per GPU-hour. A GPU's price is the first matching `by_node_label` entry, else its
+/// model's `by_model` price, else `default`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prices {
+    pub default: f64,
+    /// `(DCGM modelName, price)`, sorted by model name.
+    pub by_model: Vec<(String, f64)>,
+    /// In file order: label keys in the order they first appear in the text, and within a key
+    /// the values in the order they appear. When a node matches several label keys, the first
+    /// one in the file wins.
+    pub by_node_label: Vec<NodeLabelPrice>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeLabelPrice {
+    pub label_key: String,
+    pub label_value: String,
+    pub price: f64,
+}
+
+/// One `[[overheads]]` entry. Without `team` it is spread over the teams by allocated
+/// GPU-hours; with `team` it is charged to that team alone. An absent amount is 0.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Overhead {
+    /// `YYYY-MM`.
+    pub month: String,
+    pub team: Option<String>,
+    pub network: f64,
+    pub storage: f64,
+    pub support: f64,
+    pub operations: f64,
+}
+
+/// One row of an extra-units file: units accepted outside the cluster's own annotations.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExtraUnits {
+    /// `YYYY-MM`.
+    pub month: String,
+    pub team: String,
+    pub unit: String,
+    pub accepted_units: f64,
+}
+
+impl Config {
+    /// Reads and validates the file at `path`; unit files are resolved against its directory.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = fs::read_to_string(path).map_err(|source| ConfigError::Io { path: path.to_path_buf(), source })?;
+        Config::parse(&text, path)
+    }
+
+    /// Validates `text`. `origin` names the file in messages, and its directory is where
+    /// relative unit files are looked for.
+    pub fn parse(text: &str, origin: &Path) -> Result<Config, ConfigError> {
+        let doc = Doc { text, origin };
+        let tree = match DeTable::parse(text) {
+            Ok(tree) => tree,
+            Err(e) => return Err(doc.syntax_error(&e)),
+        };
+        let raw = RawConfig::deserialize(toml::de::Deserializer::from(tree.clone())).map_err(|e| doc.serde_error(tree.get_ref(), &e))?;
+        // A missing `prices.default` is reported at the `[prices]` header, else at line 1.
+        doc.build(raw, key_span(tree.get_ref(), "prices"))
+    }
+
+    /// A configuration with every default and one price for every GPU, for runs without a file.
+    pub fn with_default_price(price: f64) -> Config {
+        Config {
+            accounting: Accounting::default(),
+            prices: Prices { default: price, by_model: Vec::new(), by_node_label: Vec::new() },
+            overheads: Vec::new(),
+            units: Vec::new(),
+            unit_files: Vec::new(),
+            collector: None,
+            serve: None,
+        }
+    }
+}
+
+// The file as serde reads it. Every value checked beyond its type keeps its span, so the
+// check can name the line; all fields are optional so that a missing key is reported by us,
+// with its line, rather than by serde against the whole table.
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    accounting: Option<RawAccounting>,
+    prices: Option<RawPrices>,
+    overheads: Option<Vec<Spanned<RawOverhead>>>,
+    units: Option<RawUnits>,
+    collector: Option<toml::Table>,
+    serve: Option<toml::Table>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAccounting {
+    team_label: Option<Spanned<String>>,
+    idle_policy: Option<Spanned<String>>,
+    active_threshold_engine: Option<Spanned<f64>>,
+    active_threshold_util: Option<Spanned<f64>>,
+    max_gap_factor: Option<Spanned<f64>>,
+    currency: Option<Spanned<String>>,
+}
+
+/// Name -> price. The map's order is by name; the key spans give the file order back.
+type SpannedPrices = BTreeMap<Spanned<String>, Spanned<f64>>;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPrices {
+    default: Option<Spanned<f64>>,
+    by_model: Option<SpannedPrices>,
+    by_node_label: Option<BTreeMap<Spanned<String>, SpannedPrices>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOverhead {
+    month: Option<Spanned<String>>,
+    team: Option<Spanned<String>>,
+    network: Option<Spanned<f64>>,
+    storage: Option<Spanned<f64>>,
+    support: Option<Spanned<f64>>,
+    operations: Option<Spanned<f64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUnits {
+    files: Option<Vec<Spanned<String>>>,
+}
+
+/// The text being validated, for turning spans into `file:line` errors.
+struct Doc<'a> {
+    text: &'a str,
+    origin: &'a Path,
+}
+
+impl Doc<'_> {
+    fn line(&self, offset: usize) -> usize {
+        let end = offset.min(self.text.len());
+        self.text.as_bytes()[..end].iter().filter(|&&b| b == b'\n').count() + 1
+    }
+
+    fn err(&self, span: Range<usize>, key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid { path: self.origin.to_path_buf(), line: self.line(span.start), key: key.into(), reason: reason.into() }
+    }
+
+    fn syntax_error(&self, e: &toml::de::Error) -> ConfigError {
+        let offset = e.span().map_or(0, |s| s.start);
+        // The partially parsed document usually still holds the key being written.
+        let (partial, _) = DeTable::parse_recoverable(self.text);
+        let key = key_at(partial.get_ref(), offset).unwrap_or_default();
+        let mut reason = one_line(e.message());
+        // Some messages ("duplicate key") do not say what they are about; the span does.
+        let snippet = e.span().and_then(|s| self.text.get(s)).map(str::trim).unwrap_or_default();
+        if key.is_empty() && !snippet.is_empty() && !snippet.contains('\n') {
+            reason = format!("{reason} (`{snippet}`)");
+        }
+        self.err(offset..offset, key, reason)
+    }
+
+    fn serde_error(&self, tree: &DeTable<'_>, e: &toml::de::Error) -> ConfigError {
+        let offset = e.span().map_or(0, |s| s.start);
+        let key = key_at(tree, offset).unwrap_or_default();
+        self.err(offset..offset, key, tomlish(&one_line(e.message())))
+    }
+
+    fn build(&self, raw: RawConfig, prices_span: Range<usize>) -> Result<Config, ConfigError> {
+        let accounting = self.accounting(raw.accounting)?;
+        let prices = self.prices(raw.prices, prices_span)?;
+        let overheads = raw.overheads.unwrap_or_default().into_iter().enumerate().map(|(i, o)| self.overhead(i, o)).collect::<Result<Vec<_>, _>>()?;
+        let mut units = Vec::new();
+        let mut unit_files = Vec::new();
+        let base = self.origin.parent().unwrap_or_else(|| Path::new(""));
+        for file in raw.units.and_then(|u| u.files).unwrap_or_default() {
+            let path = base.join(file.get_ref());
+            if !path.is_file() {
+                return Err(self.err(file.span(), "units.files", format!("units file {} not found", path.display())));
+            }
+            units.extend(read_units(&path)?);
+            unit_files.push(path);
+        }
+        Ok(Config { accounting, prices, overheads, units, unit_files, collector: raw.collector, serve: raw.serve })
+    }
+
+    fn accounting(&self, raw: Option<RawAccounting>) -> Result<Accounting, ConfigError> {
+        let mut acc = Accounting::default();
+        let Some(raw) = raw else { return Ok(acc) };
+        if let Some(v) = raw.team_label {
+            let label = v.get_ref();
+            if label.is_empty() || label.chars().any(char::is_whitespace) {
+                return Err(self.err(v.span(), "accounting.team_label", format!("team label {label:?} must be a non-empty label key without spaces")));
+            }
+            acc.team_label = label.clone();
+        }
+        if let Some(v) = raw.idle_policy {
+            acc.idle_policy = v.get_ref().parse().map_err(|e: UnknownIdlePolicy| self.err(v.span(), "accounting.idle_policy", e.to_string()))?;
+        }
+        if let Some(v) = raw.active_threshold_engine {
+            acc.active_threshold_engine = self.ranged(&v, "accounting.active_threshold_engine", 0.0, 1.0, "an engine-active ratio")?;
+        }
+        if let Some(v) = raw.active_threshold_util {
+            acc.active_threshold_util = self.ranged(&v, "accounting.active_threshold_util", 0.0, 100.0, "a utilisation percentage")?;
+        }
+        if let Some(v) = raw.max_gap_factor {
+            let f = *v.get_ref();
+            if !f.is_finite() || f < 1.0 {
+                return Err(self.err(v.span(), "accounting.max_gap_factor", format!("{f} must be a finite number >= 1 (scrape intervals)")));
+            }
+            acc.max_gap_factor = f;
+        }
+        if let Some(v) = raw.currency {
+            let c = v.get_ref();
+            if c.len() != 3 || !c.bytes().all(|b| b.is_ascii_uppercase()) {
+                return Err(self.err(v.span(), "accounting.currency", format!("currency {c:?} must be three uppercase letters (ISO 4217, e.g. USD)")));
+            }
+            acc.currency = c.clone();
+        }
+        Ok(acc)
+    }
+
+    fn ranged(&self, v: &Spanned<f64>, key: &str, lo: f64, hi: f64, what: &str) -> Result<f64, ConfigError> {
+        let f = *v.get_ref();
+        // `contains` is false for NaN, so this also refuses non-finite values.
+        if !(lo..=hi).contains(&f) {
+            return Err(self.err(v.span(), key, format!("{f} must be {what} between {lo} and {hi}")));
+        }
+        Ok(f)
+    }
+
+    fn amount(&self, v: &Spanned<f64>, key: &str) -> Result<f64, ConfigError> {
+        let f = *v.get_ref();
+        if !f.is_finite() || f < 0.0 {
+            return Err(self.err(v.span(), key, format!("{f} must be a finite number >= 0")));
+        }
+        Ok(f)
+    }
+
+    fn prices(&self, raw: Option<RawPrices>, prices_span: Range<usize>) -> Result<Prices, ConfigError> {
+        let missing = || self.err(prices_span.clone(), "prices.default", "missing: a default price per GPU-hour is required");
+        let raw = raw.ok_or_else(missing)?;
+        let default = self.amount(raw.default.as_ref().ok_or_else(missing)?, "prices.default")?;
+
+        let mut by_model = Vec::new();
+        for (model, price) in raw.by_model.unwrap_or_default() {
+            let key = format!("prices.by_model.{}", key_segment(model.get_ref()));
+            if model.get_ref().is_empty() {
+                return Err(self.err(model.span(), key, "empty model name"));
+            }
+            by_model.push((model.into_inner(), self.amount(&price, &key)?));
+        }
+
+        let mut by_node_label = Vec::new();
+        let mut label_keys: Vec<_> = raw.by_node_label.unwrap_or_default().into_iter().collect();
+        // The first label key in the file wins, so keep file order rather than the map's.
+        label_keys.sort_by_key(|(k, _)| k.span().start);
+        for (label_key, values) in label_keys {
+            let key = format!("prices.by_node_label.{}", key_segment(label_key.get_ref()));
+            if label_key.get_ref().is_empty() {
+                return Err(self.err(label_key.span(), key, "empty node label key"));
+            }
+            let mut values: Vec<_> = values.into_iter().collect();
+            values.sort_by_key(|(v, _)| v.span().start);
+            for (value, price) in values {
+                let key = format!("{key}.{}", key_segment(value.get_ref()));
+                let price = self.amount(&price, &key)?;
+                by_node_label.push(NodeLabelPrice { label_key: label_key.get_ref().clone(), label_value: value.into_inner(), price });
+            }
+        }
+        Ok(Prices { default, by_model, by_node_label })
+    }
+
+    fn overhead(&self, index: usize, raw: Spanned<RawOverhead>) -> Result<Overhead, ConfigError> {
+        let at = format!("overheads[{index}]");
+        let entry_span = raw.span();
+        let raw = raw.into_inner();
+        let month = raw.month.ok_or_else(|| self.err(entry_span.clone(), format!("{at}.month"), "missing: every overhead needs a month (YYYY-MM)"))?;
+        if !valid_month(month.get_ref()) {
+            return Err(self.err(month.span(), format!("{at}.month"), format!("month {:?} is not YYYY-MM", month.get_ref())));
+        }
+        let team = match raw.team {
+            Some(t) if t.get_ref().trim().is_empty() => return Err(self.err(t.span(), format!("{at}.team"), "empty team name")),
+            Some(t) => Some(t.into_inner()),
+            None => None,
+        };
+        if raw.network.is_none() && raw.storage.is_none() && raw.support.is_none() && raw.operations.is_none() {
+            return Err(self.err(entry_span, at, "no amount: give at least one of network, storage, support, operations"));
+        }
+        let amount = |v: &Option<Spanned<f64>>, name: &str| v.as_ref().map_or(Ok(0.0), |v| self.amount(v, &format!("{at}.{name}")));
+        Ok(Overhead {
+            month: month.into_inner(),
+            team,
+            network: amount(&raw.network, "network")?,
+            storage: amount(&raw.storage, "storage")?,
+            support: amount(&raw.support, "support")?,
+            operations: amount(&raw.operations, "operations")?,
+        })
+    }
+}
+
+/// toml's messages may span lines; ours are one line each.
+fn one_line(message: &str) -> String {
+    message.trim().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ")
+}
+
+/// serde names Rust types ("expected f64", "map"); the file's author thinks in TOML ones.
+fn tomlish(message: &str) -> String {
+    [("f64", "a number"), ("a sequence", "an array"), ("sequence", "array"), ("a map", "a table"), ("map", "table")]
+        .iter()
+        .fold(message.to_string(), |m, (rust, toml)| {
+            m.replace(&format!("expected {rust}"), &format!("expected {toml}")).replace(&format!("type: {rust}"), &format!("type: {toml}"))
+        })
+}
+
+/// A key as TOML would write it in a dotted path: bare if it can be, quoted otherwise.
+fn key_segment(key: &str) -> String {
+    if !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') { key.to_string() } else { format!("{key:?}") }
+}
+
+fn key_span(table: &DeTable<'_>, name: &str) -> Range<usize> {
+    table.iter().find(|(k, _)| k.get_ref() == name).map_or(0..0, |(k, _)| k.span())
+}
+
+/// The dotted path of the key or value at byte `offset`: the innermost key, scalar or container
+/// whose span holds it (serde errors carry a span but not the path of tables around it).
+fn key_at(table: &DeTable<'_>, offset: usize) -> Option<String> {
+    let mut best: Option<(usize, String)> = None;
+    collect_table(table, "", offset, &mut best);
+    best.map(|(_, path)| path)
+}
+
+fn consider(span: Range<usize>, path: &str, offset: usize, best: &mut Option<(usize, String)>) {
+    let holds = span.contains(&offset) || (span.is_empty() && span.start == offset);
+    let len = span.end - span.start;
+    if holds && best.as_ref().is_none_or(|(l, _)| len < *l) {
+        *best = Some((len, path.to_string()));
+    }
+}
+
+fn collect_table(table: &DeTable<'_>, prefix: &str, offset: usize, best: &mut Option<(usize, String)>) {
+    for (k, v) in table.iter() {
+        let seg = key_segment(k.get_ref());
+        let path = if prefix.is_empty() { seg } else { format!("{prefix}.{seg}") };
+        consider(k.span(), &path, offset, best);
+        collect_value(v, &path, offset, best);
+    }
+}
+
+fn collect_value(v: &Spanned<DeValue<'_>>, path: &str, offset: usize, best: &mut Option<(usize, String)>) {
+    consider(v.span(), path, offset, best);
+    match v.get_ref() {
+        DeValue::Table(t) => collect_table(t, path, offset, best),
+        DeValue::Array(a) => {
+            for (i, item) in a.iter().enumerate() {
+                collect_value(item, &format!("{path}[{i}]"), offset, best);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `YYYY-MM` with a month from 01 to 12.
+fn valid_month(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 7 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-' && b[5..].iter().all(u8::is_ascii_digit) && matches!(s[5..].parse::<u8>(), Ok(1..=12))
+}
+
+/// Reads one extra-units file: Parquet by its `.parquet` extension, CSV otherwise.
+fn read_units(path: &Path) -> Result<Vec<ExtraUnits>, ConfigError> {
+    let parquet = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("parquet"));
+    if parquet { read_units_parquet(path) } else { read_units_csv(path) }
+}
+
+/// Checks one row's values; the caller adds file and line.
+fn unit_row(month: &str, team: &str, unit: &str, accepted_units: f64) -> Result<ExtraUnits, String> {
+    if !valid_month(month) {
+        return Err(format!("month {month:?} is not YYYY-MM"));
+    }
+    if team.is_empty() {
+        return Err("empty team".into());
+    }
+    if unit.is_empty() {
+        return Err("empty unit".into());
+    }
+    if !accepted_units.is_finite() || accepted_units < 0.0 {
+        return Err(format!("accepted_units {accepted_units} must be a finite number >= 0"));
+    }
+    Ok(ExtraUnits { month: month.to_string(), team: team.to_string(), unit: unit.to_string(), accepted_units })
+}
+
+/// Which position each of [`UNIT_COLUMNS`] has, from the header's names.
+fn column_order<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<[usize; 4], String> {
+    let mut pos = [usize::MAX; 4];
+    for (i, name) in names.into_iter().enumerate() {
+        let Some(c) = UNIT_COLUMNS.iter().position(|&c| c == name) else {
+            return Err(format!("unknown column {name:?} (expected exactly {})", UNIT_COLUMNS.join(", ")));
+        };
+        if pos[c] != usize::MAX {
+            return Err(format!("column {name:?} appears twice"));
+        }
+        pos[c] = i;
+    }
+    let missing: Vec<_> = UNIT_COLUMNS.iter().zip(pos).filter(|(_, p)| *p == usize::MAX).map(|(c, _)| *c).collect();
+    if !missing.is_empty() {
+        return Err(format!("missing column(s) {} (expected exactly {})", missing.join(", "), UNIT_COLUMNS.join(", ")));
+    }
+    Ok(pos)
+}
+
+fn read_units_csv(path: &Path) -> Result<Vec<ExtraUnits>, ConfigError> {
+    let text = fs::read_to_string(path).map_err(|e| ConfigError::UnitsFile { path: path.to_path_buf(), reason: format!("cannot read: {e}") })?;
+    let bad = |line: usize, reason: String| ConfigError::Units { path: path.to_path_buf(), line, reason };
+    let mut rows = Vec::new();
+    let mut order: Option<[usize; 4]> = None;
+    for (i, line) in text.trim_start_matches('\u{feff}').lines().enumerate() {
+        let n = i + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let fields = split_csv_line(line).map_err(|r| bad(n, r))?;
+        let Some(pos) = order else {
+            order = Some(column_order(fields.iter().map(String::as_str)).map_err(|r| bad(n, r))?);
+            continue;
+        };
+        if fields.len() != UNIT_COLUMNS.len() {
+            return Err(bad(n, format!("{} fields, expected {}", fields.len(), UNIT_COLUMNS.len())));
+        }
+        let raw_units = &fields[pos[3]];
+        let accepted = raw_units.parse::<f64>().map_err(|_| bad(n, format!("accepted_units {raw_units:?} is not a number")))?;
+        rows.push(unit_row(&fields[pos[0]], &fields[pos[1]], &fields[pos[2]], accepted).map_err(|r| bad(n, r))?);
+    }
+    if order.is_none() {
+        return Err(ConfigError::UnitsFile { path: path.to_path_buf(), reason: format!("empty: expected a header {}", UNIT_COLUMNS.join(",")) });
+    }
+    Ok(rows)
+}
+
+/// Splits one CSV line: fields may be quoted (`"a, b"`, with `""` for a quote); unquoted fields
+/// are trimmed. A quoted field cannot span lines.
+fn split_csv_line(line: &str) -> Result<Vec<String>, String> {
+    let mut fields = Vec::new();
+    let mut field = String::new();
+    let mut quoted = false; // this field started with a quote
+    let mut in_quotes = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if in_quotes => {
+                if chars.peek() == Some(&'"') {
+                    chars.next();
+                    field.push('"');
+                } else {
+                    in_quotes = false;
+                }
+            }
+            '"' if !quoted && field.trim().is_empty() => {
+                field.clear();
+                quoted = true;
+                in_quotes = true;
+            }
+            ',' if !in_quotes => {
+                fields.push(if quoted { std::mem::take(&mut field) } else { std::mem::take(&mut field).trim().to_string() });
+                quoted = false;
+            }
+            c if quoted && !in_quotes => {
+                if !c.is_whitespace() {
+                    return Err(format!("unexpected {c:?} after a closing quote in field {}", fields.len() + 1));
+                }
+            }
+            c => field.push(c),
+        }
+    }
+    if in_quotes {
+        return Err(format!("unterminated quote in field {}", fields.len() + 1));
+    }
+    fields.push(if quoted { field } else { field.trim().to_string() });
+    Ok(fields)
+}
+
+fn read_units_parquet(path: &Path) -> Result<Vec<ExtraUnits>, ConfigError> {
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    let whole = |reason: String| ConfigError::UnitsFile { path: path.to_path_buf(), reason };
+    let file = fs::File::open(path).map_err(|e| whole(format!("cannot read: {e}")))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| whole(format!("not a readable Parquet file: {e}")))?;
+    let schema = builder.schema().clone();
+    column_order(schema.fields().iter().map(|f| f.name().as_str())).map_err(whole)?;
+    for field in schema.fields() {
+        let ok = if field.name() == "accepted_units" { field.data_type().is_numeric() } else { is_string_type(field.data_type()) };
+        if !ok {
+            let want = if field.name() == "accepted_units" { "a number" } else { "a string" };
+            return Err(whole(format!("column {} is {}, expected {want}", field.name(), field.data_type())));
+        }
+    }
+    let reader = builder.build().map_err(|e| whole(format!("cannot read: {e}")))?;
+    let mut rows = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(|e| whole(format!("cannot read: {e}")))?;
+        let col = |name: &str, to: &DataType| {
+            let array = batch.column_by_name(name).ok_or_else(|| whole(format!("missing column {name}")))?;
+            arrow::compute::cast(array, to).map_err(|e| whole(format!("column {name}: {e}")))
+        };
+        let (month, team, unit) = (col("month", &DataType::Utf8)?, col("team", &DataType::Utf8)?, col("unit", &DataType::Utf8)?);
+        let accepted = col("accepted_units", &DataType::Float64)?;
+        let (month, team, unit) = (month.as_string::<i32>(), team.as_string::<i32>(), unit.as_string::<i32>());
+        let accepted = accepted.as_primitive::<Float64Type>();
+        for i in 0..batch.num_rows() {
+            let n = rows.len() + 1;
+            let bad = |reason: String| ConfigError::Units { path: path.to_path_buf(), line: n, reason };
+            for (name, array) in [("month", month as &dyn Array), ("team", team), ("unit", unit), ("accepted_units", accepted)] {
+                if array.is_null(i) {
+                    return Err(bad(format!("{name} is null")));
+                }
+            }
+            rows.push(unit_row(month.value(i), team.value(i), unit.value(i), accepted.value(i)).map_err(bad)?);
+        }
+    }
+    Ok(rows)
+}
+
+fn is_string_type(t: &DataType) -> bool {
+    match t {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => true,
+        DataType::Dictionary(_, v) => is_string_type(v),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    const FULL: &str = r#"[accounting]
+team_label = "team"                 # label key read on pod, Workload, namespace
+idle_policy = "platform"            # or "share"
+active_threshold_engine = 0.05      # DCGM_FI_PROF_GR_ENGINE_ACTIVE
+active_threshold_util = 5.0         # DCGM_FI_DEV_GPU_UTIL, where engine activity is absent
+max_gap_factor = 2.0
+currency = "USD"
+
+[prices]
+default = 2.0                       # per GPU-hour
+[prices.by_model]                   # DCGM modelName -> price
+"NVIDIA H100 80GB HBM3" = 2.49
+[prices.by_node_label."gpuledger.io/pool"]   # node label key, then value -> price; beats by_model
+spot-h100 = 1.10
+
+[[overheads]]                       # spread over teams by allocated GPU-hours
+month = "2026-10"
+network = 310.0
+storage = 190.0
+support = 120.0
+operations = 380.0
+
+[[overheads]]                       # with `team`: charged to that team directly, not spread
+month = "2026-10"
+team = "serving"
+support = 50.0
+"#;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("gpuledger.toml"))
+    }
+
+    /// The error message of `text`, which must fail.
+    fn error(text: &str) -> String {
+        match parse(text) {
+            Ok(c) => panic!("expected an error, got {c:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[track_caller]
+    fn assert_error(text: &str, line: usize, key: &str, words: &[&str]) {
+        let msg = error(text);
+        let at = format!("gpuledger.toml:{line}: {key}: ");
+        assert!(msg.starts_with(&at), "{msg:?} should start with {at:?}");
+        for w in words {
+            assert!(msg.contains(w), "{msg:?} should contain {w:?}");
+        }
+    }
+
+    #[test]
+    fn full_example_parses_to_every_field() {
+        let c = parse(FULL).unwrap();
+        assert_eq!(
+            c,
+            Config {
+                accounting: Accounting {
+                    team_label: "team".into(),
+                    idle_policy: IdlePolicy::Platform,
+                    active_threshold_engine: 0.05,
+                    active_threshold_util: 5.0,
+                    max_gap_factor: 2.0,
+                    currency: "USD".into(),
+                },
+                prices: Prices {
+                    default: 2.0,
+                    by_model: vec![("NVIDIA H100 80GB HBM3".into(), 2.49)],
+                    by_node_label: vec![NodeLabelPrice { label_key: "gpuledger.io/pool".into(), label_value: "spot-h100".into(), price: 1.10 }],
+                },
+                overheads: vec![
+                    Overhead { month: "2026-10".into(), team: None, network: 310.0, storage: 190.0, support: 120.0, operations: 380.0 },
+                    Overhead { month: "2026-10".into(), team: Some("serving".into()), network: 0.0, storage: 0.0, support: 50.0, operations: 0.0 },
+                ],
+                units: vec![],
+                unit_files: vec![],
+                collector: None,
+                serve: None,
+            }
+        );
+    }
+
+    #[test]
+    fn defaults_when_only_the_default_price_is_given() {
+        let c = parse("[prices]\ndefault = 1.5\n").unwrap();
+        assert_eq!(c, Config::with_default_price(1.5));
+        assert_eq!(c.accounting.team_label, "team");
+        assert_eq!(c.accounting.idle_policy, IdlePolicy::Platform);
+        assert_eq!(c.accounting.active_threshold_engine, 0.05);
+        assert_eq!(c.accounting.active_threshold_util, 5.0);
+        assert_eq!(c.accounting.max_gap_factor, 2.0);
+        assert_eq!(c.accounting.currency, "USD");
+        assert!(c.prices.by_model.is_empty() && c.prices.by_node_label.is_empty());
+        assert!(c.overheads.is_empty() && c.units.is_empty() && c.unit_files.is_empty());
+        assert!(c.collector.is_none() && c.serve.is_none());
+    }
+
+    #[test]
+    fn integers_are_accepted_where_numbers_are_expected() {
+        let c = parse("[prices]\ndefault = 2\n[accounting]\nmax_gap_factor = 3\n").unwrap();
+        assert_eq!(c.prices.default, 2.0);
+        assert_eq!(c.accounting.max_gap_factor, 3.0);
+    }
+
+    #[test]
+    fn idle_policy_parses_and_prints() {
+        assert_eq!("share".parse::<IdlePolicy>(), Ok(IdlePolicy::Share));
+        assert_eq!("platform".parse::<IdlePolicy>(), Ok(IdlePolicy::Platform));
+        let e = "Share".parse::<IdlePolicy>().unwrap_err().to_string();
+        assert!(e.contains("\"Share\"") && e.contains("platform") && e.contains("share"), "{e}");
+        assert_eq!(IdlePolicy::Share.as_str(), "share");
+        let c = parse("[accounting]\nidle_policy = \"share\"\n[prices]\ndefault = 1.0\n").unwrap();
+        assert_eq!(c.accounting.idle_policy, IdlePolicy::Share);
+    }
+
+    #[test]
+    fn unknown_key_names_its_table_and_the_accepted_keys() {
+        assert_error(
+            "[prices]\ndefault = 1.0\n\n[accounting]\nteam_lable = \"team\"\n",
+            5,
+            "accounting.team_lable",
+            &["unknown field", "team_label", "idle_policy", "currency"],
+        );
+        assert_error("[prices]\ndefault = 1.0\ncheap = 0.1\n", 3, "prices.cheap", &["unknown field", "by_model"]);
+        assert_error(
+            "[prices]\ndefault = 1.0\n[[overheads]]\nmonth = \"2026-10\"\nnetwork = 1.0\n[[overheads]]\nmonth = \"2026-11\"\nnetwrok = 1.0\n",
+            8,
+            "overheads[1].netwrok",
+            &["unknown field", "network"],
+        );
+        assert_error("[prices]\ndefault = 1.0\n[units]\nfile = []\n", 4, "units.file", &["unknown field", "files"]);
+    }
+
+    #[test]
+    fn collector_and_serve_are_tolerated_other_sections_are_not() {
+        let c = parse("[prices]\ndefault = 1.0\n[collector]\nanything = 1\n[serve]\nlisten = \"0.0.0.0:8080\"\n").unwrap();
+        assert_eq!(c.collector.unwrap().get("anything").and_then(toml::Value::as_integer), Some(1));
+        assert_eq!(c.serve.unwrap().get("listen").and_then(toml::Value::as_str), Some("0.0.0.0:8080"));
+        assert_error("[prices]\ndefault = 1.0\n\n[colector]\nx = 1\n", 4, "colector", &["unknown field", "collector", "serve"]);
+    }
+
+    #[test]
+    fn wrong_type_names_key_and_line() {
+        assert_error(
+            "[prices]\ndefault = 1.0\n[accounting]\nmax_gap_factor = \"two\"\n",
+            4,
+            "accounting.max_gap_factor",
+            &["invalid type: string \"two\", expected a number"],
+        );
+        assert_error("[prices]\ndefault = 1.0\n[units]\nfiles = [\"a.csv\", 3]\n", 4, "units.files[1]", &["invalid type"]);
+        assert_error("[prices]\ndefault = 1.0\n[overheads]\nmonth = \"2026-10\"\n", 3, "overheads", &["invalid type: table, expected an array"]);
+    }
+
+    #[test]
+    fn unknown_idle_policy() {
+        assert_error(
+            "[prices]\ndefault = 1.0\n[accounting]\n\nidle_policy = \"sharing\"\n",
+            5,
+            "accounting.idle_policy",
+            &["unknown idle policy \"sharing\"", "platform", "share"],
+        );
+    }
+
+    #[test]
+    fn missing_default_price() {
+        assert_error("[accounting]\ncurrency = \"EUR\"\n", 1, "prices.default", &["missing", "default price"]);
+        assert_error("[accounting]\ncurrency = \"EUR\"\n\n[prices]\n[prices.by_model]\nx = 1.0\n", 4, "prices.default", &["missing"]);
+        assert_error("", 1, "prices.default", &["missing"]);
+    }
+
+    #[test]
+    fn out_of_range_values() {
+        let p = "[prices]\ndefault = 1.0\n";
+        assert_error("[prices]\ndefault = -1.0\n", 2, "prices.default", &["-1", ">= 0"]);
+        assert_error("[prices]\ndefault = nan\n", 2, "prices.default", &["NaN", "finite"]);
+        assert_error(&format!("{p}[prices.by_model]\n\"NVIDIA L4\" = inf\n"), 4, "prices.by_model.\"NVIDIA L4\"", &["inf", "finite"]);
+        assert_error(
+            &format!("{p}[prices.by_node_label.\"gpuledger.io/pool\"]\nt4 = -0.35\n"),
+            4,
+            "prices.by_node_label.\"gpuledger.io/pool\".t4",
+            &["-0.35", ">= 0"],
+        );
+        assert_error(&format!("{p}[accounting]\nactive_threshold_engine = -0.1\n"), 4, "accounting.active_threshold_engine", &["-0.1", "between 0 and 1"]);
+        assert_error(&format!("{p}[accounting]\nactive_threshold_engine = 5.0\n"), 4, "accounting.active_threshold_engine", &["between 0 and 1"]);
+        assert_error(&format!("{p}[accounting]\nactive_threshold_util = -inf\n"), 4, "accounting.active_threshold_util", &["between 0 and 100"]);
+        assert_error(&format!("{p}[accounting]\nmax_gap_factor = 0.5\n"), 4, "accounting.max_gap_factor", &["0.5", ">= 1"]);
+        assert_error(&format!("{p}[accounting]\nteam_label = \"\"\n"), 4, "accounting.team_label", &["non-empty"]);
+        assert_error(&format!("{p}[accounting]\ncurrency = \"\"\n"), 4, "accounting.currency", &["three uppercase letters"]);
+        assert_error(&format!("{p}[accounting]\ncurrency = \"usd\"\n"), 4, "accounting.currency", &["\"usd\"", "three uppercase letters"]);
+        assert_error(&format!("{p}[accounting]\ncurrency = \"EURO\"\n"), 4, "accounting.currency", &["three uppercase letters"]);
+        assert_error(&format!("{p}[[overheads]]\nmonth = \"2026-10\"\nstorage = -5.0\n"), 5, "overheads[0].storage", &["-5", ">= 0"]);
+    }
+
+    #[test]
+    fn overhead_months_and_amounts() {
+        let p = "[prices]\ndefault = 1.0\n";
+        assert_error(&format!("{p}[[overheads]]\nmonth = \"2026-13\"\nnetwork = 1.0\n"), 4, "overheads[0].month", &["\"2026-13\"", "YYYY-MM"]);
+        assert_error(&format!("{p}[[overheads]]\nmonth = \"2026-1\"\nnetwork = 1.0\n"), 4, "overheads[0].month", &["YYYY-MM"]);
+        assert_error(&format!("{p}[[overheads]]\nmonth = \"2026-00\"\nnetwork = 1.0\n"), 4, "overheads[0].month", &["YYYY-MM"]);
+        assert_error(&format!("{p}[[overheads]]\nnetwork = 1.0\n"), 3, "overheads[0].month", &["missing"]);
+        assert_error(
+            &format!("{p}[[overheads]]\nmonth = \"2026-10\"\nnetwork = 1.0\n\n[[overheads]]\nmonth = \"2026-10\"\nteam = \"nlp\"\n"),
+            7,
+            "overheads[1]",
+            &["no amount", "network", "operations"],
+        );
+        assert_error(&format!("{p}[[overheads]]\nmonth = \"2026-10\"\nteam = \"\"\nsupport = 1.0\n"), 5, "overheads[0].team", &["empty team"]);
+
+        // Two spread entries for the same month and component are both kept: they add up.
+        let c = parse(&format!("{p}[[overheads]]\nmonth = \"2026-10\"\nnetwork = 1.0\n[[overheads]]\nmonth = \"2026-10\"\nnetwork = 2.5\n")).unwrap();
+        assert_eq!(c.overheads.iter().map(|o| o.network).sum::<f64>(), 3.5);
+        assert_eq!(c.overheads.len(), 2);
+    }
+
+    #[test]
+    fn syntax_errors_name_the_line() {
+        let msg = error("[prices]\ndefault = 1.0\n[accounting]\nmax_gap_factor = 2.0.0\n");
+        assert!(msg.starts_with("gpuledger.toml:4: "), "{msg}");
+        let msg = error("[prices]\ndefault = 1.0\n\n[accounting\n");
+        assert!(msg.starts_with("gpuledger.toml:4: "), "{msg}");
+        let msg = error("[prices]\ndefault = 1.0\ndefault = 2.0\n");
+        assert!(msg.starts_with("gpuledger.toml:3: "), "{msg}");
+        assert!(msg.contains("duplicate key (`default`)"), "{msg}");
+        assert!(!msg.contains('\n'), "{msg}");
+    }
+
+    #[test]
+    fn node_label_prices_keep_file_order() {
+        let c = parse(
+            "[prices]\ndefault = 1.0\n[prices.by_node_label.\"z.io/pool\"]\nb = 1.0\na = 2.0\n[prices.by_node_label.\"a.io/pool\"]\nx = 3.0\n[prices.by_model]\n\"Tesla T4\" = 0.3\n\"NVIDIA L4\" = 0.8\n",
+        )
+        .unwrap();
+        let order: Vec<_> = c.prices.by_node_label.iter().map(|p| (p.label_key.as_str(), p.label_value.as_str(), p.price)).collect();
+        assert_eq!(order, [("z.io/pool", "b", 1.0), ("z.io/pool", "a", 2.0), ("a.io/pool", "x", 3.0)]);
+        assert_eq!(c.prices.by_model, [("NVIDIA L4".to_string(), 0.8), ("Tesla T4".to_string(), 0.3)]);
+    }
+
+    fn config_with_units(dir: &Path, files: &str) -> Result<Config, ConfigError> {
+        let path = dir.join("gpuledger.toml");
+        fs::write(&path, format!("[prices]\ndefault = 1.0\n\n[units]\nfiles = [{files}]\n")).unwrap();
+        Config::load(&path)
+    }
+
+    #[test]
+    fn units_csv_good_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(
+            dir.path().join("units.csv"),
+            "team,month,accepted_units,unit\r\nnlp,2026-10,12,\"tokens, billions\"\n\n\"vision\" , 2026-11 , 0.5 , \"say \"\"hi\"\"\"\n",
+        )
+        .unwrap();
+        let c = config_with_units(dir.path(), "\"units.csv\"").unwrap();
+        assert_eq!(c.unit_files, [dir.path().join("units.csv")]);
+        assert_eq!(
+            c.units,
+            [
+                ExtraUnits { month: "2026-10".into(), team: "nlp".into(), unit: "tokens, billions".into(), accepted_units: 12.0 },
+                ExtraUnits { month: "2026-11".into(), team: "vision".into(), unit: "say \"hi\"".into(), accepted_units: 0.5 },
+            ]
+        );
+    }
+
+    #[track_caller]
+    fn assert_units_error(csv: &str, line: usize, words: &[&str]) {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("units.csv"), csv).unwrap();
+        let msg = config_with_units(dir.path(), "\"units.csv\"").unwrap_err().to_string();
+        let at = format!("units.csv:{line}: ");
+        assert!(msg.contains(&at), "{msg:?} should contain {at:?}");
+        for w in words {
+            assert!(msg.contains(w), "{msg:?} should contain {w:?}");
+        }
+    }
+
+    #[test]
+    fn units_csv_bad_lines() {
+        let h = "month,team,unit,accepted_units\n";
+        assert_units_error(&format!("{h}2026-10,nlp,runs,3\n2026-10,nlp,runs,4\n2026-10,nlp,runs,x\n"), 4, &["accepted_units \"x\" is not a number"]);
+        assert_units_error(&format!("{h}2026-10,nlp,runs,-1\n"), 2, &["accepted_units", ">= 0"]);
+        assert_units_error(&format!("{h}2026-10,nlp,runs,NaN\n"), 2, &["finite"]);
+        assert_units_error(&format!("{h}2026-1,nlp,runs,1\n"), 2, &["month \"2026-1\" is not YYYY-MM"]);
+        assert_units_error(&format!("{h}2026-10,nlp,runs\n"), 2, &["3 fields, expected 4"]);
+        assert_units_error(&format!("{h}2026-10,,runs,1\n"), 2, &["empty team"]);
+        assert_units_error(&format!("{h}2026-10,\"nlp,runs,1\n"), 2, &["unterminated quote"]);
+        assert_units_error("month,team,unit,accepted_units,note\n", 1, &["unknown column \"note\""]);
+        assert_units_error("month,team,accepted_units\n", 1, &["missing column", "unit"]);
+        assert_units_error("month,team,team,unit,accepted_units\n", 1, &["\"team\" appears twice"]);
+    }
+
+    #[test]
+    fn missing_units_file_names_the_config_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let msg = config_with_units(dir.path(), "\n  \"nope.csv\",\n").unwrap_err().to_string();
+        assert!(msg.contains("gpuledger.toml:6: units.files: "), "{msg}");
+        assert!(msg.contains("nope.csv") && msg.contains("not found"), "{msg}");
+    }
+
+    #[test]
+    fn units_parquet_int_and_float() {
+        use arrow::array::{Float64Array, Int64Array, RecordBatch, StringArray};
+        use arrow::datatypes::{Field, Schema};
+        use std::sync::Arc;
+
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, units: Arc<dyn Array>| {
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("unit", DataType::Utf8, false),
+                Field::new("month", DataType::Utf8, false),
+                Field::new("team", DataType::Utf8, false),
+                Field::new("accepted_units", units.data_type().clone(), false),
+            ]));
+            let batch = RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(StringArray::from(vec!["runs", "runs"])),
+                    Arc::new(StringArray::from(vec!["2026-10", "2026-11"])),
+                    Arc::new(StringArray::from(vec!["nlp", "serving"])),
+                    units,
+                ],
+            )
+            .unwrap();
+            let mut w = parquet::arrow::ArrowWriter::try_new(fs::File::create(dir.path().join(name)).unwrap(), schema, None).unwrap();
+            w.write(&batch).unwrap();
+            w.close().unwrap();
+        };
+        write("ints.parquet", Arc::new(Int64Array::from(vec![3, 4])));
+        write("floats.parquet", Arc::new(Float64Array::from(vec![1.5, -2.0])));
+        write("more.parquet", Arc::new(Float64Array::from(vec![1.5, 2.0])));
+
+        let c = config_with_units(dir.path(), "\"ints.parquet\", \"more.parquet\"").unwrap();
+        assert_eq!(c.units.len(), 4);
+        assert_eq!(c.units[0], ExtraUnits { month: "2026-10".into(), team: "nlp".into(), unit: "runs".into(), accepted_units: 3.0 });
+        assert_eq!(c.units[3], ExtraUnits { month: "2026-11".into(), team: "serving".into(), unit: "runs".into(), accepted_units: 2.0 });
+
+        let msg = config_with_units(dir.path(), "\"floats.parquet\"").unwrap_err().to_string();
+        assert!(msg.contains("floats.parquet:2: ") && msg.contains(">= 0"), "{msg}");
+    }
+
+    #[test]
+    fn example_file_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/gpuledger.toml");
+        let c = Config::load(&path).unwrap();
+        assert_eq!(c.prices.default, 2.0);
+        assert_eq!(c.accounting.idle_policy, IdlePolicy::Platform);
+        let pools: Vec<_> = c.prices.by_node_label.iter().filter(|p| p.label_key == "gpuledger.io/pool").map(|p| (p.label_value.as_str(), p.price)).collect();
+        assert_eq!(pools, [("h100", 2.49), ("a100-mig", 1.60), ("l4", 0.80), ("t4", 0.35)]);
+        assert!(c.prices.by_model.iter().any(|(m, p)| m == "NVIDIA H100 80GB HBM3" && *p == 2.49));
+        let months: BTreeSet<_> = c.overheads.iter().map(|o| o.month.as_str()).collect();
+        assert_eq!(months, BTreeSet::from(["2026-10", "2026-11"]));
+        assert!(c.overheads.iter().any(|o| o.team.as_deref() == Some("serving")));
+        assert!(c.unit_files.is_empty());
+    }
+
+    #[test]
+    fn unreadable_config_is_an_io_error() {
+        let msg = Config::load(Path::new("/nonexistent/gpuledger.toml")).unwrap_err().to_string();
+        assert!(msg.starts_with("/nonexistent/gpuledger.toml: cannot read"), "{msg}");
+    }
+}

@@ -1,0 +1,133 @@
+//! Reads one month out of a finished accounting run into a [`Report`].
+
+use serde_json::Value;
+
+use crate::accounting::{Accounting, rows};
+use crate::error::Result;
+use crate::report::{ChargebackRow, FailureCauseRow, QueueWaitRow, Report, UnitsRow, UsageRow};
+
+impl Accounting {
+    /// The report of `month` (`YYYY-MM`). Queue waits are those of admissions in that month.
+    pub async fn report(&self, month: &str, currency: &str, idle_policy: &str) -> Result<Report> {
+        let month_lit = month.replace('\'', "''");
+        let chargeback = rows(&self.query(&format!("SELECT * FROM chargeback_monthly WHERE month = '{month_lit}' ORDER BY team")).await?)?
+            .into_iter()
+            .map(|r| ChargebackRow {
+                month: s(&r, "month"),
+                team: s(&r, "team"),
+                productive_gpu_hours: f(&r, "productive_gpu_hours"),
+                allocated_idle_gpu_hours: f(&r, "allocated_idle_gpu_hours"),
+                failed_gpu_hours: f(&r, "failed_gpu_hours"),
+                preempted_gpu_hours: f(&r, "preempted_gpu_hours"),
+                unallocated_gpu_hours: f(&r, "unallocated_gpu_hours"),
+                compute: f(&r, "compute"),
+                network: f(&r, "network"),
+                storage: f(&r, "storage"),
+                support: f(&r, "support"),
+                idle: f(&r, "idle"),
+                failed_runs: f(&r, "failed_runs"),
+                operations: f(&r, "operations"),
+                total: f(&r, "total"),
+                accepted_units: f(&r, "accepted_units"),
+                cost_per_accepted_unit: r.get("cost_per_accepted_unit").and_then(Value::as_f64),
+                provisional_gpu_hours: f(&r, "provisional_gpu_hours"),
+            })
+            .collect();
+        let units = rows(&self.query(&format!("SELECT * FROM accepted_units_monthly WHERE month = '{month_lit}' ORDER BY team, unit")).await?)?
+            .into_iter()
+            .map(|r| UnitsRow { month: s(&r, "month"), team: s(&r, "team"), unit: s(&r, "unit"), accepted_units: f(&r, "accepted_units") })
+            .collect();
+        let usage_sql = format!(
+            "SELECT h.team, h.state, COALESCE(h.model_name, 'unknown') AS model_name, SUM(h.gpu_hours) AS gpu_hours,
+                    SUM(CASE WHEN h.provisional THEN h.gpu_hours ELSE 0 END) AS provisional_gpu_hours,
+                    SUM(h.cost) AS cost
+             FROM priced_state_hours h WHERE h.month = '{month_lit}'
+             GROUP BY h.team, h.state, COALESCE(h.model_name, 'unknown') ORDER BY h.team, h.state, model_name"
+        );
+        let mut usage: Vec<UsageRow> = rows(&self.query(&usage_sql).await?)?
+            .into_iter()
+            .map(|r| UsageRow {
+                month: month.to_string(),
+                team: s(&r, "team"),
+                state: s(&r, "state"),
+                model_name: s(&r, "model_name"),
+                gpu_hours: f(&r, "gpu_hours"),
+                provisional_gpu_hours: f(&r, "provisional_gpu_hours"),
+                cost: f(&r, "cost"),
+                accepted_units: 0.0,
+            })
+            .collect();
+        // A team's units go to its productive rows, in proportion to their GPU-hours.
+        for team_units in rows(&self.query(&format!("SELECT team, SUM(accepted_units) AS u FROM accepted_units_monthly WHERE month = '{month_lit}' GROUP BY team")).await?)? {
+            let team = s(&team_units, "team");
+            let productive: f64 = usage.iter().filter(|u| u.team == team && u.state == "productive").map(|u| u.gpu_hours).sum();
+            if productive > 0.0 {
+                for u in usage.iter_mut().filter(|u| u.team == team && u.state == "productive") {
+                    u.accepted_units = f(&team_units, "u") * u.gpu_hours / productive;
+                }
+            }
+        }
+        let failure_causes = rows(&self.query(&format!("SELECT * FROM failure_causes WHERE month = '{month_lit}' ORDER BY cost DESC, gpu_hours DESC, cause")).await?)?
+            .into_iter()
+            .map(|r| FailureCauseRow {
+                outcome: s(&r, "outcome"),
+                cause: s(&r, "cause"),
+                segments: r.get("segments").and_then(Value::as_i64).unwrap_or(0),
+                gpu_hours: f(&r, "gpu_hours"),
+                cost: f(&r, "cost"),
+            })
+            .collect();
+        // The summary view covers all time; the month's own waits are summarised here the same way.
+        let waits_sql = format!(
+            "SELECT w.team, w.cluster_queue, w.admissions, w.p50_seconds, w.p95_seconds, w.max_seconds,
+                    COALESCE(e.evictions, 0) AS evictions, COALESCE(e.eviction_reasons, '') AS eviction_reasons
+             FROM (
+                 SELECT team, cluster_queue, COUNT(*) AS admissions,
+                        MIN(CASE WHEN rn >= CEIL(0.50 * n) THEN wait_seconds END) AS p50_seconds,
+                        MIN(CASE WHEN rn >= CEIL(0.95 * n) THEN wait_seconds END) AS p95_seconds,
+                        MAX(wait_seconds) AS max_seconds
+                 FROM (SELECT team, cluster_queue, wait_seconds,
+                              ROW_NUMBER() OVER (PARTITION BY team, cluster_queue ORDER BY wait_seconds) AS rn,
+                              COUNT(*) OVER (PARTITION BY team, cluster_queue) AS n
+                       FROM queue_waits WHERE to_char(admitted_at, '%Y-%m') = '{month_lit}')
+                 GROUP BY team, cluster_queue) w
+             LEFT JOIN queue_wait_summary e ON e.team = w.team AND e.cluster_queue = w.cluster_queue
+             ORDER BY w.team, w.cluster_queue"
+        );
+        let queue_waits = rows(&self.query(&waits_sql).await?)?
+            .into_iter()
+            .map(|r| QueueWaitRow {
+                team: s(&r, "team"),
+                cluster_queue: s(&r, "cluster_queue"),
+                admissions: r.get("admissions").and_then(Value::as_i64).unwrap_or(0),
+                p50_seconds: f(&r, "p50_seconds"),
+                p95_seconds: f(&r, "p95_seconds"),
+                max_seconds: f(&r, "max_seconds"),
+                evictions: r.get("evictions").and_then(Value::as_i64).unwrap_or(0),
+                eviction_reasons: s(&r, "eviction_reasons"),
+            })
+            .collect();
+        Ok(Report {
+            month: month.to_string(),
+            currency: currency.to_string(),
+            idle_policy: idle_policy.to_string(),
+            chargeback,
+            units,
+            usage,
+            failure_causes,
+            queue_waits,
+        })
+    }
+}
+
+fn s(row: &std::collections::BTreeMap<String, Value>, key: &str) -> String {
+    match row.get(key) {
+        Some(Value::String(v)) => v.clone(),
+        Some(Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
+    }
+}
+
+fn f(row: &std::collections::BTreeMap<String, Value>, key: &str) -> f64 {
+    row.get(key).and_then(Value::as_f64).unwrap_or(0.0)
+}

@@ -1,0 +1,477 @@
+//! The report as one self-contained HTML page for finance readers.
+//!
+//! Everything is inline: a small stylesheet, and charts drawn as SVG by this module (no
+//! JavaScript, no fonts, images or stylesheets fetched from anywhere), so the file can be
+//! mailed, archived and opened offline, and prints as it shows. Every string that comes from
+//! the data (team names, queues, causes) is HTML-escaped.
+
+use std::collections::BTreeMap;
+
+use super::text::{duration_fmt, hours_fmt, money_fmt, per_unit_fmt, provisional_note, units_fmt};
+use super::{CSV_COLUMNS, ChargebackRow, Report};
+
+/// GPU states in chart order, with their fixed colours.
+const STATES: [(&str, &str); 5] =
+    [("productive", "#2e7d32"), ("allocated idle", "#f9a825"), ("failed", "#c62828"), ("preempted", "#6a1b9a"), ("unallocated", "#9e9e9e")];
+
+/// Cost components in chart order, with their fixed colours.
+const COMPONENTS: [(&str, &str); 7] = [
+    ("compute", "#1565c0"),
+    ("network", "#00838f"),
+    ("storage", "#6d4c41"),
+    ("support", "#7e57c2"),
+    ("idle", "#f9a825"),
+    ("failed runs", "#c62828"),
+    ("operations", "#546e7a"),
+];
+
+/// How many failure causes the page lists and charts.
+const TOP_CAUSES: usize = 10;
+
+const STYLE: &str = "\
+body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:#222;margin:2em auto;max-width:1200px;padding:0 1em}
+h1{font-size:1.6em;margin-bottom:.2em}h2{font-size:1.2em;margin-top:1.8em;border-bottom:1px solid #ccc}
+.meta{color:#555;margin-top:0}.note{background:#fff8e1;border-left:4px solid #f9a825;padding:.4em .8em}
+.wide{overflow-x:auto}table{border-collapse:collapse;font-size:13px;margin:.5em 0}
+th,td{padding:.25em .6em;border-bottom:1px solid #e0e0e0}td{white-space:nowrap}
+th{background:#f5f5f5;text-align:left;vertical-align:bottom}
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+tfoot td{font-weight:bold;border-top:2px solid #999}
+.prov{color:#e65100;font-weight:bold}
+svg{max-width:100%;height:auto;display:block;margin:.5em 0}svg text{font-family:system-ui,sans-serif;font-size:12px;fill:#222}
+@media print{body{margin:0;max-width:none}section{break-inside:avoid}*{-webkit-print-color-adjust:exact;print-color-adjust:exact}}
+";
+
+/// Renders `report` as a complete HTML5 document.
+pub fn render(report: &Report) -> String {
+    let mut h = String::with_capacity(32 * 1024);
+    let title = format!("GPU chargeback {}", report.month);
+    h.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
+    h.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
+    h.push_str(&format!("<title>{}</title>\n<style>\n{STYLE}</style>\n</head>\n<body>\n", esc(&title)));
+    h.push_str(&format!("<h1>{}</h1>\n", esc(&title)));
+    h.push_str(&format!(
+        "<p class=\"meta\">Currency {} &middot; idle policy <b>{}</b> &middot; total {} {}</p>\n",
+        esc(&report.currency),
+        esc(&report.idle_policy),
+        esc(&money_fmt(report.total())),
+        esc(&report.currency),
+    ));
+    let provisional = report.provisional_gpu_hours();
+    if provisional > 0.0 {
+        h.push_str(&format!("<p class=\"note\"><span class=\"prov\">*</span> {}</p>\n", esc(&provisional_note(provisional))));
+    }
+
+    section(&mut h, "Chargeback", &chargeback_table(report));
+    section(&mut h, "GPU-hours by state", &hours_chart(report));
+    section(&mut h, &format!("Cost by component ({})", report.currency), &cost_chart(report));
+    section(&mut h, &format!("Cost per accepted unit ({})", report.currency), &per_unit_chart(report));
+    if !report.failure_causes.is_empty() {
+        section(&mut h, "Top failure causes", &failures(report));
+    }
+    if !report.queue_waits.is_empty() {
+        section(&mut h, "Queue waits", &queue_table(report));
+    }
+    h.push_str("</body>\n</html>\n");
+    h
+}
+
+fn section(h: &mut String, title: &str, body: &str) {
+    h.push_str(&format!("<section>\n<h2>{}</h2>\n{body}</section>\n", esc(title)));
+}
+
+/// Escapes text for HTML content and attribute values alike.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn provisional(r: &ChargebackRow) -> bool {
+    r.provisional_gpu_hours > 0.0
+}
+
+/// The team cell: the name, and a marker with the provisional hours when there are some.
+fn team_cell(r: &ChargebackRow) -> String {
+    if provisional(r) {
+        format!(
+            "{}<span class=\"prov\" title=\"{} provisional GPU-hours\">*</span>",
+            esc(&r.team),
+            esc(&hours_fmt(r.provisional_gpu_hours))
+        )
+    } else {
+        esc(&r.team)
+    }
+}
+
+/// One `<td>` per CSV column, numbers right-aligned.
+fn chargeback_table(report: &Report) -> String {
+    let mut t = String::from("<div class=\"wide\"><table>\n<thead><tr>");
+    for (i, c) in CSV_COLUMNS.iter().enumerate() {
+        let class = if i >= 2 { " class=\"n\"" } else { "" };
+        t.push_str(&format!("<th{class}>{}</th>", esc(&column_title(c))));
+    }
+    t.push_str("</tr></thead>\n<tbody>\n");
+    let num = |v: String| format!("<td class=\"n\">{}</td>", esc(&v));
+    for r in &report.chargeback {
+        t.push_str(&format!("<tr><td>{}</td><td>{}</td>", esc(&r.month), team_cell(r)));
+        for v in hours(r) {
+            t.push_str(&num(hours_fmt(v)));
+        }
+        for v in costs(r) {
+            t.push_str(&num(money_fmt(v)));
+        }
+        t.push_str(&num(money_fmt(r.total)));
+        t.push_str(&num(units_fmt(r.accepted_units)));
+        t.push_str(&num(r.cost_per_accepted_unit.map(per_unit_fmt).unwrap_or_else(|| "no units".into())));
+        t.push_str("</tr>\n");
+    }
+    t.push_str("</tbody>\n<tfoot><tr><td></td><td>TOTAL</td>");
+    let mut hour_totals = [0.0; 5];
+    let mut cost_totals = [0.0; 7];
+    for r in &report.chargeback {
+        hour_totals.iter_mut().zip(hours(r)).for_each(|(t, v)| *t += v);
+        cost_totals.iter_mut().zip(costs(r)).for_each(|(t, v)| *t += v);
+    }
+    for v in hour_totals {
+        t.push_str(&num(hours_fmt(v)));
+    }
+    for v in cost_totals {
+        t.push_str(&num(money_fmt(v)));
+    }
+    t.push_str(&num(money_fmt(report.total())));
+    // Units differ between teams (tokens, images...), so they have no total.
+    t.push_str("<td></td><td></td></tr></tfoot>\n</table></div>\n");
+    t
+}
+
+/// A CSV column name as a header people read: `productive_gpu_hours` -> `productive GPU hours`.
+fn column_title(column: &str) -> String {
+    column.split('_').map(|w| if w == "gpu" { "GPU" } else { w }).collect::<Vec<_>>().join(" ")
+}
+
+/// A row's GPU-hours in [`STATES`] order.
+fn hours(r: &ChargebackRow) -> [f64; 5] {
+    [r.productive_gpu_hours, r.allocated_idle_gpu_hours, r.failed_gpu_hours, r.preempted_gpu_hours, r.unallocated_gpu_hours]
+}
+
+/// A row's cost components in [`COMPONENTS`] order.
+fn costs(r: &ChargebackRow) -> [f64; 7] {
+    [r.compute, r.network, r.storage, r.support, r.idle, r.failed_runs, r.operations]
+}
+
+fn hours_chart(report: &Report) -> String {
+    let bars: Vec<Bar> = report
+        .chargeback
+        .iter()
+        .map(|r| {
+            let values = hours(r).to_vec();
+            let end = format!("{} h{}", hours_fmt(values.iter().sum()), if provisional(r) { " *" } else { "" });
+            Bar { label: r.team.clone(), values, end }
+        })
+        .collect();
+    Chart { series: &STATES, bars, value: &|v| format!("{} GPU-hours", hours_fmt(v)), title: "GPU-hours by state and team" }.svg()
+}
+
+fn cost_chart(report: &Report) -> String {
+    let currency = report.currency.as_str();
+    let bars: Vec<Bar> =
+        report.chargeback.iter().map(|r| Bar { label: r.team.clone(), values: costs(r).to_vec(), end: money_fmt(r.total) }).collect();
+    Chart { series: &COMPONENTS, bars, value: &|v| format!("{} {currency}", money_fmt(v)), title: "Cost by component and team" }.svg()
+}
+
+fn per_unit_chart(report: &Report) -> String {
+    // Which units a team delivered, to say what "per unit" means on its bar.
+    let mut unit_names: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for u in &report.units {
+        let names = unit_names.entry(u.team.as_str()).or_default();
+        if !names.contains(&u.unit.as_str()) {
+            names.push(u.unit.as_str());
+        }
+    }
+    let currency = report.currency.as_str();
+    let bars: Vec<Bar> = report
+        .chargeback
+        .iter()
+        .map(|r| match r.cost_per_accepted_unit {
+            Some(v) => {
+                let units = unit_names.get(r.team.as_str()).map(|n| format!(" ({})", n.join(", "))).unwrap_or_default();
+                Bar { label: r.team.clone(), values: vec![v], end: format!("{} {currency}/unit{units}", per_unit_fmt(v)) }
+            }
+            None => Bar { label: r.team.clone(), values: Vec::new(), end: "no units".into() },
+        })
+        .collect();
+    Chart {
+        series: &[("cost per unit", "#1565c0")],
+        bars,
+        value: &|v| format!("{} {currency}", per_unit_fmt(v)),
+        title: "Cost per accepted unit by team",
+    }
+    .svg()
+}
+
+fn failures(report: &Report) -> String {
+    let top = report.failure_causes.iter().take(TOP_CAUSES);
+    let mut t =
+        String::from("<table>\n<thead><tr><th>outcome</th><th>cause</th><th class=\"n\">segments</th><th class=\"n\">GPU-hours</th>");
+    t.push_str(&format!("<th class=\"n\">wasted cost ({})</th></tr></thead>\n<tbody>\n", esc(&report.currency)));
+    for f in top.clone() {
+        t.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
+            esc(&f.outcome),
+            esc(&f.cause),
+            f.segments,
+            esc(&hours_fmt(f.gpu_hours)),
+            esc(&money_fmt(f.cost))
+        ));
+    }
+    t.push_str("</tbody>\n</table>\n");
+    let currency = report.currency.as_str();
+    // One series per outcome, so failures and preemptions keep their colours from the hours chart.
+    let series = [("failed", "#c62828"), ("preempted", "#6a1b9a")];
+    let bars = top
+        .map(|f| {
+            let preempted = f.outcome == "preempted";
+            Bar {
+                label: format!("{} ({})", f.cause, f.outcome),
+                values: if preempted { vec![0.0, f.cost] } else { vec![f.cost, 0.0] },
+                end: money_fmt(f.cost),
+            }
+        })
+        .collect();
+    t.push_str(
+        &Chart { series: &series, bars, value: &|v| format!("{} {currency}", money_fmt(v)), title: "Wasted cost by failure cause" }.svg(),
+    );
+    t
+}
+
+fn queue_table(report: &Report) -> String {
+    let mut t = String::from("<table>\n<thead><tr><th>team</th><th>ClusterQueue</th><th class=\"n\">admissions</th>");
+    t.push_str("<th class=\"n\">p50 wait</th><th class=\"n\">p95 wait</th><th class=\"n\">max wait</th><th class=\"n\">evictions</th><th>eviction reasons</th></tr></thead>\n<tbody>\n");
+    for q in &report.queue_waits {
+        t.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>\n",
+            esc(&q.team),
+            esc(&q.cluster_queue),
+            q.admissions,
+            duration_fmt(q.p50_seconds),
+            duration_fmt(q.p95_seconds),
+            duration_fmt(q.max_seconds),
+            q.evictions,
+            esc(&q.eviction_reasons)
+        ));
+    }
+    t.push_str("</tbody>\n</table>\n");
+    t
+}
+
+/// One horizontal bar: its label, its segments (one per series) and the text at its end.
+struct Bar {
+    label: String,
+    values: Vec<f64>,
+    end: String,
+}
+
+/// A horizontal (stacked) bar chart drawn as SVG.
+struct Chart<'a> {
+    series: &'a [(&'a str, &'a str)],
+    bars: Vec<Bar>,
+    /// Formats a value for the tooltips and axis.
+    value: &'a dyn Fn(f64) -> String,
+    title: &'a str,
+}
+
+const WIDTH: f64 = 900.0;
+const LABEL_W: f64 = 180.0;
+const PLOT_W: f64 = 520.0;
+const ROW_H: f64 = 26.0;
+const BAR_H: f64 = 18.0;
+const LEGEND_H: f64 = 28.0;
+const AXIS_H: f64 = 24.0;
+const LABEL_CHARS: usize = 26;
+
+impl Chart<'_> {
+    fn svg(&self) -> String {
+        if self.bars.is_empty() {
+            return "<p>No data.</p>\n".into();
+        }
+        // Negative amounts (credits) are not drawn; the tables show them.
+        let total = |b: &Bar| b.values.iter().map(|v| v.max(0.0)).sum::<f64>();
+        let max = self.bars.iter().map(total).fold(0.0, f64::max);
+        let (step, axis_max) = nice_axis(max);
+        let legend = self.series.len() > 1;
+        let top = if legend { LEGEND_H } else { 6.0 };
+        let height = top + ROW_H * self.bars.len() as f64 + AXIS_H;
+        let x = |v: f64| LABEL_W + v / axis_max * PLOT_W;
+
+        let mut s = format!(
+            "<svg viewBox=\"0 0 {WIDTH} {height:.0}\" width=\"{WIDTH}\" height=\"{height:.0}\" role=\"img\" aria-label=\"{}\">\n<title>{}</title>\n",
+            esc(self.title),
+            esc(self.title)
+        );
+        if legend {
+            let mut lx = LABEL_W;
+            for (name, colour) in self.series {
+                s.push_str(&format!(
+                    "<rect x=\"{lx:.1}\" y=\"8\" width=\"12\" height=\"12\" fill=\"{colour}\"/><text x=\"{:.1}\" y=\"18\">{}</text>\n",
+                    lx + 16.0,
+                    esc(name)
+                ));
+                lx += 16.0 + 7.0 * name.chars().count() as f64 + 18.0;
+            }
+        }
+        // Grid lines and their values.
+        let plot_bottom = top + ROW_H * self.bars.len() as f64;
+        let mut tick = 0.0;
+        while tick <= axis_max + step / 2.0 {
+            let tx = x(tick);
+            s.push_str(&format!(
+                "<line x1=\"{tx:.1}\" y1=\"{top:.1}\" x2=\"{tx:.1}\" y2=\"{plot_bottom:.1}\" stroke=\"#ddd\"/><text x=\"{tx:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#666\">{}</text>\n",
+                plot_bottom + 16.0,
+                esc(&axis_label(tick, step))
+            ));
+            tick += step;
+        }
+        for (i, bar) in self.bars.iter().enumerate() {
+            let y = top + ROW_H * i as f64 + (ROW_H - BAR_H) / 2.0;
+            let text_y = y + BAR_H / 2.0 + 4.0;
+            s.push_str(&format!(
+                "<text x=\"{:.1}\" y=\"{text_y:.1}\" text-anchor=\"end\"><title>{}</title>{}</text>\n",
+                LABEL_W - 8.0,
+                esc(&bar.label),
+                esc(&shorten(&bar.label))
+            ));
+            let mut start = 0.0;
+            for (v, (name, colour)) in bar.values.iter().zip(self.series) {
+                let v = v.max(0.0);
+                if v == 0.0 {
+                    continue;
+                }
+                let (x0, x1) = (x(start), x(start + v));
+                s.push_str(&format!(
+                    "<rect x=\"{x0:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{BAR_H}\" fill=\"{colour}\"><title>{}: {} {}</title></rect>\n",
+                    (x1 - x0).max(0.5),
+                    esc(&bar.label),
+                    esc(name),
+                    esc(&(self.value)(v))
+                ));
+                start += v;
+            }
+            s.push_str(&format!("<text x=\"{:.1}\" y=\"{text_y:.1}\">{}</text>\n", x(start) + 6.0, esc(&bar.end)));
+        }
+        s.push_str("</svg>\n");
+        s
+    }
+}
+
+/// An axis from 0 with a round step (1, 2 or 5 times a power of ten) and about five ticks.
+fn nice_axis(max: f64) -> (f64, f64) {
+    if !max.is_finite() || max <= 0.0 {
+        return (1.0, 1.0);
+    }
+    let raw = max / 5.0;
+    let magnitude = 10f64.powf(raw.log10().floor());
+    let step = match raw / magnitude {
+        n if n <= 1.0 => 1.0,
+        n if n <= 2.0 => 2.0,
+        n if n <= 5.0 => 5.0,
+        _ => 10.0,
+    } * magnitude;
+    (step, (max / step).ceil() * step)
+}
+
+/// A tick value with as many decimals as the step needs.
+fn axis_label(v: f64, step: f64) -> String {
+    let decimals = if step >= 1.0 { 0 } else { (-step.log10().floor()) as usize };
+    super::text::grouped(v, decimals)
+}
+
+/// Long labels are cut (the full text is in the tooltip).
+fn shorten(s: &str) -> String {
+    if s.chars().count() <= LABEL_CHARS { s.to_string() } else { format!("{}…", s.chars().take(LABEL_CHARS - 1).collect::<String>()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixture;
+    use super::*;
+
+    #[test]
+    fn page_is_self_contained_with_charts_and_every_team() {
+        let report = fixture::report();
+        let html = render(&report);
+        assert!(html.starts_with("<!DOCTYPE html>"));
+        assert!(html.trim_end().ends_with("</html>"));
+        for team in ["ml-research", "platform", "vision"] {
+            assert!(html.contains(team), "{team} missing");
+        }
+        let opened = html.matches("<svg").count();
+        assert_eq!(opened, 4, "hours, cost, per unit, failure causes");
+        assert_eq!(opened, html.matches("</svg>").count());
+        for tag in ["table", "section", "tr", "text", "title"] {
+            assert_eq!(
+                html.matches(&format!("<{tag}>")).count() + html.matches(&format!("<{tag} ")).count(),
+                html.matches(&format!("</{tag}>")).count(),
+                "<{tag}> unbalanced"
+            );
+        }
+        assert!(!html.contains("http://") && !html.contains("https://"));
+        assert!(!html.contains("<script") && !html.contains("<link") && !html.contains("<img") && !html.contains("url("));
+        assert!(html.contains("GPU-hours belong to runs still running"));
+        assert!(html.contains(">productive GPU hours</th>"));
+        assert!(html.contains("no units"));
+        assert!(html.contains("OOMKilled") && html.contains("4m12s") && html.contains("2h03m"));
+        // Every CSV column has a header.
+        for c in CSV_COLUMNS {
+            assert!(html.contains(&format!(">{}</th>", column_title(c))), "{c}");
+        }
+        // ml-research is marked provisional, vision is not.
+        assert!(html.contains("ml-research<span class=\"prov\""));
+        assert!(!html.contains("vision<span class=\"prov\""));
+    }
+
+    #[test]
+    fn data_text_is_escaped() {
+        let mut report = fixture::report();
+        report.chargeback[2].team = "<script>alert('x')</script> & co".into();
+        report.failure_causes[0].cause = "<b>OOM</b>".into();
+        let html = render(&report);
+        assert!(!html.contains("<script"));
+        assert!(html.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; co"));
+        assert!(!html.contains("<b>OOM"));
+        assert_eq!(html.matches("<svg").count(), html.matches("</svg>").count());
+    }
+
+    #[test]
+    fn no_note_when_settled_and_no_charts_without_teams() {
+        let html = render(&fixture::settled());
+        assert!(!html.contains("class=\"note\""));
+        assert!(!html.contains("<span class=\"prov\""));
+
+        let mut empty = fixture::report();
+        empty.chargeback.clear();
+        empty.failure_causes.clear();
+        empty.queue_waits.clear();
+        let html = render(&empty);
+        assert_eq!(html.matches("<svg").count(), 0);
+        assert!(html.contains("No data."));
+    }
+
+    #[test]
+    fn axis_is_round() {
+        assert_eq!(nice_axis(290.5), (100.0, 300.0));
+        assert_eq!(nice_axis(0.72), (0.2, 0.8));
+        assert_eq!(nice_axis(0.0), (1.0, 1.0));
+        assert_eq!(axis_label(0.4, 0.2), "0.4");
+        assert_eq!(axis_label(2000.0, 500.0), "2,000");
+    }
+}

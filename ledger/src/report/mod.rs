@@ -1,0 +1,309 @@
+//! One month's chargeback as plain data, and the formats it is written in.
+//!
+//! The ledger fills a [`Report`] from its derived tables; the renderers in this module
+//! only format it, they never compute figures of their own.
+
+pub mod focus;
+pub mod html;
+pub mod text;
+
+use serde::Serialize;
+
+/// The columns of `report --format csv`, in this order (the contract finance scripts read).
+pub const CSV_COLUMNS: [&str; 17] = [
+    "month",
+    "team",
+    "productive_gpu_hours",
+    "allocated_idle_gpu_hours",
+    "failed_gpu_hours",
+    "preempted_gpu_hours",
+    "unallocated_gpu_hours",
+    "compute",
+    "network",
+    "storage",
+    "support",
+    "idle",
+    "failed_runs",
+    "operations",
+    "total",
+    "accepted_units",
+    "cost_per_accepted_unit",
+];
+
+/// Everything a month's report shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// `YYYY-MM`.
+    pub month: String,
+    pub currency: String,
+    /// `platform` or `share`.
+    pub idle_policy: String,
+    /// One row per team, `platform` included, sorted by team.
+    pub chargeback: Vec<ChargebackRow>,
+    /// Accepted units by team and unit name.
+    pub units: Vec<UnitsRow>,
+    /// GPU-hours and cost by team, state and GPU model (the FOCUS grain).
+    pub usage: Vec<UsageRow>,
+    /// Failure and preemption causes, most wasted cost first.
+    pub failure_causes: Vec<FailureCauseRow>,
+    /// Queue waits by team and ClusterQueue.
+    pub queue_waits: Vec<QueueWaitRow>,
+}
+
+/// One team's month (the `csv` row, plus the provisional hours).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ChargebackRow {
+    pub month: String,
+    pub team: String,
+    pub productive_gpu_hours: f64,
+    pub allocated_idle_gpu_hours: f64,
+    pub failed_gpu_hours: f64,
+    pub preempted_gpu_hours: f64,
+    pub unallocated_gpu_hours: f64,
+    pub compute: f64,
+    pub network: f64,
+    pub storage: f64,
+    pub support: f64,
+    pub idle: f64,
+    pub failed_runs: f64,
+    pub operations: f64,
+    pub total: f64,
+    pub accepted_units: f64,
+    /// `None` where the team accepted no units.
+    pub cost_per_accepted_unit: Option<f64>,
+    /// GPU-hours of runs still running at the end of the data (already inside the
+    /// productive and allocated_idle figures): they settle when the outcome arrives.
+    pub provisional_gpu_hours: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct UnitsRow {
+    pub month: String,
+    pub team: String,
+    pub unit: String,
+    pub accepted_units: f64,
+}
+
+/// GPU-hours and cost of one team in one state on one GPU model.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct UsageRow {
+    pub month: String,
+    pub team: String,
+    /// productive, allocated_idle, failed, preempted or unallocated.
+    pub state: String,
+    pub model_name: String,
+    pub gpu_hours: f64,
+    pub provisional_gpu_hours: f64,
+    /// Price list cost of these hours (GPU-hours x price).
+    pub cost: f64,
+    /// Accepted units the team's runs on this model delivered (productive rows only; 0 elsewhere).
+    pub accepted_units: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FailureCauseRow {
+    /// `failed` or `preempted`.
+    pub outcome: String,
+    /// The Workload reason refined by the pod's last termination, e.g. OOMKilled, Error, Preempted.
+    pub cause: String,
+    pub segments: i64,
+    pub gpu_hours: f64,
+    pub cost: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct QueueWaitRow {
+    pub team: String,
+    pub cluster_queue: String,
+    /// Admissions (first admissions and readmissions after eviction).
+    pub admissions: i64,
+    pub p50_seconds: f64,
+    pub p95_seconds: f64,
+    pub max_seconds: f64,
+    /// Evictions and their reasons, e.g. `Preempted x3`.
+    pub evictions: i64,
+    pub eviction_reasons: String,
+}
+
+impl Report {
+    /// The team rows' totals (for a footer line).
+    pub fn total(&self) -> f64 {
+        self.chargeback.iter().map(|r| r.total).sum()
+    }
+
+    /// GPU-hours of runs still running, summed over teams.
+    pub fn provisional_gpu_hours(&self) -> f64 {
+        self.chargeback.iter().map(|r| r.provisional_gpu_hours).sum()
+    }
+}
+
+/// Why writing a report to files failed (the FOCUS export writes CSV and Parquet).
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// Creating, writing, syncing or renaming a file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The Parquet writer failed.
+    #[error("writing Parquet: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    /// Building the Arrow batch or writing it as CSV failed.
+    #[error("building the export table: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+    /// The report's month is not `YYYY-MM`, so it has no billing period.
+    #[error("month `{month}` is not YYYY-MM")]
+    Month { month: String },
+}
+
+/// A small hand-made report the renderers' tests share.
+///
+/// Idle policy `share`: platform's 8 unallocated GPU-hours (16.00) were moved to the
+/// other teams' `idle` (6.00 to ml-research, 10.00 to vision), so the chargeback rows differ
+/// from the usage rows' price-list cost by exactly those amounts.
+#[cfg(test)]
+pub(crate) mod fixture {
+    use super::*;
+
+    fn usage(team: &str, state: &str, model: &str, hours: f64, price: f64, provisional: f64, units: f64) -> UsageRow {
+        UsageRow {
+            month: "2026-10".into(),
+            team: team.into(),
+            state: state.into(),
+            model_name: model.into(),
+            gpu_hours: hours,
+            provisional_gpu_hours: provisional,
+            cost: hours * price,
+            accepted_units: units,
+        }
+    }
+
+    const H100: &str = "NVIDIA H100 80GB HBM3";
+    const A100: &str = "NVIDIA A100-SXM4-40GB";
+
+    pub(crate) fn report() -> Report {
+        let chargeback = vec![
+            ChargebackRow {
+                month: "2026-10".into(),
+                team: "ml-research".into(),
+                productive_gpu_hours: 100.0,
+                allocated_idle_gpu_hours: 10.0,
+                failed_gpu_hours: 5.0,
+                preempted_gpu_hours: 4.0,
+                unallocated_gpu_hours: 0.0,
+                compute: 200.0,
+                network: 5.0,
+                storage: 3.0,
+                support: 2.0,
+                idle: 26.0,
+                failed_runs: 14.0,
+                operations: 1.0,
+                total: 251.0,
+                accepted_units: 1000.0,
+                cost_per_accepted_unit: Some(0.251),
+                provisional_gpu_hours: 3.5,
+            },
+            ChargebackRow {
+                month: "2026-10".into(),
+                team: "platform".into(),
+                productive_gpu_hours: 2.0,
+                allocated_idle_gpu_hours: 0.0,
+                failed_gpu_hours: 0.0,
+                preempted_gpu_hours: 0.0,
+                unallocated_gpu_hours: 8.0,
+                compute: 2.0,
+                network: 0.0,
+                storage: 1.0,
+                support: 0.0,
+                idle: 0.0,
+                failed_runs: 0.0,
+                operations: 0.5,
+                total: 3.5,
+                accepted_units: 0.0,
+                cost_per_accepted_unit: None,
+                provisional_gpu_hours: 0.0,
+            },
+            ChargebackRow {
+                month: "2026-10".into(),
+                team: "vision".into(),
+                productive_gpu_hours: 20.0,
+                allocated_idle_gpu_hours: 2.0,
+                failed_gpu_hours: 0.0,
+                preempted_gpu_hours: 0.0,
+                unallocated_gpu_hours: 0.0,
+                compute: 20.0,
+                network: 1.0,
+                storage: 1.0,
+                support: 1.0,
+                idle: 12.0,
+                failed_runs: 0.0,
+                operations: 1.0,
+                total: 36.0,
+                accepted_units: 50.0,
+                cost_per_accepted_unit: Some(0.72),
+                provisional_gpu_hours: 0.0,
+            },
+        ];
+        let usage = vec![
+            usage("ml-research", "productive", H100, 100.0, 2.0, 3.5, 1000.0),
+            usage("ml-research", "allocated_idle", H100, 10.0, 2.0, 0.0, 0.0),
+            usage("ml-research", "failed", H100, 5.0, 2.0, 0.0, 0.0),
+            usage("ml-research", "preempted", A100, 4.0, 1.0, 0.0, 0.0),
+            usage("platform", "productive", A100, 2.0, 1.0, 0.0, 0.0),
+            usage("platform", "unallocated", H100, 8.0, 2.0, 0.0, 0.0),
+            usage("vision", "productive", A100, 20.0, 1.0, 0.0, 50.0),
+            usage("vision", "allocated_idle", A100, 2.0, 1.0, 0.0, 0.0),
+        ];
+        Report {
+            month: "2026-10".into(),
+            currency: "EUR".into(),
+            idle_policy: "share".into(),
+            chargeback,
+            units: vec![
+                UnitsRow { month: "2026-10".into(), team: "ml-research".into(), unit: "samples".into(), accepted_units: 1000.0 },
+                UnitsRow { month: "2026-10".into(), team: "vision".into(), unit: "images".into(), accepted_units: 50.0 },
+            ],
+            usage,
+            failure_causes: vec![
+                FailureCauseRow { outcome: "failed".into(), cause: "OOMKilled".into(), segments: 3, gpu_hours: 5.0, cost: 10.0 },
+                FailureCauseRow { outcome: "preempted".into(), cause: "Preempted".into(), segments: 2, gpu_hours: 4.0, cost: 4.0 },
+            ],
+            queue_waits: vec![
+                QueueWaitRow {
+                    team: "ml-research".into(),
+                    cluster_queue: "gpu-h100".into(),
+                    admissions: 12,
+                    p50_seconds: 252.0,
+                    p95_seconds: 7380.0,
+                    max_seconds: 9000.0,
+                    evictions: 2,
+                    eviction_reasons: "Preempted x2".into(),
+                },
+                QueueWaitRow {
+                    team: "vision".into(),
+                    cluster_queue: "gpu-a100".into(),
+                    admissions: 3,
+                    p50_seconds: 30.0,
+                    p95_seconds: 90.0,
+                    max_seconds: 95.0,
+                    evictions: 0,
+                    eviction_reasons: String::new(),
+                },
+            ],
+        }
+    }
+
+    /// The same report with every run settled (no provisional hours).
+    pub(crate) fn settled() -> Report {
+        let mut r = report();
+        for row in &mut r.chargeback {
+            row.provisional_gpu_hours = 0.0;
+        }
+        for row in &mut r.usage {
+            row.provisional_gpu_hours = 0.0;
+        }
+        r
+    }
+}

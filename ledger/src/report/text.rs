@@ -1,0 +1,544 @@
+//! The text formats of `gpuledger report`: an aligned table for a terminal, GitHub
+//! markdown for a wiki page or a pull request, CSV for finance scripts and JSON for programs.
+//!
+//! CSV keeps 4 decimals on every figure so that a script summing the rows lands within a
+//! cent of the report's totals; the table and markdown round for reading (hours to 0.1,
+//! money to 0.01) and add thousands separators.
+
+use super::{CSV_COLUMNS, ChargebackRow, Report};
+
+/// Output formats of `gpuledger report`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextFormat {
+    Table,
+    Csv,
+    Json,
+    Markdown,
+}
+
+/// Renders `report` in `format`; the result ends with a newline.
+pub fn render(report: &Report, format: TextFormat) -> String {
+    match format {
+        TextFormat::Csv => csv(report),
+        TextFormat::Json => json(report),
+        TextFormat::Table => document(report, Style::Terminal),
+        TextFormat::Markdown => document(report, Style::Markdown),
+    }
+}
+
+/// Decimals of every number in the CSV (hours, units and money alike).
+const CSV_DECIMALS: usize = 4;
+
+fn csv(report: &Report) -> String {
+    let mut out = CSV_COLUMNS.join(",");
+    out.push('\n');
+    for r in &report.chargeback {
+        let numbers = [
+            r.productive_gpu_hours,
+            r.allocated_idle_gpu_hours,
+            r.failed_gpu_hours,
+            r.preempted_gpu_hours,
+            r.unallocated_gpu_hours,
+            r.compute,
+            r.network,
+            r.storage,
+            r.support,
+            r.idle,
+            r.failed_runs,
+            r.operations,
+            r.total,
+            r.accepted_units,
+        ];
+        let mut fields = vec![csv_field(&r.month), csv_field(&r.team)];
+        fields.extend(numbers.iter().map(|v| format!("{v:.CSV_DECIMALS$}")));
+        // An empty field, not 0: a team without units has no cost per unit.
+        fields.push(r.cost_per_accepted_unit.map(|v| format!("{v:.CSV_DECIMALS$}")).unwrap_or_default());
+        out.push_str(&fields.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// Quotes a CSV field the RFC 4180 way when it holds a separator, a quote or a line break.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_string() }
+}
+
+fn json(report: &Report) -> String {
+    // Serializing plain structs with string keys cannot fail; keep the output JSON if it ever does.
+    let mut s = serde_json::to_string_pretty(report)
+        .unwrap_or_else(|e| serde_json::json!({ "error": format!("serializing the report: {e}") }).to_string());
+    s.push('\n');
+    s
+}
+
+/// Terminal table or markdown: the same sections, drawn differently.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Style {
+    Terminal,
+    Markdown,
+}
+
+/// The provisional note (the table marks the rows it concerns with `*`).
+pub(crate) fn provisional_note(hours: f64) -> String {
+    format!("provisional: {} GPU-hours belong to runs still running; they settle when the runs end", hours_fmt(hours))
+}
+
+/// The team as the table shows it: with `*` when some of its hours are provisional.
+fn team_label(r: &ChargebackRow) -> String {
+    if r.provisional_gpu_hours > 0.0 { format!("{}*", r.team) } else { r.team.clone() }
+}
+
+fn document(report: &Report, style: Style) -> String {
+    let title = format!("GPU chargeback {} ({}, idle policy {})", report.month, report.currency, report.idle_policy);
+    let mut out = String::new();
+    match style {
+        Style::Terminal => out.push_str(&format!("{}\n\n", terminal_cell(&title))),
+        Style::Markdown => out.push_str(&format!("# {}\n\n", markdown_cell(&title))),
+    }
+    out.push_str(&chargeback_grid(report).render(style));
+
+    let provisional = report.provisional_gpu_hours();
+    if provisional > 0.0 {
+        let note = provisional_note(provisional);
+        match style {
+            // Escaped so markdown does not read the leading `*` as a list bullet.
+            Style::Markdown => out.push_str(&format!("\n\\* {note}\n")),
+            Style::Terminal => out.push_str(&format!("\n* {note}\n")),
+        }
+    }
+
+    if !report.failure_causes.is_empty() {
+        out.push_str(&heading("Top failure causes", style));
+        out.push_str(&failure_grid(report, 5).render(style));
+    }
+    if !report.queue_waits.is_empty() {
+        out.push_str(&heading("Queue waits", style));
+        out.push_str(&queue_grid(report).render(style));
+    }
+    out
+}
+
+fn heading(text: &str, style: Style) -> String {
+    match style {
+        Style::Terminal => format!("\n{text}\n\n"),
+        Style::Markdown => format!("\n## {text}\n\n"),
+    }
+}
+
+fn chargeback_grid(report: &Report) -> Grid {
+    let headers = [
+        "team",
+        "productive h",
+        "idle h",
+        "failed h",
+        "preempted h",
+        "unallocated h",
+        "compute",
+        "network",
+        "storage",
+        "support",
+        "idle",
+        "failed runs",
+        "operations",
+        "total",
+        "units",
+        "per unit",
+    ];
+    let rows = report
+        .chargeback
+        .iter()
+        .map(|r| {
+            let mut cells = vec![team_label(r)];
+            cells.extend(hours_of(r).iter().map(|&v| hours_fmt(v)));
+            cells.extend(money_of(r).iter().map(|&v| money_fmt(v)));
+            cells.push(units_fmt(r.accepted_units));
+            cells.push(r.cost_per_accepted_unit.map(per_unit_fmt).unwrap_or_default());
+            cells
+        })
+        .collect();
+
+    // Units are counted in different units per team, so they have no total.
+    let mut footer = vec!["TOTAL".to_string()];
+    let mut hours = [0.0; 5];
+    let mut money = [0.0; 8];
+    for r in &report.chargeback {
+        hours.iter_mut().zip(hours_of(r)).for_each(|(t, v)| *t += v);
+        money.iter_mut().zip(money_of(r)).for_each(|(t, v)| *t += v);
+    }
+    footer.extend(hours.iter().map(|&v| hours_fmt(v)));
+    footer.extend(money.iter().map(|&v| money_fmt(v)));
+    footer.extend([String::new(), String::new()]);
+
+    Grid::new(&headers, 1, rows, Some(footer))
+}
+
+fn hours_of(r: &ChargebackRow) -> [f64; 5] {
+    [r.productive_gpu_hours, r.allocated_idle_gpu_hours, r.failed_gpu_hours, r.preempted_gpu_hours, r.unallocated_gpu_hours]
+}
+
+fn money_of(r: &ChargebackRow) -> [f64; 8] {
+    [r.compute, r.network, r.storage, r.support, r.idle, r.failed_runs, r.operations, r.total]
+}
+
+fn failure_grid(report: &Report, limit: usize) -> Grid {
+    let rows = report
+        .failure_causes
+        .iter()
+        .take(limit)
+        .map(|f| vec![f.outcome.clone(), f.cause.clone(), f.segments.to_string(), hours_fmt(f.gpu_hours), money_fmt(f.cost)])
+        .collect();
+    Grid::new(&["outcome", "cause", "segments", "GPU-hours", "cost"], 2, rows, None)
+}
+
+fn queue_grid(report: &Report) -> Grid {
+    let rows = report
+        .queue_waits
+        .iter()
+        .map(|q| {
+            let evictions =
+                if q.eviction_reasons.is_empty() { q.evictions.to_string() } else { format!("{} ({})", q.evictions, q.eviction_reasons) };
+            vec![
+                q.team.clone(),
+                q.cluster_queue.clone(),
+                q.admissions.to_string(),
+                duration_fmt(q.p50_seconds),
+                duration_fmt(q.p95_seconds),
+                duration_fmt(q.max_seconds),
+                evictions,
+            ]
+        })
+        .collect();
+    // The evictions column reads as text ("2 (Preempted x2)"), so it stays left-aligned.
+    let mut grid = Grid::new(&["team", "cluster queue", "admissions", "p50", "p95", "max", "evictions"], 2, rows, None);
+    if let Some(last) = grid.right.last_mut() {
+        *last = false;
+    }
+    grid
+}
+
+/// A table of text cells: the first `left` columns are text, the others numbers.
+struct Grid {
+    headers: Vec<String>,
+    right: Vec<bool>,
+    rows: Vec<Vec<String>>,
+    footer: Option<Vec<String>>,
+}
+
+impl Grid {
+    fn new(headers: &[&str], left: usize, rows: Vec<Vec<String>>, footer: Option<Vec<String>>) -> Grid {
+        Grid {
+            headers: headers.iter().map(|h| h.to_string()).collect(),
+            right: (0..headers.len()).map(|i| i >= left).collect(),
+            rows,
+            footer,
+        }
+    }
+
+    fn render(&self, style: Style) -> String {
+        match style {
+            Style::Terminal => self.terminal(),
+            Style::Markdown => self.markdown(),
+        }
+    }
+
+    fn terminal(&self) -> String {
+        let clean = |row: &[String]| row.iter().map(|c| terminal_cell(c)).collect::<Vec<_>>();
+        let headers = clean(&self.headers);
+        let rows: Vec<Vec<String>> = self.rows.iter().map(|r| clean(r)).collect();
+        let footer = self.footer.as_deref().map(clean);
+
+        let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+        for row in rows.iter().chain(footer.iter()) {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let line = |cells: &[String]| {
+            let padded: Vec<String> = cells
+                .iter()
+                .zip(&widths)
+                .zip(&self.right)
+                .map(|((c, &w), &right)| if right { format!("{c:>w$}") } else { format!("{c:<w$}") })
+                .collect();
+            format!("{}\n", padded.join("  ").trim_end())
+        };
+        let rule = format!("{}\n", widths.iter().map(|&w| "-".repeat(w)).collect::<Vec<_>>().join("  "));
+
+        let mut out = line(&headers);
+        out.push_str(&rule);
+        for row in &rows {
+            out.push_str(&line(row));
+        }
+        if let Some(footer) = &footer {
+            out.push_str(&rule);
+            out.push_str(&line(footer));
+        }
+        out
+    }
+
+    fn markdown(&self) -> String {
+        let line = |cells: &[String]| format!("| {} |\n", cells.iter().map(|c| markdown_cell(c)).collect::<Vec<_>>().join(" | "));
+        let mut out = line(&self.headers);
+        let align: Vec<&str> = self.right.iter().map(|&r| if r { "---:" } else { "---" }).collect();
+        out.push_str(&format!("| {} |\n", align.join(" | ")));
+        for row in &self.rows {
+            out.push_str(&line(row));
+        }
+        if let Some(footer) = &self.footer {
+            let cells: Vec<String> =
+                footer.iter().map(|c| if c.is_empty() { String::new() } else { format!("**{}**", markdown_cell(c)) }).collect();
+            out.push_str(&format!("| {} |\n", cells.join(" | ")));
+        }
+        out
+    }
+}
+
+/// Control characters (a newline in a team name) would break the alignment.
+fn terminal_cell(s: &str) -> String {
+    s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
+}
+
+/// Backslash-escapes the characters markdown gives a meaning (the cell separator `|` above all).
+fn markdown_cell(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' | '|' | '*' | '_' | '`' | '<' | '>' | '[' | ']' | '#' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// GPU-hours as the tables show them: one decimal, thousands separators.
+pub(crate) fn hours_fmt(v: f64) -> String {
+    grouped(v, 1)
+}
+
+/// Money as the tables show it: two decimals, thousands separators.
+pub(crate) fn money_fmt(v: f64) -> String {
+    grouped(v, 2)
+}
+
+/// Accepted units: one decimal (units may be fractional, e.g. epochs).
+pub(crate) fn units_fmt(v: f64) -> String {
+    grouped(v, 1)
+}
+
+/// Cost per unit: two decimals at or above 1, otherwise three significant digits, so that a
+/// cost per token (0.000251) does not print as 0.00.
+pub(crate) fn per_unit_fmt(v: f64) -> String {
+    let abs = v.abs();
+    if !v.is_finite() || abs >= 1.0 || abs == 0.0 {
+        return grouped(v, 2);
+    }
+    let decimals = (2.0 - abs.log10().floor()).clamp(2.0, 12.0) as usize;
+    let mut s = grouped(v, decimals);
+    // Significant digits only: 0.720 reads as 0.72, but keep two decimals like money.
+    while s.len() > 4 && s.ends_with('0') && s.split_once('.').is_some_and(|(_, f)| f.len() > 2) {
+        s.pop();
+    }
+    s
+}
+
+/// `v` with `decimals` decimals and a comma every three integer digits; never `-0.00`.
+pub(crate) fn grouped(v: f64, decimals: usize) -> String {
+    if !v.is_finite() {
+        return v.to_string();
+    }
+    let plain = format!("{:.decimals$}", v.abs());
+    let (int, frac) = match plain.split_once('.') {
+        Some((i, f)) => (i, Some(f)),
+        None => (plain.as_str(), None),
+    };
+    let mut out = String::with_capacity(plain.len() + int.len() / 3 + 1);
+    let zero = plain.chars().all(|c| c == '0' || c == '.');
+    if v < 0.0 && !zero {
+        out.push('-');
+    }
+    for (i, c) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if let Some(frac) = frac {
+        out.push('.');
+        out.push_str(frac);
+    }
+    out
+}
+
+/// A wait in human units: `42s`, `4m12s`, `2h03m` (rounded to the second; `-` when unknown).
+pub(crate) fn duration_fmt(seconds: f64) -> String {
+    if !seconds.is_finite() || seconds < 0.0 {
+        return "-".to_string();
+    }
+    let s = seconds.round() as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixture;
+    use super::*;
+
+    fn parse_csv_line(line: &str) -> Vec<String> {
+        // Enough of RFC 4180 for the tests: quoted fields with doubled quotes, no line breaks.
+        let mut fields = Vec::new();
+        let mut cur = String::new();
+        let mut quoted = false;
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            match (c, quoted) {
+                ('"', true) if chars.peek() == Some(&'"') => {
+                    cur.push('"');
+                    chars.next();
+                }
+                ('"', _) => quoted = !quoted,
+                (',', false) => fields.push(std::mem::take(&mut cur)),
+                (c, _) => cur.push(c),
+            }
+        }
+        fields.push(cur);
+        fields
+    }
+
+    #[test]
+    fn csv_header_rows_and_values() {
+        let report = fixture::report();
+        let out = render(&report, TextFormat::Csv);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], CSV_COLUMNS.join(","));
+        assert_eq!(lines.len(), 1 + report.chargeback.len());
+
+        for (line, row) in lines[1..].iter().zip(&report.chargeback) {
+            let f = parse_csv_line(line);
+            assert_eq!(f.len(), CSV_COLUMNS.len(), "{line}");
+            let col = |name: &str| &f[CSV_COLUMNS.iter().position(|c| *c == name).unwrap()];
+            let num = |name: &str| col(name).parse::<f64>().unwrap();
+            assert_eq!(col("month"), &row.month);
+            assert_eq!(col("team"), &row.team);
+            assert!((num("productive_gpu_hours") - row.productive_gpu_hours).abs() < 1e-4);
+            assert!((num("unallocated_gpu_hours") - row.unallocated_gpu_hours).abs() < 1e-4);
+            assert!((num("idle") - row.idle).abs() < 0.01);
+            assert!((num("operations") - row.operations).abs() < 0.01);
+            assert!((num("total") - row.total).abs() < 0.01);
+            assert!((num("accepted_units") - row.accepted_units).abs() < 1e-4);
+            match row.cost_per_accepted_unit {
+                Some(v) => assert!((num("cost_per_accepted_unit") - v).abs() < 1e-4),
+                None => assert_eq!(col("cost_per_accepted_unit"), ""),
+            }
+        }
+        // platform accepted no units: its line ends with an empty field.
+        let platform = lines.iter().find(|l| l.contains(",platform,")).unwrap();
+        assert!(platform.ends_with(','), "{platform}");
+    }
+
+    #[test]
+    fn csv_quotes_awkward_team_names() {
+        let mut report = fixture::report();
+        report.chargeback[0].team = "research, \"core\"".into();
+        let out = render(&report, TextFormat::Csv);
+        let line = out.lines().nth(1).unwrap();
+        assert!(line.starts_with("2026-10,\"research, \"\"core\"\"\","), "{line}");
+        let f = parse_csv_line(line);
+        assert_eq!(f.len(), CSV_COLUMNS.len());
+        assert_eq!(f[1], "research, \"core\"");
+    }
+
+    #[test]
+    fn json_round_trips() {
+        let report = fixture::report();
+        let v: serde_json::Value = serde_json::from_str(&render(&report, TextFormat::Json)).unwrap();
+        assert_eq!(v["month"], "2026-10");
+        assert_eq!(v["idle_policy"], "share");
+        let rows = v["chargeback"].as_array().unwrap();
+        assert_eq!(rows.len(), report.chargeback.len());
+        for (j, r) in rows.iter().zip(&report.chargeback) {
+            assert_eq!(j["team"], r.team.as_str());
+            assert_eq!(j["total"].as_f64().unwrap(), r.total);
+            assert_eq!(j["provisional_gpu_hours"].as_f64().unwrap(), r.provisional_gpu_hours);
+            assert_eq!(j["cost_per_accepted_unit"].as_f64(), r.cost_per_accepted_unit);
+        }
+        assert!(rows[1]["cost_per_accepted_unit"].is_null());
+        assert_eq!(v["usage"].as_array().unwrap().len(), report.usage.len());
+        assert_eq!(v["queue_waits"][0]["p95_seconds"].as_f64().unwrap(), 7380.0);
+    }
+
+    #[test]
+    fn table_shows_teams_totals_and_provisional_note() {
+        let report = fixture::report();
+        let out = render(&report, TextFormat::Table);
+        assert!(out.starts_with("GPU chargeback 2026-10 (EUR, idle policy share)\n"), "{out}");
+        for team in ["ml-research*", "platform", "vision"] {
+            assert!(out.contains(team), "{team} missing:\n{out}");
+        }
+        assert!(!out.contains("platform*") && !out.contains("vision*"));
+        assert!(out.contains("* provisional: 3.5 GPU-hours belong to runs still running; they settle when the runs end"));
+        let total = out.lines().find(|l| l.starts_with("TOTAL")).unwrap();
+        assert!(total.contains("290.50"), "{total}"); // 251 + 3.5 + 36
+        // Numbers are right-aligned: every row's total ends where the header's `total` ends.
+        let table: Vec<&str> = out.lines().skip(2).take_while(|l| !l.is_empty()).collect();
+        let end = table[0].find("total").unwrap() + "total".len();
+        for line in table.iter().skip(1).filter(|l| !l.starts_with("---")) {
+            let b = line.as_bytes();
+            assert!(b[end - 1].is_ascii_digit() && b.get(end).is_none_or(|&c| c == b' '), "misaligned: {line}");
+        }
+        assert!(out.contains("Top failure causes") && out.contains("OOMKilled"));
+        assert!(out.contains("Queue waits") && out.contains("4m12s") && out.contains("2h03m"));
+    }
+
+    #[test]
+    fn no_provisional_note_when_all_runs_settled() {
+        let report = fixture::settled();
+        for format in [TextFormat::Table, TextFormat::Markdown] {
+            let out = render(&report, format);
+            assert!(!out.contains("provisional"), "{out}");
+            assert!(!out.contains("ml-research*") && !out.contains("ml-research\\*"));
+        }
+    }
+
+    #[test]
+    fn markdown_tables_and_escaping() {
+        let mut report = fixture::report();
+        report.chargeback[2].team = "vision|eu".into();
+        let out = render(&report, TextFormat::Markdown);
+        assert!(out.starts_with("# GPU chargeback 2026-10"));
+        assert!(out.contains("\n## Top failure causes\n") && out.contains("\n## Queue waits\n"));
+        assert!(out.contains("| ml-research\\* |"), "{out}");
+        assert!(out.contains("| platform |") && out.contains("| vision\\|eu |"));
+        assert!(out.contains("| **TOTAL** |"));
+        assert!(out.contains("\\* provisional: 3.5 GPU-hours belong to runs still running"));
+        // Header, alignment row, 3 teams, total: every line has the same number of cells.
+        let cells = |l: &str| l.replace("\\|", "").matches('|').count();
+        let lines: Vec<&str> = out.lines().skip_while(|l| !l.contains("compute")).take(6).collect();
+        assert!(lines.iter().all(|l| cells(l) == 17), "{lines:?}");
+    }
+
+    #[test]
+    fn number_formats() {
+        assert_eq!(grouped(1234567.891, 2), "1,234,567.89");
+        assert_eq!(grouped(-1234.5, 1), "-1,234.5");
+        assert_eq!(grouped(-0.001, 2), "0.00");
+        assert_eq!(grouped(999.0, 0), "999");
+        assert_eq!(per_unit_fmt(0.000251), "0.000251");
+        assert_eq!(per_unit_fmt(0.251), "0.251");
+        assert_eq!(per_unit_fmt(12.5), "12.50");
+        assert_eq!(per_unit_fmt(0.72), "0.72");
+        assert_eq!(per_unit_fmt(0.00025), "0.00025");
+        assert_eq!(duration_fmt(42.4), "42s");
+        assert_eq!(duration_fmt(252.0), "4m12s");
+        assert_eq!(duration_fmt(7380.0), "2h03m");
+        assert_eq!(duration_fmt(f64::NAN), "-");
+    }
+}

@@ -1,0 +1,171 @@
+//! The three small SQL functions the accounting in `queries/` needs beyond DataFusion's own.
+//!
+//! Each has the same name and meaning as a DuckDB built-in or a one-line DuckDB macro, so the
+//! SQL files also run there (see `queries/README.md`):
+//!
+//! | function | returns | DuckDB |
+//! | --- | --- | --- |
+//! | `label(labels_json, key)` | the value of `key` in a JSON object of string labels, else null | `json_extract_string(labels_json, '$."' \|\| key \|\| '"')` |
+//! | `epoch_ms(ts)` | milliseconds since the Unix epoch | `epoch_ms(ts)` (built in) |
+//! | `mig_sevenths(profile)` | `N` of a MIG profile `Ng.*` (or `Mc.Ng.*`), the instance's share of its GPU in sevenths; null for a whole GPU | `TRY_CAST(regexp_extract(profile, '^(?:[0-9]+c\.)?([0-9]+)g', 1) AS BIGINT)` |
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, Int64Array, StringArray, StringBuilder, TimestampMillisecondArray};
+use arrow::datatypes::{DataType, TimeUnit};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Volatility, create_udf};
+use datafusion::prelude::SessionContext;
+
+/// Registers `label`, `epoch_ms` and `mig_sevenths` with `ctx`.
+pub fn register(ctx: &SessionContext) {
+    ctx.register_udf(label_udf());
+    ctx.register_udf(epoch_ms_udf());
+    ctx.register_udf(mig_sevenths_udf());
+}
+
+fn label_udf() -> ScalarUDF {
+    create_udf(
+        "label",
+        vec![DataType::Utf8, DataType::Utf8],
+        DataType::Utf8,
+        Volatility::Immutable,
+        Arc::new(|args: &[ColumnarValue]| {
+            let arrays = ColumnarValue::values_to_arrays(args)?;
+            let json = strings(&arrays[0], "label")?;
+            let key = strings(&arrays[1], "label")?;
+            let mut out = StringBuilder::with_capacity(json.len(), json.len() * 8);
+            for i in 0..json.len() {
+                if json.is_null(i) || key.is_null(i) {
+                    out.append_null();
+                    continue;
+                }
+                match label_value(json.value(i), key.value(i)) {
+                    Some(v) => out.append_value(v),
+                    None => out.append_null(),
+                }
+            }
+            Ok(ColumnarValue::Array(Arc::new(out.finish()) as ArrayRef))
+        }),
+    )
+}
+
+/// Looks `key` up in a JSON object of labels. Labels are strings; a number or boolean is
+/// returned as its JSON text, since a hand-written object may carry one.
+pub fn label_value(json: &str, key: &str) -> Option<String> {
+    // The store writes labels with sorted keys and string values; a cheap substring test
+    // skips the parse for the common case where the key is absent.
+    if !json.contains(key) {
+        return None;
+    }
+    let value: serde_json::Value = serde_json::from_str(json).ok()?;
+    match value.get(key)? {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Null => None,
+        other => Some(other.to_string()),
+    }
+}
+
+fn epoch_ms_udf() -> ScalarUDF {
+    create_udf(
+        "epoch_ms",
+        vec![DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into()))],
+        DataType::Int64,
+        Volatility::Immutable,
+        Arc::new(|args: &[ColumnarValue]| {
+            let arrays = ColumnarValue::values_to_arrays(args)?;
+            let ms = arrow::compute::cast(&arrays[0], &DataType::Timestamp(TimeUnit::Millisecond, None))?;
+            let ms = ms
+                .as_any()
+                .downcast_ref::<TimestampMillisecondArray>()
+                .ok_or_else(|| DataFusionError::Internal("epoch_ms: expected a timestamp".into()))?;
+            let out: Int64Array = ms.iter().collect();
+            Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
+        }),
+    )
+}
+
+fn mig_sevenths_udf() -> ScalarUDF {
+    create_udf(
+        "mig_sevenths",
+        vec![DataType::Utf8],
+        DataType::Int64,
+        Volatility::Immutable,
+        Arc::new(|args: &[ColumnarValue]| {
+            let arrays = ColumnarValue::values_to_arrays(args)?;
+            let profiles = strings(&arrays[0], "mig_sevenths")?;
+            let out: Int64Array = profiles.iter().map(|p| p.and_then(mig_sevenths)).collect();
+            Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
+        }),
+    )
+}
+
+/// `3g.40gb` -> 3, `1c.3g.40gb` -> 3, `7g.80gb` -> 7; anything else -> None.
+pub fn mig_sevenths(profile: &str) -> Option<i64> {
+    let rest = match profile.split_once('.') {
+        // A compute-instance profile `Mc.Ng.size` names the GPU instance after the first dot.
+        Some((head, tail)) if head.ends_with('c') && head[..head.len() - 1].bytes().all(|b| b.is_ascii_digit()) => tail,
+        _ => profile,
+    };
+    let digits: &str = &rest[..rest.bytes().take_while(u8::is_ascii_digit).count()];
+    if digits.is_empty() || !rest[digits.len()..].starts_with('g') {
+        return None;
+    }
+    let n: i64 = digits.parse().ok()?;
+    (1..=7).contains(&n).then_some(n)
+}
+
+fn strings<'a>(array: &'a ArrayRef, function: &str) -> Result<&'a StringArray> {
+    array
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .ok_or_else(|| DataFusionError::Execution(format!("{function}: expected a string argument, got {}", array.data_type())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mig_profiles() {
+        assert_eq!(mig_sevenths("3g.40gb"), Some(3));
+        assert_eq!(mig_sevenths("1g.10gb"), Some(1));
+        assert_eq!(mig_sevenths("1g.10gb+me"), Some(1));
+        assert_eq!(mig_sevenths("7g.80gb"), Some(7));
+        assert_eq!(mig_sevenths("1c.3g.40gb"), Some(3));
+        assert_eq!(mig_sevenths("9g.90gb"), None);
+        assert_eq!(mig_sevenths("gpu"), None);
+        assert_eq!(mig_sevenths(""), None);
+    }
+
+    #[test]
+    fn labels_from_json() {
+        let j = r#"{"app":"x","gpuledger.io/pool":"h100","n":3,"team":"nlp"}"#;
+        assert_eq!(label_value(j, "team").as_deref(), Some("nlp"));
+        assert_eq!(label_value(j, "gpuledger.io/pool").as_deref(), Some("h100"));
+        assert_eq!(label_value(j, "n").as_deref(), Some("3"));
+        assert_eq!(label_value(j, "te"), None);
+        assert_eq!(label_value("not json team", "team"), None);
+    }
+
+    #[tokio::test]
+    async fn functions_in_sql() {
+        let ctx = SessionContext::new();
+        register(&ctx);
+        let batches = ctx
+            .sql(
+                r#"SELECT label('{"team":"a"}', 'team') AS t, label(NULL, 'team') AS n,
+                          epoch_ms(CAST('2026-10-01T00:00:01Z' AS TIMESTAMP WITH TIME ZONE)) AS ms,
+                          mig_sevenths('2g.20gb') AS m"#,
+            )
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let text = arrow::util::pretty::pretty_format_batches(&batches).unwrap().to_string();
+        assert!(text.contains("| a "), "{text}");
+        assert!(text.contains("1790812801000"), "{text}");
+        assert!(text.contains("| 2 "), "{text}");
+    }
+}

@@ -1,0 +1,70 @@
+-- 10  The Kubernetes and Kueue objects as they were last seen.
+--
+-- The store keeps every version of every object (one row per watch event or snapshot).
+-- The accounting needs each object's final word: its last phase, its labels, its annotations.
+-- "Last" is the version observed latest; `seq` (position in its stream) breaks ties.
+--
+-- Inputs: pods, jobs, workloads, namespaces, nodes (store tables); settings (one row from the
+-- configuration file: team_label, thresholds, prices, idle policy).
+
+-- One row per pod (namespace, name), with the time it started: status.startTime, else the
+-- first time the pod was seen at all.
+CREATE OR REPLACE VIEW pods_latest AS
+SELECT namespace, name AS pod, uid, node_name, phase, reason, owner_kind, owner_name, owner_uid,
+       job_name, workload_name, start_time, first_seen, disruption_target, disruption_reason,
+       last_termination_reason, last_exit_code, labels, observed_at AS last_seen
+FROM (
+    SELECT p.*,
+           COALESCE(MIN(start_time) OVER (PARTITION BY namespace, name),
+                    MIN(observed_at) OVER (PARTITION BY namespace, name)) AS first_seen,
+           ROW_NUMBER() OVER (PARTITION BY namespace, name ORDER BY observed_at DESC, seq DESC) AS version_rank
+    FROM pods p
+) WHERE version_rank = 1;
+
+-- One row per job (namespace, kind, name): batch/v1 Jobs, JobSets, RayJobs, PyTorchJobs, ...
+CREATE OR REPLACE VIEW jobs_latest AS
+SELECT namespace, kind, name AS job, uid, owner_kind, owner_name, owner_uid, completion_time,
+       outcome, outcome_reason, labels, annotations
+FROM (
+    SELECT j.*, ROW_NUMBER() OVER (PARTITION BY namespace, kind, name ORDER BY observed_at DESC, seq DESC) AS version_rank
+    FROM jobs j
+) WHERE version_rank = 1;
+
+-- One row per Workload (namespace, name), with the ClusterQueue that admitted it: Kueue clears
+-- status.admission on eviction, so the latest version may not name it; any version that did counts
+-- (a Workload moved between ClusterQueues reports the alphabetically last one).
+CREATE OR REPLACE VIEW workloads_latest AS
+SELECT namespace, name AS workload, uid, created_at, owner_kind, owner_name, owner_uid, queue_name,
+       admitted_cluster_queue, labels, annotations
+FROM (
+    SELECT w.*,
+           MAX(cluster_queue) OVER (PARTITION BY namespace, name) AS admitted_cluster_queue,
+           ROW_NUMBER() OVER (PARTITION BY namespace, name ORDER BY observed_at DESC, seq DESC) AS version_rank
+    FROM workloads w
+) WHERE version_rank = 1;
+
+-- One row per namespace, with its team label (if any).
+CREATE OR REPLACE VIEW namespaces_latest AS
+SELECT n.name AS namespace, label(n.labels, s.team_label) AS team_label, n.labels
+FROM (
+    SELECT *, ROW_NUMBER() OVER (PARTITION BY name ORDER BY observed_at DESC, seq DESC) AS version_rank
+    FROM namespaces
+) n CROSS JOIN settings s
+WHERE n.version_rank = 1;
+
+-- One row per node, reachable by its name and by its kubernetes.io/hostname label (the DCGM
+-- `Hostname` label carries one of the two).
+CREATE OR REPLACE VIEW nodes_latest AS
+SELECT name AS node, hostname_label, gpu_product, labels
+FROM (
+    SELECT *, ROW_NUMBER() OVER (PARTITION BY name ORDER BY observed_at DESC, seq DESC) AS version_rank
+    FROM nodes
+) WHERE version_rank = 1;
+
+-- The ClusterQueue each LocalQueue feeds, for Workloads never admitted anywhere.
+CREATE OR REPLACE VIEW local_queues_latest AS
+SELECT namespace, name AS local_queue, cluster_queue
+FROM (
+    SELECT *, ROW_NUMBER() OVER (PARTITION BY namespace, name ORDER BY observed_at DESC, seq DESC) AS version_rank
+    FROM kueue_queues WHERE kind = 'LocalQueue'
+) WHERE version_rank = 1;

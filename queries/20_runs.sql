@@ -1,0 +1,142 @@
+-- 20  Runs and their segments: which run each pod belongs to, and how each segment ended.
+--
+-- A run is a Kueue Workload (found from the pod through Kubernetes identity), or a pod that no
+-- Workload owns. A Workload's run has one segment per admission: after an eviction (preemption)
+-- the requeued Workload's next admission starts a new segment. Each segment ends succeeded,
+-- failed, preempted, or is still running at the end of the data.
+
+-- Each condition transition of each Workload, once (every stored version repeats its conditions).
+CREATE OR REPLACE VIEW workload_transitions AS
+SELECT DISTINCT namespace, name AS workload, type, status, reason, last_transition_time AS at
+FROM workload_conditions
+WHERE last_transition_time IS NOT NULL;
+
+-- Admissions: QuotaReserved turning True (Kueue before 0.5 only had Admitted).
+-- Segment n runs from its admission to the next one.
+CREATE OR REPLACE VIEW workload_admissions AS
+SELECT namespace, workload, at AS admitted_at,
+       ROW_NUMBER() OVER (PARTITION BY namespace, workload ORDER BY at) AS segment,
+       LEAD(at) OVER (PARTITION BY namespace, workload ORDER BY at) AS next_admitted_at
+FROM (
+    SELECT DISTINCT t.namespace, t.workload, t.at
+    FROM workload_transitions t
+    LEFT JOIN (SELECT DISTINCT namespace, workload FROM workload_transitions
+               WHERE type = 'QuotaReserved' AND status = 'True') q
+           ON q.namespace = t.namespace AND q.workload = t.workload
+    WHERE t.status = 'True'
+      AND t.type = CASE WHEN q.workload IS NULL THEN 'Admitted' ELSE 'QuotaReserved' END
+);
+
+-- What ended each segment: the first Evicted or Finished transition to True inside it.
+-- Evicted wins a tie: a suspended job's pods are killed and may then report failure.
+CREATE OR REPLACE VIEW workload_segment_ends AS
+SELECT namespace, workload, segment, type AS end_type, reason AS end_reason, at AS ended_at
+FROM (
+    SELECT a.namespace, a.workload, a.segment, t.type, t.reason, t.at,
+           ROW_NUMBER() OVER (PARTITION BY a.namespace, a.workload, a.segment
+                              ORDER BY t.at, CASE t.type WHEN 'Evicted' THEN 0 ELSE 1 END) AS end_rank
+    FROM workload_admissions a
+    JOIN workload_transitions t ON t.namespace = a.namespace AND t.workload = a.workload
+    WHERE t.status = 'True' AND t.type IN ('Evicted', 'Finished')
+      AND t.at >= a.admitted_at
+      AND (a.next_admitted_at IS NULL OR t.at < a.next_admitted_at)
+) WHERE end_rank = 1;
+
+-- The job that owns each Workload (batch/v1 Job, JobSet, RayJob, ...), by uid, else by kind and name.
+CREATE OR REPLACE VIEW workload_jobs AS
+SELECT w.namespace, w.workload, COALESCE(ju.job, jn.job) AS job,
+       COALESCE(ju.outcome, jn.outcome) AS job_outcome,
+       COALESCE(ju.outcome_reason, jn.outcome_reason) AS job_outcome_reason,
+       COALESCE(ju.completion_time, jn.completion_time) AS job_completion_time,
+       COALESCE(ju.annotations, jn.annotations) AS job_annotations
+FROM workloads_latest w
+LEFT JOIN jobs_latest ju ON ju.uid = w.owner_uid
+LEFT JOIN jobs_latest jn ON w.owner_uid IS NULL AND jn.namespace = w.namespace
+                         AND jn.kind = w.owner_kind AND jn.job = w.owner_name;
+
+-- Every segment of every Workload with its outcome. The Workload's history decides first
+-- (Evicted -> preempted; Finished -> its reason); a segment the data shows no end for takes the
+-- job's final condition if it is the last segment, and was evicted if a later admission exists.
+CREATE OR REPLACE VIEW workload_segments AS
+SELECT a.namespace, a.workload, a.segment, a.admitted_at,
+       CASE
+           WHEN e.end_type = 'Evicted' THEN 'preempted'
+           WHEN e.end_type = 'Finished' AND e.end_reason = 'Failed' THEN 'failed'
+           WHEN e.end_type = 'Finished' AND e.end_reason = 'Succeeded' THEN 'succeeded'
+           WHEN e.end_type = 'Finished' AND j.job_outcome = 'Failed' THEN 'failed'
+           WHEN e.end_type = 'Finished' THEN 'succeeded'
+           WHEN a.next_admitted_at IS NOT NULL THEN 'preempted'
+           WHEN j.job_outcome = 'Failed' THEN 'failed'
+           WHEN j.job_outcome = 'Complete' THEN 'succeeded'
+           ELSE 'running'
+       END AS outcome,
+       CASE
+           WHEN e.ended_at IS NOT NULL THEN e.ended_at
+           WHEN a.next_admitted_at IS NOT NULL THEN a.next_admitted_at
+           WHEN j.job_outcome IS NOT NULL THEN j.job_completion_time
+       END AS ended_at,
+       COALESCE(e.end_reason, j.job_outcome_reason) AS end_reason
+FROM workload_admissions a
+LEFT JOIN workload_segment_ends e
+       ON e.namespace = a.namespace AND e.workload = a.workload AND e.segment = a.segment
+LEFT JOIN workload_jobs j ON j.namespace = a.namespace AND j.workload = a.workload;
+
+-- The Workload of each pod, first found of: Kueue's kueue.x-k8s.io/workload annotation (plain
+-- pods); a Workload owned by the pod's owner (a Job); a Workload owned by that owner's owner (a
+-- Job inside a JobSet, say); a Workload owned by an owner of the same kind and name.
+CREATE OR REPLACE VIEW workload_owners AS
+SELECT namespace, workload, owner_uid, owner_kind, owner_name
+FROM (
+    SELECT w.*, ROW_NUMBER() OVER (PARTITION BY owner_uid ORDER BY created_at DESC, workload) AS owner_rank
+    FROM workloads_latest w WHERE owner_uid IS NOT NULL
+) WHERE owner_rank = 1;
+
+CREATE OR REPLACE VIEW pod_workloads AS
+SELECT p.namespace, p.pod,
+       COALESCE(wa.workload, wo.workload, wg.workload, wn.workload) AS workload
+FROM pods_latest p
+LEFT JOIN workloads_latest wa ON wa.namespace = p.namespace AND wa.workload = p.workload_name
+LEFT JOIN workload_owners wo ON wo.owner_uid = p.owner_uid
+LEFT JOIN jobs_latest j ON j.uid = p.owner_uid
+LEFT JOIN workload_owners wg ON wg.owner_uid = j.owner_uid
+LEFT JOIN workloads_latest wn ON p.owner_uid IS NULL AND wn.namespace = p.namespace
+                              AND wn.owner_kind = p.owner_kind AND wn.owner_name = p.owner_name;
+
+-- Each pod's run, segment, outcome and team. A Workload pod belongs to the segment of the last
+-- admission at or before it started (the first segment if it started earlier). A pod without a
+-- Workload is its own run: preempted when it was evicted or disrupted, else by its phase.
+-- Team: the team label on the pod, else on the Workload, else on the namespace, else the
+-- namespace name.
+CREATE OR REPLACE VIEW pod_runs AS
+SELECT namespace, pod, workload, run, segment, outcome, team, pod_started, segment_started, segment_ended,
+       last_termination_reason, last_exit_code, node_name
+FROM (
+    SELECT *, ROW_NUMBER() OVER (PARTITION BY namespace, pod ORDER BY segment_order) AS segment_rank
+    FROM (
+        SELECT p.namespace, p.pod, pw.workload,
+               COALESCE(pw.workload, 'pod/' || p.pod) AS run,
+               CASE WHEN pw.workload IS NULL THEN 1 ELSE ws.segment END AS segment,
+               CASE
+                   WHEN pw.workload IS NOT NULL THEN COALESCE(ws.outcome, 'running')
+                   WHEN p.disruption_target OR p.reason IN ('Evicted', 'Preempting') THEN 'preempted'
+                   WHEN p.phase = 'Failed' THEN 'failed'
+                   WHEN p.phase = 'Succeeded' THEN 'succeeded'
+                   ELSE 'running'
+               END AS outcome,
+               COALESCE(label(p.labels, s.team_label), label(w.labels, s.team_label), n.team_label, p.namespace) AS team,
+               p.first_seen AS pod_started,
+               COALESCE(ws.admitted_at, p.first_seen) AS segment_started,
+               CASE WHEN pw.workload IS NOT NULL THEN ws.ended_at
+                    WHEN p.phase IN ('Failed', 'Succeeded') OR p.disruption_target THEN p.last_seen END AS segment_ended,
+               p.last_termination_reason, p.last_exit_code, p.node_name,
+               -- Latest admission at or before the pod started first; failing that, the earliest.
+               CASE WHEN ws.admitted_at <= p.first_seen THEN -epoch_ms(ws.admitted_at)
+                    ELSE 4102444800000 + epoch_ms(ws.admitted_at) END AS segment_order
+        FROM pods_latest p
+        CROSS JOIN settings s
+        LEFT JOIN pod_workloads pw ON pw.namespace = p.namespace AND pw.pod = p.pod
+        LEFT JOIN workloads_latest w ON w.namespace = p.namespace AND w.workload = pw.workload
+        LEFT JOIN workload_segments ws ON ws.namespace = p.namespace AND ws.workload = pw.workload
+        LEFT JOIN namespaces_latest n ON n.namespace = p.namespace
+    )
+) WHERE segment_rank = 1;

@@ -1,0 +1,91 @@
+-- 40  States: every observed GPU-second is productive, allocated_idle, failed, preempted or
+-- unallocated, and belongs to one team.
+--
+--   productive      allocated; its run segment not failed or preempted; GPU active in the sample
+--   allocated_idle  allocated; its run segment not failed or preempted; GPU not active
+--   failed          allocated to a segment that ended failed, whatever the activity
+--   preempted       allocated to a segment that ended preempted, whatever the activity
+--   unallocated     no pod on the GPU (team `platform`)
+--
+-- Allocated = the sample names a pod (namespace and pod). Active = engine activity
+-- (DCGM_FI_PROF_GR_ENGINE_ACTIVE) >= active_threshold_engine where the sample has it, else
+-- DCGM_FI_DEV_GPU_UTIL >= active_threshold_util. Time of segments still running is
+-- `provisional`: it is restated when a later ledger run sees the outcome.
+
+-- The covered spans cut at UTC midnight: piece 0 up to the first midnight after t, piece 1 after
+-- it (a covered span is at most max_gap long, far below a day at any sane scrape interval).
+-- For MIG instances, `gpu_sevenths` is what all instances of the same GPU hold at that instant,
+-- and `instances` how many there are, to hand out the parent GPU's leftover share.
+CREATE OR REPLACE VIEW sample_pieces AS
+SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, engine_active, gpu_util, xid_error,
+       sevenths, t, piece_start, piece_end - piece_start AS piece_ms,
+       CASE WHEN mig_instance IS NULL THEN 7
+            ELSE SUM(sevenths) OVER (PARTITION BY hostname, uuid, t, piece_start) END AS gpu_sevenths,
+       CASE WHEN mig_instance IS NULL THEN 1
+            ELSE COUNT(*) OVER (PARTITION BY hostname, uuid, t, piece_start) END AS instances
+FROM (
+    SELECT sp.*,
+           CASE WHEN k = 0 THEN t ELSE (t / 86400000 + 1) * 86400000 END AS piece_start,
+           CASE WHEN k = 0 THEN LEAST(covered_end, (t / 86400000 + 1) * 86400000) ELSE covered_end END AS piece_end
+    FROM sample_spans sp
+    CROSS JOIN (VALUES (0), (1)) AS piece(k)
+) WHERE piece_end > piece_start;
+
+-- Each piece with its state, run and team. A pod the Kubernetes capture does not know is its
+-- own run with an unknown (so provisional) outcome, its team taken from its namespace.
+-- A MIG piece also yields the parent GPU's leftover (`share = 'leftover'`): unallocated, split
+-- evenly between the instances seen at that instant.
+CREATE OR REPLACE VIEW gpu_state_pieces AS
+SELECT sp.date, sp.hostname AS node, sp.uuid, sp.model_name, sp.piece_start, sp.xid_error,
+       CASE WHEN sh.share = 'leftover' THEN 'platform'
+            WHEN sp.pod IS NULL OR sp.namespace IS NULL THEN 'platform'
+            ELSE COALESCE(r.team, n.team_label, sp.namespace) END AS team,
+       CASE WHEN sh.share = 'own' AND sp.pod IS NOT NULL AND sp.namespace IS NOT NULL THEN sp.namespace END AS namespace,
+       CASE WHEN sh.share = 'own' AND sp.pod IS NOT NULL AND sp.namespace IS NOT NULL THEN COALESCE(r.run, 'pod/' || sp.pod) END AS run,
+       CASE WHEN sh.share = 'own' AND sp.pod IS NOT NULL AND sp.namespace IS NOT NULL THEN COALESCE(r.segment, 1) END AS segment,
+       CASE WHEN sh.share = 'own' AND sp.pod IS NOT NULL AND sp.namespace IS NOT NULL THEN COALESCE(r.outcome, 'unknown') END AS outcome,
+       CASE
+           WHEN sh.share = 'leftover' OR sp.pod IS NULL OR sp.namespace IS NULL THEN 'unallocated'
+           WHEN r.outcome = 'failed' THEN 'failed'
+           WHEN r.outcome = 'preempted' THEN 'preempted'
+           WHEN CASE WHEN sp.engine_active IS NOT NULL THEN sp.engine_active >= s.active_threshold_engine
+                     ELSE COALESCE(sp.gpu_util, 0) >= s.active_threshold_util END THEN 'productive'
+           ELSE 'allocated_idle'
+       END AS state,
+       -- GPU-milliseconds x 7 (sevenths of a GPU), exact until the final division.
+       CASE WHEN sh.share = 'own' THEN CAST(sp.piece_ms * sp.sevenths AS DOUBLE)
+            ELSE CAST(sp.piece_ms * (7 - sp.gpu_sevenths) AS DOUBLE) / sp.instances END AS gpu_ms7
+FROM sample_pieces sp
+CROSS JOIN settings s
+CROSS JOIN (VALUES ('own'), ('leftover')) AS sh(share)
+LEFT JOIN pod_runs r ON r.namespace = sp.namespace AND r.pod = sp.pod
+LEFT JOIN namespaces_latest n ON n.namespace = sp.namespace
+WHERE sh.share = 'own' OR (sp.mig_instance IS NOT NULL AND sp.gpu_sevenths < 7);
+
+-- GPU-hours by day, node, GPU model, team, run segment and state: the ledger's base table.
+-- `date` is the day of the samples (the store partition they came from); `day` is the UTC day
+-- the time itself falls in (they differ for the piece of a span after midnight).
+CREATE OR REPLACE VIEW gpu_state_hours AS
+SELECT date,
+       to_char(to_timestamp_millis((piece_start / 86400000) * 86400000), '%Y-%m-%d') AS day,
+       to_char(to_timestamp_millis((piece_start / 86400000) * 86400000), '%Y-%m') AS month,
+       node, model_name, team, namespace, run, segment, outcome, state,
+       outcome IN ('running', 'unknown') AS provisional,
+       SUM(gpu_ms7) / 7.0 / 3600000.0 AS gpu_hours,
+       MAX(CASE WHEN xid_error > 0 THEN xid_error END) AS xid_error
+FROM gpu_state_pieces
+GROUP BY date, day, month, node, model_name, team, namespace, run, segment, outcome, state;
+
+-- Time no sample covered (the rest of gaps longer than max_gap), whole GPUs, by day and node.
+-- Not a state: it is reported beside the ledger, never charged.
+CREATE OR REPLACE VIEW unobserved_gpu_hours AS
+SELECT date, to_char(to_timestamp_millis((t / 86400000) * 86400000), '%Y-%m') AS month,
+       node, model_name, SUM(unobserved_ms) / 3600000.0 AS gpu_hours
+FROM (
+    -- One row per GPU and instant: MIG instances of one GPU share its gap.
+    SELECT date, hostname AS node, uuid, model_name, t, MAX(unobserved_ms) AS unobserved_ms
+    FROM sample_spans
+    GROUP BY date, hostname, uuid, model_name, t
+)
+WHERE unobserved_ms > 0
+GROUP BY date, month, node, model_name;

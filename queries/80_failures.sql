@@ -1,0 +1,74 @@
+-- 80  Why runs failed: each failed or preempted segment, its cause, and what it wasted.
+--
+-- Cause: for a preempted segment, the reason of the Workload's eviction (Preempted,
+-- InactiveWorkload, PodsReadyTimeout, ...) or the pod's disruption; for a failed one, the last
+-- termination of its last pod (OOMKilled, Error) else the Workload or job reason. Beside it:
+-- the exit code, XID errors DCGM reported on its GPUs, and the Kubernetes events about its pods
+-- and nodes while it ran. Causes are ranked by wasted GPU-hours and cost.
+
+-- Every run segment with its GPU time and cost (all outcomes).
+CREATE OR REPLACE VIEW run_segments AS
+SELECT r.namespace, r.run, r.workload, r.segment, r.team, r.outcome, r.segment_started AS started_at,
+       r.segment_ended AS ended_at, r.pods, r.last_pod,
+       COALESCE(h.gpu_hours, 0) AS gpu_hours, COALESCE(h.cost, 0) AS cost, h.xid_error, h.nodes
+FROM (
+    SELECT namespace, run, MIN(workload) AS workload, segment, MIN(team) AS team, MIN(outcome) AS outcome,
+           MIN(segment_started) AS segment_started, MAX(segment_ended) AS segment_ended,
+           COUNT(*) AS pods,
+           -- The pod that started last (name breaks ties): its termination speaks for the segment.
+           MAX(to_char(pod_started, '%Y-%m-%dT%H:%M:%S') || ' ' || pod) AS last_pod
+    FROM pod_runs
+    GROUP BY namespace, run, segment
+) r
+LEFT JOIN (
+    SELECT namespace, run, segment, SUM(gpu_hours) AS gpu_hours, SUM(cost) AS cost,
+           MAX(xid_error) AS xid_error, string_agg(DISTINCT node, ',') AS nodes
+    FROM priced_state_hours
+    WHERE run IS NOT NULL
+    GROUP BY namespace, run, segment
+) h ON h.namespace = r.namespace AND h.run = r.run AND h.segment = r.segment;
+
+CREATE OR REPLACE VIEW run_failures AS
+SELECT rs.namespace, rs.run, rs.workload, rs.segment, rs.team, rs.outcome, rs.started_at, rs.ended_at,
+       CASE
+           WHEN rs.outcome = 'preempted' THEN COALESCE(ws.end_reason, p.disruption_reason, p.reason, 'Preempted')
+           ELSE COALESCE(NULLIF(p.last_termination_reason, 'Completed'), ws.end_reason, p.reason, 'Failed')
+       END AS cause,
+       p.last_exit_code AS exit_code, rs.xid_error, rs.gpu_hours, rs.cost, rs.nodes,
+       ev.event_reasons
+FROM run_segments rs
+LEFT JOIN workload_segments ws
+       ON ws.namespace = rs.namespace AND ws.workload = rs.workload AND ws.segment = rs.segment
+LEFT JOIN pods_latest p
+       ON p.namespace = rs.namespace AND p.pod = substr(rs.last_pod, 21)
+LEFT JOIN (
+    -- Warning events about the segment's pods (or its Workload) while it ran, by reason.
+    SELECT r.namespace, r.run, r.segment,
+           string_agg(DISTINCT e.reason, ',' ORDER BY e.reason) AS event_reasons
+    FROM pod_runs r
+    JOIN k8s_events e
+      ON e.regarding_namespace = r.namespace
+     AND ((e.regarding_kind = 'Pod' AND e.regarding_name = r.pod)
+          OR (e.regarding_kind = 'Workload' AND e.regarding_name = r.workload))
+    WHERE e.type = 'Warning'
+      AND COALESCE(e.last_seen, e.first_seen) >= r.segment_started
+      AND (r.segment_ended IS NULL OR COALESCE(e.first_seen, e.last_seen) <= r.segment_ended)
+    GROUP BY r.namespace, r.run, r.segment
+) ev ON ev.namespace = rs.namespace AND ev.run = rs.run AND ev.segment = rs.segment
+WHERE rs.outcome IN ('failed', 'preempted');
+
+-- Events about the nodes a failed segment ran on (NodeNotReady, XID reports, ...).
+CREATE OR REPLACE VIEW run_failure_node_events AS
+SELECT f.namespace, f.run, f.segment, e.regarding_name AS node, e.reason, COUNT(*) AS events
+FROM run_failures f
+JOIN k8s_events e
+  ON e.regarding_kind = 'Node' AND strpos(',' || f.nodes || ',', ',' || e.regarding_name || ',') > 0
+WHERE COALESCE(e.last_seen, e.first_seen) >= f.started_at
+  AND (f.ended_at IS NULL OR COALESCE(e.first_seen, e.last_seen) <= f.ended_at)
+GROUP BY f.namespace, f.run, f.segment, e.regarding_name, e.reason;
+
+CREATE OR REPLACE VIEW failure_causes AS
+SELECT to_char(COALESCE(ended_at, started_at), '%Y-%m') AS month, outcome, cause,
+       COUNT(*) AS segments, SUM(gpu_hours) AS gpu_hours, SUM(cost) AS cost
+FROM run_failures
+GROUP BY to_char(COALESCE(ended_at, started_at), '%Y-%m'), outcome, cause;

@@ -1,0 +1,168 @@
+//! `gpuledger report`: one month's chargeback per team, for people (table, markdown, html) and
+//! programs (csv, json, FOCUS).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::ValueEnum;
+use gpuledger_ledger::accounting::RunOptions;
+use gpuledger_ledger::config::IdlePolicy;
+use gpuledger_ledger::report::text::{TextFormat, render};
+use gpuledger_ledger::report::{Report, focus, html};
+
+use super::ledger::{load_config, run_accounting};
+use super::progress::ProgressMode;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Aligned table for a terminal.
+    Table,
+    /// One row per team, fixed columns (see below).
+    Csv,
+    /// The whole report as one JSON document.
+    Json,
+    /// GitHub-flavoured markdown tables.
+    Markdown,
+    /// One self-contained HTML page with charts.
+    Html,
+    /// FinOps FOCUS 1.2 dataset: <out>.csv and <out>.parquet.
+    Focus,
+}
+
+/// One month's GPU chargeback per team: GPU-hours by state, cost by component, accepted units
+/// and cost per unit, top failure causes and queue waits. The accounting runs over the store
+/// with the given configuration (it does not need `gpuledger ledger` first).
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+The csv format has exactly these columns, one row per team (platform included):
+  month,team,productive_gpu_hours,allocated_idle_gpu_hours,failed_gpu_hours,preempted_gpu_hours,
+  unallocated_gpu_hours,compute,network,storage,support,idle,failed_runs,operations,total,
+  accepted_units,cost_per_accepted_unit   (the last is empty where a team accepted no units)
+
+GPU-hours of runs still running at the end of the data are provisional: table, markdown, json
+and html mark them; a later report restates the month once the runs end.
+
+Examples:
+  gpuledger report --store ./store --config gpuledger.toml --month 2026-10
+  gpuledger report --store ./store --config gpuledger.toml --month 2026-10 --format html --out oct.html
+  gpuledger report --store ./store --config gpuledger.toml --month 2026-10 --format focus --out focus-2026-10")]
+pub struct Args {
+    /// Store directory (written by `gpuledger ingest`).
+    #[arg(long, env = "GPULEDGER_STORE")]
+    pub store: PathBuf,
+    /// Configuration file (prices, overheads, idle policy); see examples/gpuledger.toml.
+    #[arg(long, env = "GPULEDGER_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Month to report, YYYY-MM. Default: the month with the most GPU-hours.
+    #[arg(long)]
+    pub month: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
+    /// Write to this file instead of stdout (focus: the path without extension; default
+    /// focus-<month> in the current directory).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Who pays for unallocated GPU time: `platform` keeps it on the platform team, `share`
+    /// spreads its cost over teams by allocated GPU-hours. Overrides the configuration.
+    #[arg(long)]
+    pub idle_policy: Option<IdlePolicy>,
+    /// Progress lines on stderr while the accounting runs.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub progress: ProgressMode,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(m) = &args.month
+        && !valid_month(m)
+    {
+        bail!("--month {m:?} is not YYYY-MM");
+    }
+    let report = build(&args.store, args.config.as_deref(), args.month.as_deref(), args.idle_policy, args.progress)?;
+    match args.format {
+        Format::Focus => {
+            let stem_path = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("focus-{}", report.month)));
+            let (dir, stem) = split_stem(&stem_path);
+            let files = focus::write_focus(&report, &dir, &stem)?;
+            println!("FOCUS 1.2 dataset for {}: {} rows in {} and {}", report.month, files.rows, files.csv.display(), files.parquet.display());
+        }
+        format => {
+            let text = match format {
+                Format::Table => render(&report, TextFormat::Table),
+                Format::Csv => render(&report, TextFormat::Csv),
+                Format::Json => render(&report, TextFormat::Json),
+                Format::Markdown => render(&report, TextFormat::Markdown),
+                Format::Html | Format::Focus => html::render(&report),
+            };
+            match &args.out {
+                Some(path) => {
+                    write_atomically(path, text.as_bytes())?;
+                    eprintln!("gpuledger: report for {} written to {}", report.month, path.display());
+                }
+                None => std::io::stdout().write_all(text.as_bytes())?,
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the accounting and reads one month out of it (the busiest month when none is named).
+pub fn build(store: &Path, config: Option<&Path>, month: Option<&str>, idle_policy: Option<IdlePolicy>, progress: ProgressMode) -> anyhow::Result<Report> {
+    let config = load_config(config)?;
+    let options = RunOptions { idle_policy };
+    let policy = idle_policy.unwrap_or(config.accounting.idle_policy);
+    super::runtime()?.block_on(async {
+        let accounting = run_accounting(store, &config, &options, progress).await?;
+        let months = accounting.months().await?;
+        let month = match month {
+            Some(m) => {
+                if !months.iter().any(|x| x == m) {
+                    let have = if months.is_empty() { "none".to_string() } else { months.join(", ") };
+                    bail!("no data for month {m} in {} (months with data: {have})", store.display());
+                }
+                m.to_string()
+            }
+            None => busiest_month(&accounting).await?.with_context(|| format!("no GPU samples, overheads or units in {}", store.display()))?,
+        };
+        Ok(accounting.report(&month, &config.accounting.currency, policy.as_str()).await?)
+    })
+}
+
+async fn busiest_month(accounting: &gpuledger_ledger::accounting::Accounting) -> anyhow::Result<Option<String>> {
+    let batches = accounting
+        .query("SELECT month FROM chargeback_monthly GROUP BY month ORDER BY SUM(productive_gpu_hours + allocated_idle_gpu_hours + failed_gpu_hours + preempted_gpu_hours + unallocated_gpu_hours) DESC, month LIMIT 1")
+        .await?;
+    let text = gpuledger_ledger::output::format_batches(&batches, gpuledger_ledger::output::OutputFormat::Csv)?;
+    Ok(text.lines().nth(1).map(str::to_string))
+}
+
+fn valid_month(m: &str) -> bool {
+    chrono::NaiveDate::parse_from_str(&format!("{m}-01"), "%Y-%m-%d").is_ok() && m.len() == 7
+}
+
+fn split_stem(path: &Path) -> (PathBuf, String) {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "focus".into());
+    let stem = name.strip_suffix(".csv").or_else(|| name.strip_suffix(".parquet")).unwrap_or(&name).to_string();
+    (dir, stem)
+}
+
+/// Writes through a temporary file in the same directory, so a reader never sees half a report.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let result = (|| -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.with_context(|| format!("writing {}", path.display()))
+}
