@@ -46,10 +46,10 @@ FROM (
 -- One row per namespace, with its team label (if any).
 CREATE OR REPLACE VIEW namespaces_latest AS
 SELECT n.name AS namespace, label(n.labels, s.team_label) AS team_label, n.labels
-FROM (
+FROM settings s CROSS JOIN (
     SELECT *, ROW_NUMBER() OVER (PARTITION BY name ORDER BY observed_at DESC, seq DESC) AS version_rank
     FROM namespaces
-) n CROSS JOIN settings s
+) n
 WHERE n.version_rank = 1;
 
 -- One row per node, reachable by its name and by its kubernetes.io/hostname label (the DCGM

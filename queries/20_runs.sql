@@ -132,8 +132,8 @@ FROM (
                -- Latest admission at or before the pod started first; failing that, the earliest.
                CASE WHEN ws.admitted_at <= p.first_seen THEN -epoch_ms(ws.admitted_at)
                     ELSE 4102444800000 + epoch_ms(ws.admitted_at) END AS segment_order
-        FROM pods_latest p
-        CROSS JOIN settings s
+        FROM settings s
+        CROSS JOIN pods_latest p
         LEFT JOIN pod_workloads pw ON pw.namespace = p.namespace AND pw.pod = p.pod
         LEFT JOIN workloads_latest w ON w.namespace = p.namespace AND w.workload = pw.workload
         LEFT JOIN workload_segments ws ON ws.namespace = p.namespace AND ws.workload = pw.workload

@@ -27,8 +27,8 @@ FROM (
     SELECT sp.*,
            CASE WHEN k = 0 THEN t ELSE (t / 86400000 + 1) * 86400000 END AS piece_start,
            CASE WHEN k = 0 THEN LEAST(covered_end, (t / 86400000 + 1) * 86400000) ELSE covered_end END AS piece_end
-    FROM sample_spans sp
-    CROSS JOIN (VALUES (0), (1)) AS piece(k)
+    FROM (VALUES (0), (1)) AS piece(k)
+    CROSS JOIN sample_spans sp
 ) WHERE piece_end > piece_start;
 
 -- Each piece with its state, run and team. A pod the Kubernetes capture does not know is its
@@ -55,9 +55,9 @@ SELECT sp.date, sp.hostname AS node, sp.uuid, sp.model_name, sp.piece_start, sp.
        -- GPU-milliseconds x 7 (sevenths of a GPU), exact until the final division.
        CASE WHEN sh.share = 'own' THEN CAST(sp.piece_ms * sp.sevenths AS DOUBLE)
             ELSE CAST(sp.piece_ms * (7 - sp.gpu_sevenths) AS DOUBLE) / sp.instances END AS gpu_ms7
-FROM sample_pieces sp
-CROSS JOIN settings s
+FROM settings s
 CROSS JOIN (VALUES ('own'), ('leftover')) AS sh(share)
+CROSS JOIN sample_pieces sp
 LEFT JOIN pod_runs r ON r.namespace = sp.namespace AND r.pod = sp.pod
 LEFT JOIN namespaces_latest n ON n.namespace = sp.namespace
 WHERE sh.share = 'own' OR (sp.mig_instance IS NOT NULL AND sp.gpu_sevenths < 7);
@@ -67,25 +67,32 @@ WHERE sh.share = 'own' OR (sp.mig_instance IS NOT NULL AND sp.gpu_sevenths < 7);
 -- the time itself falls in (they differ for the piece of a span after midnight).
 CREATE OR REPLACE VIEW gpu_state_hours AS
 SELECT date,
-       to_char(to_timestamp_millis((piece_start / 86400000) * 86400000), '%Y-%m-%d') AS day,
-       to_char(to_timestamp_millis((piece_start / 86400000) * 86400000), '%Y-%m') AS month,
+       to_char(to_timestamp_millis(day_number * 86400000), '%Y-%m-%d') AS day,
+       to_char(to_timestamp_millis(day_number * 86400000), '%Y-%m') AS month,
        node, model_name, team, namespace, run, segment, outcome, state,
        outcome IN ('running', 'unknown') AS provisional,
-       SUM(gpu_ms7) / 7.0 / 3600000.0 AS gpu_hours,
-       MAX(CASE WHEN xid_error > 0 THEN xid_error END) AS xid_error
-FROM gpu_state_pieces
-GROUP BY date, day, month, node, model_name, team, namespace, run, segment, outcome, state;
+       gpu_ms7 / 7.0 / 3600000.0 AS gpu_hours,
+       xid_error
+FROM (
+    SELECT date, piece_start / 86400000 AS day_number, node, model_name, team, namespace, run, segment,
+           outcome, state, SUM(gpu_ms7) AS gpu_ms7, MAX(CASE WHEN xid_error > 0 THEN xid_error END) AS xid_error
+    FROM gpu_state_pieces
+    GROUP BY date, piece_start / 86400000, node, model_name, team, namespace, run, segment, outcome, state
+);
 
 -- Time no sample covered (the rest of gaps longer than max_gap), whole GPUs, by day and node.
 -- Not a state: it is reported beside the ledger, never charged.
 CREATE OR REPLACE VIEW unobserved_gpu_hours AS
-SELECT date, to_char(to_timestamp_millis((t / 86400000) * 86400000), '%Y-%m') AS month,
-       node, model_name, SUM(unobserved_ms) / 3600000.0 AS gpu_hours
+SELECT date, to_char(to_timestamp_millis(day_number * 86400000), '%Y-%m') AS month,
+       node, model_name, gpu_ms / 3600000.0 AS gpu_hours
 FROM (
+  SELECT date, t / 86400000 AS day_number, node, model_name, SUM(unobserved_ms) AS gpu_ms
+  FROM (
     -- One row per GPU and instant: MIG instances of one GPU share its gap.
     SELECT date, hostname AS node, uuid, model_name, t, MAX(unobserved_ms) AS unobserved_ms
     FROM sample_spans
     GROUP BY date, hostname, uuid, model_name, t
 )
-WHERE unobserved_ms > 0
-GROUP BY date, month, node, model_name;
+  WHERE unobserved_ms > 0
+  GROUP BY date, t / 86400000, node, model_name
+);

@@ -31,8 +31,8 @@ SELECT h.*,
        COALESCE(np.price, np2.price, pm.price, s.default_price) AS price,
        h.gpu_hours * COALESCE(np.price, np2.price, pm.price, s.default_price) AS cost,
        COALESCE(np.label_value, np2.label_value) AS pool
-FROM gpu_state_hours h
-CROSS JOIN settings s
+FROM settings s
+CROSS JOIN gpu_state_hours h
 LEFT JOIN node_prices np ON np.node = h.node
 -- The DCGM Hostname may be the node's kubernetes.io/hostname label rather than its name.
 LEFT JOIN (SELECT n.hostname_label, MIN(p.price) AS price, MIN(p.label_value) AS label_value
@@ -123,8 +123,8 @@ FROM (
            COALESCE(o.operations, 0) AS operations,
            COALESCE(a.accepted_units, 0) AS accepted_units,
            COALESCE(u.provisional_gpu_hours, 0) AS provisional_gpu_hours
-    FROM team_month_shares t
-    CROSS JOIN settings s
+    FROM settings s
+    CROSS JOIN team_month_shares t
     LEFT JOIN team_month_usage u ON u.month = t.month AND u.team = t.team
     LEFT JOIN (SELECT month, SUM(allocated_gpu_hours) AS allocated_gpu_hours,
                       SUM(unallocated_cost) AS unallocated_cost

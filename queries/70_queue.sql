@@ -11,8 +11,8 @@ SELECT a.namespace, a.workload, a.segment, a.admitted_at, q.queued_at,
        COALESCE(wt.team, label(w.labels, s.team_label), n.team_label, a.namespace) AS team,
        COALESCE(w.admitted_cluster_queue, lq.cluster_queue, '') AS cluster_queue,
        (epoch_ms(a.admitted_at) - epoch_ms(q.queued_at)) / 1000.0 AS wait_seconds
-FROM workload_admissions a
-CROSS JOIN settings s
+FROM settings s
+CROSS JOIN workload_admissions a
 JOIN workloads_latest w ON w.namespace = a.namespace AND w.workload = a.workload
 JOIN (
     -- When each segment's wait began.

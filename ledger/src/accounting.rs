@@ -239,6 +239,7 @@ fn replace_table(ctx: &SessionContext, name: &str, table: Arc<dyn TableProvider>
 
 /// Runs every statement of one query file (they create views).
 async fn exec_file(ctx: &SessionContext, file: &str) -> Result<()> {
+    let _timer = Timer::start(file);
     let sql = QUERY_FILES
         .iter()
         .find(|(name, _)| *name == file)
@@ -291,6 +292,11 @@ pub fn split_statements(sql: &str) -> Vec<String> {
 }
 
 async fn collect(ctx: &SessionContext, sql: &str) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    let _timer = Timer::start(&first_line(sql));
+    if std::env::var("GPULEDGER_EXPLAIN").ok().is_some_and(|v| sql.contains(&v)) {
+        let b = ctx.sql(&format!("EXPLAIN ANALYZE {sql}")).await.map_err(|source| Error::Query { sql: first_line(sql), source })?.collect().await.map_err(|source| Error::Query { sql: first_line(sql), source })?;
+        eprintln!("{}", arrow::util::pretty::pretty_format_batches(&b)?);
+    }
     let err = |source| Error::Query { sql: first_line(sql), source };
     let df = ctx.sql(sql).await.map_err(err)?;
     let planned: SchemaRef = Arc::new(df.schema().as_arrow().clone());
@@ -304,6 +310,26 @@ async fn collect(ctx: &SessionContext, sql: &str) -> Result<(SchemaRef, Vec<Reco
 async fn materialise(ctx: &SessionContext, name: &str, sql: &str) -> Result<()> {
     let (schema, batches) = collect(ctx, sql).await?;
     replace_table(ctx, name, mem_table(schema, batches)?)
+}
+
+/// With `GPULEDGER_TIMINGS` set, each step's wall time goes to stderr (to see where time goes).
+struct Timer {
+    what: Option<(String, std::time::Instant)>,
+}
+
+impl Timer {
+    fn start(what: &str) -> Timer {
+        let on = std::env::var_os("GPULEDGER_TIMINGS").is_some();
+        Timer { what: on.then(|| (what.to_string(), std::time::Instant::now())) }
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        if let Some((what, started)) = &self.what {
+            eprintln!("gpuledger: {:>8.3} s  {what}", started.elapsed().as_secs_f64());
+        }
+    }
 }
 
 /// The `date=` partitions of `gpu_samples`, oldest first.

@@ -4,5 +4,6 @@
 mod cli;
 mod fixtures;
 mod ingest;
+mod ledger;
 mod peers;
 mod util;

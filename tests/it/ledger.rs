@@ -1,0 +1,558 @@
+//! The ledger: hand-built captures with figures worked out by hand, simulated clusters against
+//! the simulator's own truth (`expected.json`), and the derived tables read back by DuckDB.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::util::{ingest, run};
+
+// ---------------------------------------------------------------------------------------------
+// Hand-built capture: a few samples per rule of DESIGN.md "Accounting rules".
+// ---------------------------------------------------------------------------------------------
+
+/// 2026-10-31T23:50:00Z in milliseconds: ten minutes before a month boundary.
+const T0: i64 = 1_793_490_600_000;
+
+fn ts(offset_s: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(T0 + offset_s * 1000).unwrap().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// One DCGM sample line with its own timestamp (as Prometheus' /federate writes it).
+fn sample(metric: &str, labels: &[(&str, &str)], value: f64, offset_s: i64) -> String {
+    let l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    format!("{metric}{{{}}} {value} {}\n", l.join(","), T0 + offset_s * 1000)
+}
+
+fn gpu<'a>(node: &'a str, uuid: &'a str, model: &'a str) -> Vec<(&'a str, &'a str)> {
+    vec![("gpu", "0"), ("UUID", uuid), ("Hostname", node), ("modelName", model)]
+}
+
+fn with_pod<'a>(mut labels: Vec<(&'a str, &'a str)>, ns: &'a str, pod: &'a str) -> Vec<(&'a str, &'a str)> {
+    labels.extend([("namespace", ns), ("pod", pod), ("container", "main")]);
+    labels
+}
+
+fn cond(kind: &str, status: &str, reason: &str, at: i64) -> Value {
+    json!({"type": kind, "status": status, "reason": reason, "message": reason, "lastTransitionTime": ts(at)})
+}
+
+fn pod(ns: &str, name: &str, node: &str, owner_job: Option<&str>, labels: Value, status: Value) -> Value {
+    let mut meta = json!({"name": name, "namespace": ns, "uid": format!("uid-pod-{name}"), "creationTimestamp": ts(-3000), "labels": labels});
+    if let Some(job) = owner_job {
+        meta["ownerReferences"] = json!([{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": format!("uid-job-{job}"), "controller": true}]);
+    }
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+           "spec": {"nodeName": node, "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+           "status": status})
+}
+
+fn workload(name: &str, job: &str, labels: Value, annotations: Value, conditions: Vec<Value>, admitted: bool) -> Value {
+    let mut status = json!({"conditions": conditions});
+    if admitted {
+        status["admission"] = json!({"clusterQueue": "cq-research", "podSetAssignments": []});
+    }
+    json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+           "metadata": {"name": name, "namespace": "research", "uid": format!("uid-wl-{name}"), "creationTimestamp": ts(-1000),
+                        "labels": labels, "annotations": annotations,
+                        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": format!("uid-job-{job}"), "controller": true}]},
+           "spec": {"queueName": "lq-research", "podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": []}}}]},
+           "status": status})
+}
+
+fn watch(events: &[(&str, Value)]) -> String {
+    events.iter().map(|(t, o)| format!("{}\n", json!({"type": t, "object": o}))).collect()
+}
+
+/// Writes the hand-built capture (see the test below for what each part exercises).
+fn hand_built_capture(dir: &Path) {
+    std::fs::create_dir_all(dir.join("dcgm")).unwrap();
+    std::fs::create_dir_all(dir.join("kubernetes")).unwrap();
+    let h100 = "NVIDIA H100 80GB HBM3";
+    let mut prom = String::new();
+    // A1: research/train-1, engine active for 6 samples, then idle for 4 (30 s spacing).
+    for i in 0..10 {
+        let engine = if i < 6 { 0.5 } else { 0.01 };
+        prom += &sample("DCGM_FI_PROF_GR_ENGINE_ACTIVE", &with_pod(gpu("node-a", "GPU-a1", h100), "research", "train-1"), engine, i * 30);
+        prom += &sample("DCGM_FI_DEV_GPU_UTIL", &with_pod(gpu("node-a", "GPU-a1", h100), "research", "train-1"), 40.0, i * 30);
+    }
+    // B1: no profiling metrics (utilisation only). eval-1 at 0, 30, 60 (busy), then a gap to 300;
+    // eval-2 at 300, 330, 360 (idle).
+    for (at, pod, util) in [(0, "eval-1", 50.0), (30, "eval-1", 50.0), (60, "eval-1", 50.0), (300, "eval-2", 2.0), (330, "eval-2", 2.0), (360, "eval-2", 2.0)] {
+        prom += &sample("DCGM_FI_DEV_GPU_UTIL", &with_pod(gpu("node-b", "GPU-b1", h100), "research", pod), util, at);
+    }
+    // C1: a T4 nobody holds, sampled at 23:59:40 and 00:00:10: its span crosses the month boundary.
+    for at in [580, 610] {
+        prom += &sample("DCGM_FI_DEV_GPU_UTIL", &gpu("node-c", "GPU-c1", "Tesla T4"), 0.0, at);
+    }
+    // D1: a MIG GPU on node-a: instance 1 (3g) held by research/mig-1, instance 2 (2g) free.
+    for at in [0, 30, 60] {
+        let mut i1 = gpu("node-a", "GPU-d1", h100);
+        i1.extend([("GPU_I_PROFILE", "3g.40gb"), ("GPU_I_ID", "1")]);
+        prom += &sample("DCGM_FI_PROF_GR_ENGINE_ACTIVE", &with_pod(i1, "research", "mig-1"), 0.9, at);
+        let mut i2 = gpu("node-a", "GPU-d1", h100);
+        i2.extend([("GPU_I_PROFILE", "2g.20gb"), ("GPU_I_ID", "2")]);
+        prom += &sample("DCGM_FI_PROF_GR_ENGINE_ACTIVE", &i2, 0.0, at);
+    }
+    // E1: sandbox/nb-1, a pod without a Workload, still running.
+    for at in [0, 30] {
+        prom += &sample("DCGM_FI_PROF_GR_ENGINE_ACTIVE", &with_pod(gpu("node-b", "GPU-e1", h100), "sandbox", "nb-1"), 0.9, at);
+    }
+    std::fs::write(dir.join("dcgm/federate.prom"), prom).unwrap();
+
+    let nodes = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a", "uid": "uid-node-a", "creationTimestamp": ts(-90000),
+            "labels": {"kubernetes.io/hostname": "node-a", "gpuledger.io/pool": "spot-h100"}}, "status": {}},
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-b", "uid": "uid-node-b", "creationTimestamp": ts(-90000),
+            "labels": {"kubernetes.io/hostname": "node-b"}}, "status": {}},
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-c", "uid": "uid-node-c", "creationTimestamp": ts(-90000),
+            "labels": {"kubernetes.io/hostname": "node-c"}}, "status": {}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "research", "uid": "uid-ns-r", "creationTimestamp": ts(-90000), "labels": {"team": "ml"}}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "sandbox", "uid": "uid-ns-s", "creationTimestamp": ts(-90000)}},
+    ]});
+    std::fs::write(dir.join("kubernetes/cluster.json"), serde_json::to_string_pretty(&nodes).unwrap()).unwrap();
+
+    let running = |start: i64| json!({"phase": "Running", "startTime": ts(start)});
+    let pods = watch(&[
+        // train-1's own team label (vision) beats its namespace's (ml).
+        ("ADDED", pod("research", "train-1", "node-a", Some("train-1"), json!({"team": "vision"}), running(-500))),
+        ("MODIFIED", pod("research", "train-1", "node-a", Some("train-1"), json!({"team": "vision"}),
+            json!({"phase": "Succeeded", "startTime": ts(-500), "containerStatuses": [{"name": "main", "state": {"terminated": {"reason": "Completed", "exitCode": 0, "finishedAt": ts(300)}}}]}))),
+        // eval-1 ran in segment 1 and was killed by the eviction: it ends Failed (exit 143),
+        // but the Workload's Evicted condition makes the segment preempted.
+        ("ADDED", pod("research", "eval-1", "node-b", Some("eval"), json!({}), running(-800))),
+        ("MODIFIED", pod("research", "eval-1", "node-b", Some("eval"), json!({}),
+            json!({"phase": "Failed", "startTime": ts(-800), "containerStatuses": [{"name": "main", "state": {"terminated": {"reason": "Error", "exitCode": 143, "finishedAt": ts(200)}}}]}))),
+        ("ADDED", pod("research", "eval-2", "node-b", Some("eval"), json!({}), running(260))),
+        // mig-1: a pod no Workload owns, OOMKilled: its own run, failed.
+        ("ADDED", pod("research", "mig-1", "node-a", None, json!({}), running(-100))),
+        ("MODIFIED", pod("research", "mig-1", "node-a", None, json!({}),
+            json!({"phase": "Failed", "startTime": ts(-100), "containerStatuses": [{"name": "main", "state": {"terminated": {"reason": "OOMKilled", "exitCode": 137, "finishedAt": ts(90)}}}]}))),
+        ("ADDED", pod("sandbox", "nb-1", "node-b", None, json!({}), running(-60))),
+    ]);
+    std::fs::write(dir.join("kubernetes/pods.watch.jsonl"), pods).unwrap();
+
+    let jobs = json!({"apiVersion": "batch/v1", "kind": "List", "items": [
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train-1", "namespace": "research", "uid": "uid-job-train-1", "creationTimestamp": ts(-1000),
+            "annotations": {"gpuledger.io/accepted-units": "5", "gpuledger.io/unit": "checkpoint"}},
+         "spec": {"suspend": false}, "status": {"succeeded": 1, "completionTime": ts(300),
+            "conditions": [{"type": "Complete", "status": "True", "reason": "CompletionsReached", "lastTransitionTime": ts(300)}]}},
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "eval", "namespace": "research", "uid": "uid-job-eval", "creationTimestamp": ts(-1000)},
+         "spec": {"suspend": false}, "status": {}},
+    ]});
+    std::fs::write(dir.join("kubernetes/jobs.json"), serde_json::to_string_pretty(&jobs).unwrap()).unwrap();
+
+    // wl-train: admitted at -600, finished Succeeded at +300. Its annotation (3 units) beats the
+    // job's (5); the unit name comes from the job (checkpoint).
+    let train_labels = json!({});
+    let train_ann = json!({"gpuledger.io/accepted-units": "3"});
+    // wl-eval (team label nlp): admitted at -900, evicted at +200, requeued at +210, readmitted
+    // at +250, finished Succeeded at +600 (2026-11-01T00:00:00Z: a November unit).
+    let eval_labels = json!({"team": "nlp"});
+    let workloads = watch(&[
+        ("ADDED", workload("wl-train", "train-1", train_labels.clone(), train_ann.clone(), vec![], false)),
+        ("MODIFIED", workload("wl-train", "train-1", train_labels.clone(), train_ann.clone(), vec![cond("QuotaReserved", "True", "QuotaReserved", -600), cond("Admitted", "True", "Admitted", -600)], true)),
+        ("MODIFIED", workload("wl-train", "train-1", train_labels.clone(), train_ann.clone(),
+            vec![cond("QuotaReserved", "True", "QuotaReserved", -600), cond("Admitted", "True", "Admitted", -600), cond("Finished", "True", "Succeeded", 300)], true)),
+        ("ADDED", workload("wl-eval", "eval", eval_labels.clone(), json!({}), vec![], false)),
+        ("MODIFIED", workload("wl-eval", "eval", eval_labels.clone(), json!({}), vec![cond("QuotaReserved", "True", "QuotaReserved", -900), cond("Admitted", "True", "Admitted", -900)], true)),
+        ("MODIFIED", workload("wl-eval", "eval", eval_labels.clone(), json!({}),
+            vec![cond("QuotaReserved", "True", "QuotaReserved", -900), cond("Admitted", "True", "Admitted", -900), cond("Evicted", "True", "Preempted", 200)], true)),
+        ("MODIFIED", workload("wl-eval", "eval", eval_labels.clone(), json!({}),
+            vec![cond("QuotaReserved", "False", "Pending", 210), cond("Admitted", "False", "NoReservation", 210), cond("Evicted", "True", "Preempted", 200), cond("Requeued", "True", "Preempted", 210)], false)),
+        ("MODIFIED", workload("wl-eval", "eval", eval_labels.clone(), json!({}),
+            vec![cond("QuotaReserved", "True", "QuotaReserved", 250), cond("Admitted", "True", "Admitted", 250), cond("Evicted", "False", "QuotaReserved", 250), cond("Requeued", "True", "Preempted", 210)], true)),
+        ("MODIFIED", workload("wl-eval", "eval", eval_labels.clone(), json!({}),
+            vec![cond("QuotaReserved", "True", "QuotaReserved", 250), cond("Admitted", "True", "Admitted", 250), cond("Evicted", "False", "QuotaReserved", 250), cond("Requeued", "True", "Preempted", 210), cond("Finished", "True", "Succeeded", 600)], true)),
+    ]);
+    std::fs::write(dir.join("kubernetes/workloads.watch.jsonl"), workloads).unwrap();
+}
+
+const HAND_CONFIG: &str = r#"
+[accounting]
+idle_policy = "platform"
+
+[prices]
+default = 2.0
+[prices.by_model]
+"NVIDIA H100 80GB HBM3" = 2.49
+[prices.by_node_label."gpuledger.io/pool"]
+spot-h100 = 1.10
+
+[[overheads]]
+month = "2026-10"
+network = 100.0
+
+[[overheads]]
+month = "2026-10"
+team = "nlp"
+support = 10.0
+"#;
+
+fn close(got: f64, want: f64, what: &str) {
+    assert!((got - want).abs() < 1e-6, "{what}: got {got}, want {want}");
+}
+
+/// Parses `report --format csv` into month -> team -> column -> value (empty cells as NaN).
+fn parse_csv(text: &str) -> BTreeMap<(String, String), BTreeMap<String, f64>> {
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    assert_eq!(header, gpuledger_ledger::report::CSV_COLUMNS.to_vec());
+    let mut out = BTreeMap::new();
+    for line in lines {
+        let cells: Vec<&str> = line.split(',').collect();
+        let mut row = BTreeMap::new();
+        for (h, c) in header.iter().zip(&cells).skip(2) {
+            row.insert(h.to_string(), if c.is_empty() { f64::NAN } else { c.parse().unwrap() });
+        }
+        out.insert((cells[0].to_string(), cells[1].to_string()), row);
+    }
+    out
+}
+
+/// The same, from `report --format json` (full precision: the hand-built figures are tiny).
+fn report_json(store: &Path, config: &Path, month: &str, policy: &str) -> BTreeMap<(String, String), BTreeMap<String, f64>> {
+    let out = run(
+        &["report", "--store", &store.display().to_string(), "--config", &config.display().to_string(), "--month", month, "--format", "json", "--idle-policy", policy, "--progress", "off"],
+        0,
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut rows = BTreeMap::new();
+    for r in report["chargeback"].as_array().unwrap() {
+        let mut row = BTreeMap::new();
+        for column in gpuledger_ledger::report::CSV_COLUMNS.iter().skip(2) {
+            row.insert(column.to_string(), r[*column].as_f64().unwrap_or(f64::NAN));
+        }
+        rows.insert((r["month"].as_str().unwrap().to_string(), r["team"].as_str().unwrap().to_string()), row);
+    }
+    rows
+}
+
+fn report_csv(store: &Path, config: &Path, month: &str, policy: &str) -> BTreeMap<(String, String), BTreeMap<String, f64>> {
+    let out = run(
+        &["report", "--store", &store.display().to_string(), "--config", &config.display().to_string(), "--month", month, "--format", "csv", "--idle-policy", policy, "--progress", "off"],
+        0,
+    );
+    parse_csv(&String::from_utf8(out.stdout).unwrap())
+}
+
+#[test]
+fn hand_built_capture_follows_every_accounting_rule() {
+    let tmp = tempfile::tempdir().unwrap();
+    let capture = tmp.path().join("capture");
+    let store = tmp.path().join("store");
+    hand_built_capture(&capture);
+    let summary = ingest(&[&capture], &store);
+    assert_eq!(summary["rejected"].as_u64(), Some(0), "{summary}");
+    assert_eq!(summary["errors"].as_array().map(Vec::len), Some(0), "{summary}");
+    let config = tmp.path().join("gpuledger.toml");
+    std::fs::write(&config, HAND_CONFIG).unwrap();
+
+    let oct = report_json(&store, &config, "2026-10", "platform");
+    let row = |team: &str| oct.get(&("2026-10".to_string(), team.to_string())).unwrap_or_else(|| panic!("no row for {team}: {oct:?}"));
+    let h = |s: f64| s / 3600.0;
+
+    // vision (train-1: pod label beats namespace label): 6 active samples x 30 s productive,
+    // 4 idle x 30 s (the last sample covers one interval). node-a's pool label: 1.10/h.
+    close(row("vision")["productive_gpu_hours"], h(180.0), "vision productive");
+    close(row("vision")["allocated_idle_gpu_hours"], h(120.0), "vision idle");
+    close(row("vision")["compute"], h(180.0) * 1.10, "vision compute");
+    // wl-train's annotation (3) beats the job's (5).
+    close(row("vision")["accepted_units"], 3.0, "vision units");
+
+    // nlp (eval: the Workload's team label; no label on the pods). Segment 1 (eval-1): 0->30,
+    // 30->60, then a 240 s gap > 2 x 30 s: covered to 90, the other 210 s unobserved. 90 s,
+    // preempted although the pod ended Failed. Segment 2 (eval-2): 90 s idle (utilisation 2 < 5,
+    // no engine metric on this GPU). H100 by model: 2.49/h.
+    close(row("nlp")["preempted_gpu_hours"], h(90.0), "nlp preempted");
+    close(row("nlp")["failed_gpu_hours"], 0.0, "nlp failed");
+    close(row("nlp")["allocated_idle_gpu_hours"], h(90.0), "nlp idle");
+    close(row("nlp")["failed_runs"], h(90.0) * 2.49, "nlp failed_runs");
+    // The run finished at 2026-11-01T00:00:00Z: its unit counts in November.
+    close(row("nlp")["accepted_units"], 0.0, "nlp October units");
+    assert!(row("nlp")["cost_per_accepted_unit"].is_nan(), "no units, no cost per unit");
+
+    // ml (mig-1: no pod or Workload label, namespace label ml): a 3g instance, 3 samples x 30 s
+    // x 3/7 of a GPU, failed (OOMKilled, its own run).
+    close(row("ml")["failed_gpu_hours"], h(90.0 * 3.0 / 7.0), "ml failed (MIG 3/7)");
+
+    // sandbox (no team label anywhere: the namespace name): 2 active samples, still running.
+    close(row("sandbox")["productive_gpu_hours"], h(60.0), "sandbox productive");
+
+    // platform: C1 20 s before midnight (2.0/h by default), the free 2g instance (2/7 x 90 s)
+    // and what D1's instances leave over ((7 - 3 - 2)/7 x 90 s), both at node-a's 1.10/h.
+    let unalloc_s = 20.0 + 90.0 * 2.0 / 7.0 + 90.0 * 2.0 / 7.0;
+    close(row("platform")["unallocated_gpu_hours"], h(unalloc_s), "platform unallocated");
+    let unalloc_cost = h(20.0) * 2.0 + h(90.0 * 4.0 / 7.0) * 1.10;
+    close(row("platform")["idle"], unalloc_cost, "platform idle (policy platform)");
+
+    // Overheads: network 100 spread by allocated GPU-hours; support 10 charged to nlp only.
+    let alloc = [("vision", 300.0), ("nlp", 180.0), ("ml", 90.0 * 3.0 / 7.0), ("sandbox", 60.0)];
+    let total_alloc: f64 = alloc.iter().map(|(_, s)| s).sum();
+    for (team, secs) in alloc {
+        close(row(team)["network"], 100.0 * secs / total_alloc, &format!("{team} network share"));
+    }
+    close(row("nlp")["support"], 10.0, "nlp direct support");
+    close(row("vision")["support"], 0.0, "vision support");
+    close(row("platform")["network"], 0.0, "platform has no allocated hours");
+    // total is the sum of its parts, and cost per unit divides it.
+    let v = row("vision");
+    let parts = v["compute"] + v["network"] + v["storage"] + v["support"] + v["idle"] + v["failed_runs"] + v["operations"];
+    close(v["total"], parts, "vision total");
+    close(v["cost_per_accepted_unit"], parts / 3.0, "vision cost per unit");
+
+    // Idle policy share: platform's unallocated cost moves to teams by allocated hours; the
+    // hours stay with platform.
+    let shared = report_json(&store, &config, "2026-10", "share");
+    let srow = |team: &str| &shared[&("2026-10".to_string(), team.to_string())];
+    close(srow("platform")["idle"], 0.0, "platform idle (policy share)");
+    close(srow("platform")["unallocated_gpu_hours"], h(unalloc_s), "hours stay with platform");
+    close(srow("vision")["idle"], h(120.0) * 1.10 + unalloc_cost * 300.0 / total_alloc, "vision idle with its share");
+    let sum_total = |r: &BTreeMap<(String, String), BTreeMap<String, f64>>| r.values().map(|x| x["total"]).sum::<f64>();
+    close(sum_total(&shared), sum_total(&oct), "the policy moves money, it does not create any");
+
+    // November: C1's 10 s after midnight plus its last sample's 30 s; nlp's unit.
+    let nov = report_json(&store, &config, "2026-11", "platform");
+    close(nov[&("2026-11".to_string(), "platform".to_string())]["unallocated_gpu_hours"], h(40.0), "November unallocated");
+    close(nov[&("2026-11".to_string(), "nlp".to_string())]["accepted_units"], 1.0, "nlp November unit");
+
+    // The derived tables: segments, waits, failures, unobserved time.
+    run(&["ledger", "--store", &store.display().to_string(), "--config", &config.display().to_string(), "--progress", "off"], 0);
+    let q = |sql: &str| crate::util::query(&store, sql);
+    let segs = q("SELECT run, segment, outcome FROM run_segments WHERE namespace = 'research' ORDER BY run, segment");
+    let segs: Vec<(String, i64, String)> = segs.iter().map(|r| (r["run"].as_str().unwrap().into(), r["segment"].as_i64().unwrap(), r["outcome"].as_str().unwrap().into())).collect();
+    assert_eq!(
+        segs,
+        vec![
+            ("pod/mig-1".into(), 1, "failed".into()),
+            ("wl-eval".into(), 1, "preempted".into()),
+            ("wl-eval".into(), 2, "succeeded".into()),
+            ("wl-train".into(), 1, "succeeded".into())
+        ]
+    );
+    // Waits: wl-eval waited 100 s (created -1000, admitted -900), then 40 s (requeued +210,
+    // readmitted +250); wl-train 400 s (created -1000, admitted -600).
+    let waits = q("SELECT workload, segment, wait_seconds FROM queue_waits ORDER BY workload, segment");
+    let waits: Vec<(String, i64, f64)> = waits.iter().map(|r| (r["workload"].as_str().unwrap().into(), r["segment"].as_i64().unwrap(), r["wait_seconds"].as_f64().unwrap())).collect();
+    assert_eq!(waits, vec![("wl-eval".into(), 1, 100.0), ("wl-eval".into(), 2, 40.0), ("wl-train".into(), 1, 400.0)]);
+    let failures = q("SELECT run, cause, exit_code FROM run_failures ORDER BY run");
+    assert_eq!(failures[0]["run"], "pod/mig-1");
+    assert_eq!(failures[0]["cause"], "OOMKilled");
+    assert_eq!(failures[0]["exit_code"], 137);
+    assert_eq!(failures[1]["cause"], "Preempted");
+    let unobserved = q("SELECT SUM(gpu_hours) AS h FROM unobserved_gpu_hours");
+    close(unobserved[0]["h"].as_f64().unwrap(), h(210.0), "unobserved gap");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Simulated clusters against the simulator's truth.
+// ---------------------------------------------------------------------------------------------
+
+/// The configuration the simulated clusters are priced with (pool label, model, default).
+const SIM_CONFIG: &str = r#"
+[accounting]
+idle_policy = "platform"
+
+[prices]
+default = 1.75
+[prices.by_model]
+"NVIDIA H100 80GB HBM3" = 2.49
+[prices.by_node_label."gpuledger.io/pool"]
+a100-mig = 1.60
+l4 = 0.80
+
+[[overheads]]
+month = "2026-10"
+network = 310.0
+storage = 190.0
+support = 120.0
+operations = 380.0
+
+[[overheads]]
+month = "2026-10"
+team = "serving"
+support = 50.0
+
+[[overheads]]
+month = "2026-11"
+network = 90.0
+operations = 40.0
+
+[units]
+files = ["units.csv"]
+"#;
+
+/// Extra units from elsewhere (an inference server's success counter, say).
+const SIM_UNITS: &str = "month,team,unit,accepted_units\n2026-10,serving,request,1000\n2026-11,serving,request,250.5\n";
+
+/// The chargeback the simulator's truth implies, computed here independently of the ledger:
+/// GPU-hours by (month, team, state, pool, model) from expected.json, priced by the same rules.
+fn expected_chargeback(expected: &Value, policy: &str) -> BTreeMap<(String, String), BTreeMap<&'static str, f64>> {
+    let price = |pool: &str, model: &str| match (pool, model) {
+        ("a100-mig", _) => 1.60,
+        ("l4", _) => 0.80,
+        (_, "NVIDIA H100 80GB HBM3") => 2.49,
+        _ => 1.75,
+    };
+    let mut rows: BTreeMap<(String, String), BTreeMap<&'static str, f64>> = BTreeMap::new();
+    let mut months: BTreeMap<String, (f64, f64)> = BTreeMap::new(); // allocated hours, unallocated cost
+    for r in expected["gpu_hours"].as_array().unwrap() {
+        let (month, team, state) = (r["month"].as_str().unwrap(), r["team"].as_str().unwrap(), r["state"].as_str().unwrap());
+        let hours = r["gpu_hours"].as_f64().unwrap();
+        let cost = hours * price(r["pool"].as_str().unwrap(), r["model_name"].as_str().unwrap());
+        let row = rows.entry((month.into(), team.into())).or_default();
+        *row.entry(match state {
+            "productive" => "productive_gpu_hours",
+            "allocated_idle" => "allocated_idle_gpu_hours",
+            "failed" => "failed_gpu_hours",
+            "preempted" => "preempted_gpu_hours",
+            _ => "unallocated_gpu_hours",
+        })
+        .or_default() += hours;
+        let m = months.entry(month.into()).or_default();
+        match state {
+            "productive" => *row.entry("compute").or_default() += cost,
+            "allocated_idle" => *row.entry("idle").or_default() += cost,
+            "failed" | "preempted" => *row.entry("failed_runs").or_default() += cost,
+            _ => m.1 += cost,
+        }
+        if state != "unallocated" {
+            *row.entry("allocated").or_default() += hours;
+            m.0 += hours;
+        }
+    }
+    for month in months.keys() {
+        rows.entry((month.clone(), "platform".into())).or_default();
+    }
+    let spread: BTreeMap<&str, [(&str, f64); 4]> = BTreeMap::from([
+        ("2026-10", [("network", 310.0), ("storage", 190.0), ("support", 120.0), ("operations", 380.0)]),
+        ("2026-11", [("network", 90.0), ("storage", 0.0), ("support", 0.0), ("operations", 40.0)]),
+    ]);
+    for ((month, team), row) in rows.iter_mut() {
+        let (alloc, unalloc_cost) = months.get(month).copied().unwrap_or_default();
+        let share = if alloc > 0.0 { row.get("allocated").copied().unwrap_or(0.0) / alloc } else if team == "platform" { 1.0 } else { 0.0 };
+        if let Some(amounts) = spread.get(month.as_str()) {
+            for (component, amount) in amounts {
+                *row.entry(component).or_default() += amount * share;
+            }
+        }
+        if month == "2026-10" && team == "serving" {
+            *row.entry("support").or_default() += 50.0;
+        }
+        let idle_extra = if policy == "share" && alloc > 0.0 { unalloc_cost * share } else if team == "platform" { unalloc_cost } else { 0.0 };
+        *row.entry("idle").or_default() += idle_extra;
+    }
+    for u in expected["accepted_units"].as_array().unwrap() {
+        let key = (u["month"].as_str().unwrap().to_string(), u["team"].as_str().unwrap().to_string());
+        *rows.entry(key).or_default().entry("accepted_units").or_default() += u["accepted_units"].as_f64().unwrap();
+    }
+    *rows.entry(("2026-10".into(), "serving".into())).or_default().entry("accepted_units").or_default() += 1000.0;
+    *rows.entry(("2026-11".into(), "serving".into())).or_default().entry("accepted_units").or_default() += 250.5;
+    for row in rows.values_mut() {
+        let total: f64 = ["compute", "network", "storage", "support", "idle", "failed_runs", "operations"].iter().map(|c| row.get(c).copied().unwrap_or(0.0)).sum();
+        row.insert("total", total);
+    }
+    rows
+}
+
+fn check_simulated(gpus: u32, days: u32, seed: u64, interval: u32, start: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let capture = tmp.path().join("capture");
+    let store = tmp.path().join("store");
+    run(
+        &["simulate", "--out", &capture.display().to_string(), "--gpus", &gpus.to_string(), "--days", &days.to_string(), "--seed", &seed.to_string(),
+          "--scrape-interval", &format!("{interval}s"), "--start", start],
+        0,
+    );
+    ingest(&[&capture], &store);
+    let config = tmp.path().join("gpuledger.toml");
+    std::fs::write(&config, SIM_CONFIG).unwrap();
+    std::fs::write(tmp.path().join("units.csv"), SIM_UNITS).unwrap();
+    let expected: Value = serde_json::from_slice(&std::fs::read(capture.join("expected.json")).unwrap()).unwrap();
+    let case = format!("{gpus} GPUs, {days} days, seed {seed}, {interval}s from {start}");
+
+    for policy in ["platform", "share"] {
+        let want = expected_chargeback(&expected, policy);
+        let months: std::collections::BTreeSet<&String> = want.keys().map(|(m, _)| m).collect();
+        assert!(!months.is_empty(), "{case}: the simulation has no months");
+        for month in months {
+            let got = report_csv(&store, &config, month, policy);
+            let want_teams: Vec<&String> = want.keys().filter(|(m, _)| m == month).map(|(_, t)| t).collect();
+            let got_teams: Vec<&String> = got.keys().map(|(_, t)| t).collect();
+            assert_eq!(got_teams, want_teams, "{case} {month} {policy}: teams");
+            for ((m, team), w) in want.iter().filter(|((m, _), _)| m == month) {
+                let g = &got[&(m.clone(), team.clone())];
+                for column in gpuledger_ledger::report::CSV_COLUMNS.iter().skip(2) {
+                    let gv = g[*column];
+                    if *column == "cost_per_accepted_unit" {
+                        let units = w.get("accepted_units").copied().unwrap_or(0.0);
+                        if units > 0.0 {
+                            assert!((gv - w["total"] / units).abs() < 0.01, "{case} {month} {policy} {team}: cost per unit {gv} vs {}", w["total"] / units);
+                        } else {
+                            assert!(gv.is_nan(), "{case} {month} {policy} {team}: cost per unit should be empty");
+                        }
+                        continue;
+                    }
+                    let wv = w.get(column).copied().unwrap_or(0.0);
+                    assert!((gv - wv).abs() < 0.01, "{case} {month} {policy} {team}: {column} = {gv}, simulator says {wv}");
+                }
+            }
+        }
+    }
+}
+
+/// Crosses the October/November boundary, MIG, preemption and readmission, failures, a node
+/// without profiling metrics (l4, t4), pod-level team labels, a namespace without one (sandbox),
+/// unit annotations, per-team overheads, extra units from a CSV, scrape gaps of both kinds.
+#[test]
+fn simulated_cluster_matches_simulator_truth_across_a_month_boundary() {
+    check_simulated(24, 3, 7, 30, "2026-10-30T00:00:00Z");
+}
+
+/// Another seed and size at a one-minute scrape.
+#[test]
+fn simulated_cluster_matches_simulator_truth_other_seed() {
+    check_simulated(16, 2, 1234, 60, "2026-10-31T06:00:00Z");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The derived tables through a peer reader.
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn duckdb_reads_the_derived_tables_with_the_same_totals() {
+    let probe = Command::new("python3").args(["-c", "import duckdb"]).output();
+    assert!(probe.map(|o| o.status.success()).unwrap_or(false), "DuckDB is needed for this test: python3 -m pip install duckdb (.ci/run does)");
+    let tmp = tempfile::tempdir().unwrap();
+    let capture = tmp.path().join("capture");
+    let store = tmp.path().join("store");
+    run(&["simulate", "--out", &capture.display().to_string(), "--gpus", "8", "--days", "1", "--seed", "5", "--scrape-interval", "60s"], 0);
+    ingest(&[&capture], &store);
+    let config = tmp.path().join("gpuledger.toml");
+    std::fs::write(&config, SIM_CONFIG.replace("[units]\nfiles = [\"units.csv\"]\n", "")).unwrap();
+    run(&["ledger", "--store", &store.display().to_string(), "--config", &config.display().to_string(), "--progress", "off"], 0);
+    let json_out = run(&["report", "--store", &store.display().to_string(), "--config", &config.display().to_string(), "--month", "2026-10", "--format", "json", "--progress", "off"], 0);
+    let report: Value = serde_json::from_slice(&json_out.stdout).unwrap();
+    let report_total: f64 = report["chargeback"].as_array().unwrap().iter().map(|r| r["total"].as_f64().unwrap()).sum();
+    let report_hours: f64 = report["chargeback"].as_array().unwrap().iter().map(|r| r["productive_gpu_hours"].as_f64().unwrap()).sum();
+
+    let script = r#"
+import duckdb, json, sys
+d = sys.argv[1] + "/ledger/"
+con = duckdb.connect()
+total = con.execute(f"SELECT sum(total) FROM '{d}chargeback_monthly.parquet' WHERE month = '2026-10'").fetchone()[0]
+hours = con.execute(f"SELECT sum(gpu_hours) FROM '{d}gpu_state_hours.parquet' WHERE month = '2026-10' AND state = 'productive'").fetchone()[0]
+cost = con.execute(f"SELECT sum(cost) FROM '{d}gpu_state_hours.parquet' WHERE month = '2026-10'").fetchone()[0]
+print(json.dumps({"total": total, "productive_hours": hours, "cost": cost}))
+"#;
+    let out = Command::new("python3").arg("-c").arg(script).arg(&store).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let duck: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!((duck["total"].as_f64().unwrap() - report_total).abs() < 1e-6, "DuckDB total {duck} vs report {report_total}");
+    assert!((duck["productive_hours"].as_f64().unwrap() - report_hours).abs() < 1e-6, "DuckDB productive hours {duck} vs report {report_hours}");
+    // Spread overheads and moved idle cost aside, the chargeback total is the priced GPU time
+    // plus the configured overheads (310 + 190 + 120 + 380 + 50 for serving).
+    assert!((duck["cost"].as_f64().unwrap() + 1050.0 - report_total).abs() < 1e-6, "priced hours + overheads = total: {duck} vs {report_total}");
+}
