@@ -1,20 +1,23 @@
 //! `gpuledger demo`: the main job on the embedded default: simulate a small cluster, ingest it
-//! into a store, print the ingest summary and a first look at the data.
+//! into a store, run the ledger, print the busiest month's chargeback and write the HTML and
+//! FOCUS reports.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use gpuledger_ledger::Ledger;
-use gpuledger_ledger::output::{OutputFormat, format_batches};
+use gpuledger_ledger::report::text::{TextFormat, render};
+use gpuledger_ledger::report::{focus, html};
 
 use super::progress::ProgressMode;
-use super::{ingest, simulate};
+use super::{ingest, report, simulate};
 
-/// Simulate a small cluster, ingest its capture and show what landed.
+/// Simulate a small cluster, ingest its capture, run the ledger and report its busiest month:
+/// the chargeback table on stdout, an HTML report and a FOCUS 1.2 dataset in the directory.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Working directory for the capture (<dir>/capture) and the store (<dir>/store).
-    #[arg(long, default_value = "gpuledger-demo")]
+    /// Working directory: the capture (<DIR>/capture), the store (<DIR>/store), the
+    /// configuration used and the reports.
+    #[arg(long = "out", alias = "dir", value_name = "DIR", default_value = "gpuledger-demo")]
     dir: PathBuf,
     /// GPUs in the simulated cluster.
     #[arg(long, default_value_t = 32)]
@@ -24,17 +27,8 @@ pub struct Args {
     days: u32,
 }
 
-/// GPUs, samples and mean activity per namespace holding GPUs, as a first look (the ledger
-/// issue turns this into GPU-hours and cost per team).
-const FIRST_LOOK: &str = "\
-SELECT coalesce(namespace, '(unallocated)') AS namespace,
-       count(DISTINCT uuid) AS gpus,
-       count(*) AS gpu_samples,
-       round(avg(gpu_util), 1) AS avg_gpu_util,
-       round(avg(engine_active), 3) AS avg_engine_active
-FROM gpu_samples
-GROUP BY 1
-ORDER BY gpu_samples DESC";
+/// The demo's configuration: the example file, which prices the simulator's node pools.
+const DEMO_CONFIG: &str = include_str!("../../examples/gpuledger.toml");
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let capture = args.dir.join("capture");
@@ -55,12 +49,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let summary = ingest::ingest_with(&ingest_args)?;
     print!("{}", ingest::summary_text(&summary));
-    let text = super::runtime()?.block_on(async {
-        let ledger = Ledger::open(&store).await?;
-        let batches = ledger.query(FIRST_LOOK).await?;
-        anyhow::Ok(format_batches(&batches, OutputFormat::Table)?)
-    })?;
-    println!("\nFirst look (gpuledger query --store {} \"...\"):\n{text}", store.display());
-    println!("Next: gpuledger schema, then gpuledger query --store {} \"SELECT ...\"", store.display());
+    let config = args.dir.join("gpuledger.toml");
+    report::write_atomically(&config, DEMO_CONFIG.as_bytes())?;
+    eprintln!("gpuledger: running the ledger over {} with {}", store.display(), config.display());
+    let report = report::build(&store, Some(&config), None, None, ProgressMode::Auto)?;
+    let html_path = args.dir.join(format!("report-{}.html", report.month));
+    report::write_atomically(&html_path, html::render(&report).as_bytes())?;
+    let focus = focus::write_focus(&report, &args.dir, &format!("focus-{}", report.month))?;
+    println!("\n{}", render(&report, TextFormat::Table));
+    println!("Written:");
+    println!("  {}  (open in a browser: charts, failure causes, queue waits)", html_path.display());
+    println!("  {} and {}  (FinOps FOCUS 1.2, {} rows)", focus.csv.display(), focus.parquet.display(), focus.rows);
+    println!("\nNext:");
+    let st = store.display();
+    let cf = config.display();
+    println!("  gpuledger report --store {st} --config {cf} --month {} --format csv", report.month);
+    println!("  gpuledger ledger --store {st} --config {cf}      # derived tables into {st}/ledger/");
+    println!("  gpuledger query  --store {st} \"SELECT team, state, sum(gpu_hours) FROM gpu_state_hours GROUP BY 1, 2\"");
     Ok(ExitCode::SUCCESS)
 }

@@ -556,3 +556,23 @@ print(json.dumps({"total": total, "productive_hours": hours, "cost": cost}))
     // plus the configured overheads (310 + 190 + 120 + 380 + 50 for serving).
     assert!((duck["cost"].as_f64().unwrap() + 1050.0 - report_total).abs() < 1e-6, "priced hours + overheads = total: {duck} vs {report_total}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// The README's main command.
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn demo_prints_the_chargeback_and_writes_html_and_focus() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("demo");
+    let out = run(&["demo", "--out", &dir.display().to_string(), "--gpus", "8", "--days", "1"], 0);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("GPU chargeback 2026-10"), "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("platform")), "the platform row is shown: {stdout}");
+    let html = std::fs::read_to_string(dir.join("report-2026-10.html")).unwrap();
+    assert!(html.contains("<svg") && html.contains("platform"), "HTML report with charts");
+    let focus_csv = std::fs::read_to_string(dir.join("focus-2026-10.csv")).unwrap();
+    assert!(focus_csv.lines().next().unwrap().contains("BilledCost"));
+    assert!(focus_csv.lines().count() > 5, "FOCUS rows: {focus_csv}");
+    assert!(dir.join("focus-2026-10.parquet").is_file());
+}
