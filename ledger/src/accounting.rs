@@ -39,6 +39,7 @@ const OBJECT_TABLES: &[&str] = &["pods_latest", "workloads_latest", "namespaces_
 /// The derived tables `gpuledger ledger` writes to the store: (table, the view it comes from).
 pub const DERIVED_TABLES: &[(&str, &str)] = &[
     ("gpu_state_hours", "priced_state_hours"),
+    ("pod_runs", "pod_runs"),
     ("unobserved_gpu_hours", "unobserved_gpu_hours"),
     ("chargeback_monthly", "chargeback_monthly"),
     ("accepted_units_monthly", "accepted_units_monthly"),
