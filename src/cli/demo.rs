@@ -9,7 +9,7 @@ use gpuledger_ledger::report::text::{TextFormat, render};
 use gpuledger_ledger::report::{focus, html};
 
 use super::progress::ProgressMode;
-use super::{ingest, report, simulate};
+use super::{ingest, ledger, report, simulate};
 
 /// Simulate a small cluster, ingest its capture, run the ledger and report its busiest month:
 /// the chargeback table on stdout, an HTML report and a FOCUS 1.2 dataset in the directory.
@@ -52,6 +52,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let config = args.dir.join("gpuledger.toml");
     report::write_atomically(&config, DEMO_CONFIG.as_bytes())?;
     eprintln!("gpuledger: running the ledger over {} with {}", store.display(), config.display());
+    ledger::run(ledger::Args { store: store.clone(), config: Some(config.clone()), progress: ProgressMode::Auto })?;
     let report = report::build(&store, Some(&config), None, None, ProgressMode::Auto)?;
     let html_path = args.dir.join(format!("report-{}.html", report.month));
     report::write_atomically(&html_path, html::render(&report).as_bytes())?;
