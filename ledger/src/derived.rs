@@ -4,7 +4,7 @@
 //! each file atomically: the new one is written under a hidden temporary name, fsynced and
 //! renamed over the old, so a reader sees the old table or the new one, never half of one.
 
-use std::fs::{self, File};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -33,26 +33,21 @@ pub fn write(store: &Path, table: &str, schema: SchemaRef, batches: &[RecordBatc
     let io = |p: &Path, e: std::io::Error| Error::Store { path: p.to_path_buf(), reason: e.to_string() };
     fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
     let target = path(store, table);
-    let tmp = dir.join(format!(".{table}.parquet.tmp-{}", std::process::id()));
-    let result = (|| -> Result<u64> {
-        let file = File::create(&tmp).map_err(|e| io(&tmp, e))?;
-        let props = WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::default())).build();
-        let parquet_err = |e: parquet::errors::ParquetError| Error::Store { path: tmp.clone(), reason: e.to_string() };
-        let mut writer = ArrowWriter::try_new(file, schema, Some(props)).map_err(parquet_err)?;
-        for b in batches {
-            writer.write(b).map_err(parquet_err)?;
-        }
-        let file = writer.into_inner().map_err(parquet_err)?;
-        file.sync_all().map_err(|e| io(&tmp, e))?;
-        let bytes = file.metadata().map_err(|e| io(&tmp, e))?.len();
-        fs::rename(&tmp, &target).map_err(|e| io(&target, e))?;
-        File::open(&dir).and_then(|d| d.sync_all()).map_err(|e| io(&dir, e))?;
-        Ok(bytes)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    crate::atomic::write_file(
+        &target,
+        |file| {
+            let props = WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::default())).build();
+            let parquet_err = |e: parquet::errors::ParquetError| Error::Store { path: target.clone(), reason: e.to_string() };
+            let mut writer = ArrowWriter::try_new(file, schema, Some(props)).map_err(parquet_err)?;
+            for b in batches {
+                writer.write(b).map_err(parquet_err)?;
+            }
+            writer.close().map_err(parquet_err)?;
+            Ok(())
+        },
+        io,
+    )?;
+    Ok(fs::metadata(&target).map_err(|e| io(&target, e))?.len())
 }
 
 /// Registers the derived tables present in the store under their names.

@@ -12,6 +12,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod accounting;
+pub mod atomic;
 pub mod config;
 pub mod derived;
 mod monthly;

@@ -149,20 +149,10 @@ fn split_stem(path: &Path) -> (PathBuf, String) {
     (dir, stem)
 }
 
-/// Writes through a temporary file in the same directory, so a reader never sees half a report.
+/// Writes a report so that a reader never sees half of one.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.with_context(|| format!("writing {}", path.display()))
+    let io = |p: &Path, e: std::io::Error| anyhow::Error::new(e).context(format!("writing {}", p.display()));
+    gpuledger_ledger::atomic::write_file(path, |mut f| f.write_all(bytes).map_err(|e| io(path, e)), io)
 }

@@ -22,7 +22,7 @@
 //! four cost columns are equal (the ledger has one price list, no discounts or commitments).
 //! Columns that FOCUS does not define are prefixed `x_`, as the specification asks.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -105,32 +105,8 @@ pub fn write_focus(report: &Report, dir: &Path, stem: &str) -> Result<FocusFiles
     Ok(FocusFiles { csv, parquet, rows: batch.num_rows() })
 }
 
-/// Writes `path` through a hidden temporary file in the same directory: `fill` writes it,
-/// then it is synced and renamed over `path`, and the directory is synced.
 fn write_atomically(path: &Path, fill: impl FnOnce(&File) -> Result<(), RenderError>) -> Result<(), RenderError> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-
-    let result = (|| {
-        let file = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp).map_err(io(&tmp))?;
-        fill(&file)?;
-        file.sync_all().map_err(io(&tmp))?;
-        fs::rename(&tmp, path).map_err(io(path))
-    })();
-    if result.is_err() {
-        // Best effort: the error being returned matters more than a leftover temporary file.
-        let _ = fs::remove_file(&tmp);
-        return result;
-    }
-    // The rename is durable only once the directory entry is on disk.
-    #[cfg(unix)]
-    File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))?;
-    Ok(())
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RenderError + '_ {
-    move |source| RenderError::Io { path: path.to_path_buf(), source }
+    crate::atomic::write_file(path, fill, |path, source| RenderError::Io { path: path.to_path_buf(), source })
 }
 
 /// One row of the export before it becomes columns.
