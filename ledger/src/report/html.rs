@@ -124,10 +124,10 @@ fn chargeback_table(report: &Report) -> String {
     let num = |v: String| format!("<td class=\"n\">{}</td>", esc(&v));
     for r in &report.chargeback {
         t.push_str(&format!("<tr><td>{}</td><td>{}</td>", esc(&r.month), team_cell(r)));
-        for v in hours(r) {
+        for v in r.state_hours() {
             t.push_str(&num(hours_fmt(v)));
         }
-        for v in costs(r) {
+        for v in r.cost_components() {
             t.push_str(&num(money_fmt(v)));
         }
         t.push_str(&num(money_fmt(r.total)));
@@ -139,8 +139,8 @@ fn chargeback_table(report: &Report) -> String {
     let mut hour_totals = [0.0; 5];
     let mut cost_totals = [0.0; 7];
     for r in &report.chargeback {
-        hour_totals.iter_mut().zip(hours(r)).for_each(|(t, v)| *t += v);
-        cost_totals.iter_mut().zip(costs(r)).for_each(|(t, v)| *t += v);
+        hour_totals.iter_mut().zip(r.state_hours()).for_each(|(t, v)| *t += v);
+        cost_totals.iter_mut().zip(r.cost_components()).for_each(|(t, v)| *t += v);
     }
     for v in hour_totals {
         t.push_str(&num(hours_fmt(v)));
@@ -159,22 +159,12 @@ fn column_title(column: &str) -> String {
     column.split('_').map(|w| if w == "gpu" { "GPU" } else { w }).collect::<Vec<_>>().join(" ")
 }
 
-/// A row's GPU-hours in [`STATES`] order.
-fn hours(r: &ChargebackRow) -> [f64; 5] {
-    [r.productive_gpu_hours, r.allocated_idle_gpu_hours, r.failed_gpu_hours, r.preempted_gpu_hours, r.unallocated_gpu_hours]
-}
-
-/// A row's cost components in [`COMPONENTS`] order.
-fn costs(r: &ChargebackRow) -> [f64; 7] {
-    [r.compute, r.network, r.storage, r.support, r.idle, r.failed_runs, r.operations]
-}
-
 fn hours_chart(report: &Report) -> String {
     let bars: Vec<Bar> = report
         .chargeback
         .iter()
         .map(|r| {
-            let values = hours(r).to_vec();
+            let values = r.state_hours().to_vec();
             let end = format!("{} h{}", hours_fmt(values.iter().sum()), if provisional(r) { " *" } else { "" });
             Bar { label: r.team.clone(), values, end }
         })
@@ -185,7 +175,7 @@ fn hours_chart(report: &Report) -> String {
 fn cost_chart(report: &Report) -> String {
     let currency = report.currency.as_str();
     let bars: Vec<Bar> =
-        report.chargeback.iter().map(|r| Bar { label: r.team.clone(), values: costs(r).to_vec(), end: money_fmt(r.total) }).collect();
+        report.chargeback.iter().map(|r| Bar { label: r.team.clone(), values: r.cost_components().to_vec(), end: money_fmt(r.total) }).collect();
     Chart { series: &COMPONENTS, bars, value: &|v| format!("{} {currency}", money_fmt(v)), title: "Cost by component and team" }.svg()
 }
 

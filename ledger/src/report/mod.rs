@@ -137,6 +137,19 @@ impl Report {
     }
 }
 
+impl ChargebackRow {
+    /// GPU-hours by state: productive, allocated_idle, failed, preempted, unallocated.
+    pub fn state_hours(&self) -> [f64; 5] {
+        [self.productive_gpu_hours, self.allocated_idle_gpu_hours, self.failed_gpu_hours, self.preempted_gpu_hours, self.unallocated_gpu_hours]
+    }
+
+    /// Cost by component, in the order of the total's formula: compute, network, storage,
+    /// support, idle, failed_runs, operations.
+    pub fn cost_components(&self) -> [f64; 7] {
+        [self.compute, self.network, self.storage, self.support, self.idle, self.failed_runs, self.operations]
+    }
+}
+
 /// Why writing a report to files failed (the FOCUS export writes CSV and Parquet).
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {

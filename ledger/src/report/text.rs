@@ -150,7 +150,7 @@ fn chargeback_grid(report: &Report) -> Grid {
         .iter()
         .map(|r| {
             let mut cells = vec![team_label(r)];
-            cells.extend(hours_of(r).iter().map(|&v| hours_fmt(v)));
+            cells.extend(r.state_hours().iter().map(|&v| hours_fmt(v)));
             cells.extend(money_of(r).iter().map(|&v| money_fmt(v)));
             cells.push(units_fmt(r.accepted_units));
             cells.push(r.cost_per_accepted_unit.map(per_unit_fmt).unwrap_or_default());
@@ -163,7 +163,7 @@ fn chargeback_grid(report: &Report) -> Grid {
     let mut hours = [0.0; 5];
     let mut money = [0.0; 8];
     for r in &report.chargeback {
-        hours.iter_mut().zip(hours_of(r)).for_each(|(t, v)| *t += v);
+        hours.iter_mut().zip(r.state_hours()).for_each(|(t, v)| *t += v);
         money.iter_mut().zip(money_of(r)).for_each(|(t, v)| *t += v);
     }
     footer.extend(hours.iter().map(|&v| hours_fmt(v)));
@@ -173,12 +173,10 @@ fn chargeback_grid(report: &Report) -> Grid {
     Grid::new(&headers, 1, rows, Some(footer))
 }
 
-fn hours_of(r: &ChargebackRow) -> [f64; 5] {
-    [r.productive_gpu_hours, r.allocated_idle_gpu_hours, r.failed_gpu_hours, r.preempted_gpu_hours, r.unallocated_gpu_hours]
-}
-
+/// The cost components, then the total (the table's money columns).
 fn money_of(r: &ChargebackRow) -> [f64; 8] {
-    [r.compute, r.network, r.storage, r.support, r.idle, r.failed_runs, r.operations, r.total]
+    let c = r.cost_components();
+    [c[0], c[1], c[2], c[3], c[4], c[5], c[6], r.total]
 }
 
 fn failure_grid(report: &Report, limit: usize) -> Grid {
