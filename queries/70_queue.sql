@@ -43,31 +43,50 @@ FROM workload_transitions
 WHERE type = 'Evicted' AND status = 'True'
 GROUP BY namespace, workload, COALESCE(reason, 'unknown');
 
+-- Evictions per team and ClusterQueue, with their reasons (`Preempted x3, InactiveWorkload x1`).
+CREATE OR REPLACE VIEW queue_evictions AS
+SELECT team, cluster_queue, SUM(evictions) AS evictions,
+       string_agg(reason || ' x' || CAST(evictions AS VARCHAR), ', ' ORDER BY reason) AS eviction_reasons
+FROM (
+    SELECT q.team, q.cluster_queue, e.reason, SUM(e.evictions) AS evictions
+    FROM workload_evictions e
+    JOIN (SELECT DISTINCT namespace, workload, team, cluster_queue FROM queue_waits) q
+      ON q.namespace = e.namespace AND q.workload = e.workload
+    GROUP BY q.team, q.cluster_queue, e.reason
+)
+GROUP BY team, cluster_queue;
+
+-- Waits per team and ClusterQueue over a period: each month of admission, and 'all' for the
+-- whole data.
+CREATE OR REPLACE VIEW queue_wait_periods AS
+SELECT period, team, cluster_queue, COUNT(*) AS admissions,
+       MIN(CASE WHEN rn >= CEIL(0.50 * n) THEN wait_seconds END) AS p50_seconds,
+       MIN(CASE WHEN rn >= CEIL(0.95 * n) THEN wait_seconds END) AS p95_seconds,
+       MAX(wait_seconds) AS max_seconds
+FROM (
+    SELECT period, team, cluster_queue, wait_seconds,
+           ROW_NUMBER() OVER (PARTITION BY period, team, cluster_queue ORDER BY wait_seconds) AS rn,
+           COUNT(*) OVER (PARTITION BY period, team, cluster_queue) AS n
+    FROM (
+        SELECT to_char(admitted_at, '%Y-%m') AS period, team, cluster_queue, wait_seconds FROM queue_waits
+        UNION ALL
+        SELECT 'all' AS period, team, cluster_queue, wait_seconds FROM queue_waits
+    )
+)
+GROUP BY period, team, cluster_queue;
+
+-- The whole data's waits, with the evictions.
 CREATE OR REPLACE VIEW queue_wait_summary AS
 SELECT w.team, w.cluster_queue, w.admissions, w.p50_seconds, w.p95_seconds, w.max_seconds,
        COALESCE(e.evictions, 0) AS evictions, COALESCE(e.eviction_reasons, '') AS eviction_reasons
-FROM (
-    SELECT team, cluster_queue, COUNT(*) AS admissions,
-           MIN(CASE WHEN rn >= CEIL(0.50 * n) THEN wait_seconds END) AS p50_seconds,
-           MIN(CASE WHEN rn >= CEIL(0.95 * n) THEN wait_seconds END) AS p95_seconds,
-           MAX(wait_seconds) AS max_seconds
-    FROM (
-        SELECT team, cluster_queue, wait_seconds,
-               ROW_NUMBER() OVER (PARTITION BY team, cluster_queue ORDER BY wait_seconds) AS rn,
-               COUNT(*) OVER (PARTITION BY team, cluster_queue) AS n
-        FROM queue_waits
-    )
-    GROUP BY team, cluster_queue
-) w
-LEFT JOIN (
-    SELECT team, cluster_queue, SUM(evictions) AS evictions,
-           string_agg(reason || ' x' || CAST(evictions AS VARCHAR), ', ' ORDER BY reason) AS eviction_reasons
-    FROM (
-        SELECT q.team, q.cluster_queue, e.reason, SUM(e.evictions) AS evictions
-        FROM workload_evictions e
-        JOIN (SELECT DISTINCT namespace, workload, team, cluster_queue FROM queue_waits) q
-          ON q.namespace = e.namespace AND q.workload = e.workload
-        GROUP BY q.team, q.cluster_queue, e.reason
-    )
-    GROUP BY team, cluster_queue
-) e ON e.team = w.team AND e.cluster_queue = w.cluster_queue;
+FROM queue_wait_periods w
+LEFT JOIN queue_evictions e ON e.team = w.team AND e.cluster_queue = w.cluster_queue
+WHERE w.period = 'all';
+
+-- Each month's waits (by month of admission); evictions as in the summary (the whole data).
+CREATE OR REPLACE VIEW queue_wait_monthly AS
+SELECT w.period AS month, w.team, w.cluster_queue, w.admissions, w.p50_seconds, w.p95_seconds, w.max_seconds,
+       COALESCE(e.evictions, 0) AS evictions, COALESCE(e.eviction_reasons, '') AS eviction_reasons
+FROM queue_wait_periods w
+LEFT JOIN queue_evictions e ON e.team = w.team AND e.cluster_queue = w.cluster_queue
+WHERE w.period <> 'all';

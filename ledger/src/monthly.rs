@@ -77,23 +77,7 @@ impl Accounting {
                 cost: f(&r, "cost"),
             })
             .collect();
-        // The summary view covers all time; the month's own waits are summarised here the same way.
-        let waits_sql = format!(
-            "SELECT w.team, w.cluster_queue, w.admissions, w.p50_seconds, w.p95_seconds, w.max_seconds,
-                    COALESCE(e.evictions, 0) AS evictions, COALESCE(e.eviction_reasons, '') AS eviction_reasons
-             FROM (
-                 SELECT team, cluster_queue, COUNT(*) AS admissions,
-                        MIN(CASE WHEN rn >= CEIL(0.50 * n) THEN wait_seconds END) AS p50_seconds,
-                        MIN(CASE WHEN rn >= CEIL(0.95 * n) THEN wait_seconds END) AS p95_seconds,
-                        MAX(wait_seconds) AS max_seconds
-                 FROM (SELECT team, cluster_queue, wait_seconds,
-                              ROW_NUMBER() OVER (PARTITION BY team, cluster_queue ORDER BY wait_seconds) AS rn,
-                              COUNT(*) OVER (PARTITION BY team, cluster_queue) AS n
-                       FROM queue_waits WHERE to_char(admitted_at, '%Y-%m') = '{month_lit}')
-                 GROUP BY team, cluster_queue) w
-             LEFT JOIN queue_wait_summary e ON e.team = w.team AND e.cluster_queue = w.cluster_queue
-             ORDER BY w.team, w.cluster_queue"
-        );
+        let waits_sql = format!("SELECT * FROM queue_wait_monthly WHERE month = '{month_lit}' ORDER BY team, cluster_queue");
         let queue_waits = rows(&self.query(&waits_sql).await?)?
             .into_iter()
             .map(|r| QueueWaitRow {
