@@ -58,6 +58,13 @@ SELECT month, team,
 FROM priced_state_hours
 GROUP BY month, team;
 
+-- Each month's allocated GPU-hours (the key for spreading) and unallocated cost (what the
+-- idle policy hands out).
+CREATE OR REPLACE VIEW month_usage AS
+SELECT month, SUM(allocated_gpu_hours) AS allocated_gpu_hours, SUM(unallocated_cost) AS unallocated_cost
+FROM team_month_usage
+GROUP BY month;
+
 -- Every (month, team) the chargeback has a row for: teams with GPU time, direct overheads or
 -- accepted units, and `platform` in every month that has anything at all.
 CREATE OR REPLACE VIEW chargeback_teams AS
@@ -78,9 +85,7 @@ SELECT t.month, t.team,
             WHEN t.team = 'platform' THEN 1.0 ELSE 0.0 END AS share
 FROM chargeback_teams t
 LEFT JOIN team_month_usage u ON u.month = t.month AND u.team = t.team
-LEFT JOIN (SELECT month, SUM(allocated_gpu_hours) AS allocated_gpu_hours,
-                  SUM(unallocated_cost) AS unallocated_cost
-           FROM team_month_usage GROUP BY month) m ON m.month = t.month;
+LEFT JOIN month_usage m ON m.month = t.month;
 
 -- Overheads per month and component: spread amounts (no team) and direct ones (per team).
 CREATE OR REPLACE VIEW overhead_amounts AS
@@ -126,9 +131,7 @@ FROM (
     FROM settings s
     CROSS JOIN team_month_shares t
     LEFT JOIN team_month_usage u ON u.month = t.month AND u.team = t.team
-    LEFT JOIN (SELECT month, SUM(allocated_gpu_hours) AS allocated_gpu_hours,
-                      SUM(unallocated_cost) AS unallocated_cost
-               FROM team_month_usage GROUP BY month) m ON m.month = t.month
+    LEFT JOIN month_usage m ON m.month = t.month
     LEFT JOIN overhead_amounts o ON o.month = t.month AND o.team = t.team
     LEFT JOIN (SELECT month, team, SUM(accepted_units) AS accepted_units
                FROM accepted_units_monthly GROUP BY month, team) a ON a.month = t.month AND a.team = t.team
