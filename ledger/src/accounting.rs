@@ -20,6 +20,7 @@ use datafusion::prelude::{SessionContext, col, lit};
 
 use crate::config::{Config, IdlePolicy};
 use crate::error::{Error, Result};
+use crate::first_line;
 
 /// The accounting, one SQL file per step, in the order they run.
 pub const QUERY_FILES: &[(&str, &str)] = &[
@@ -152,6 +153,14 @@ impl Accounting {
         Ok(out)
     }
 
+    /// The month with the most GPU-hours (all states), the earliest on a tie.
+    pub async fn busiest_month(&self) -> Result<Option<String>> {
+        let batches = self
+            .query("SELECT month FROM chargeback_monthly GROUP BY month ORDER BY SUM(productive_gpu_hours + allocated_idle_gpu_hours + failed_gpu_hours + preempted_gpu_hours + unallocated_gpu_hours) DESC, month LIMIT 1")
+            .await?;
+        Ok(strings(&batches, 0).into_iter().flatten().next())
+    }
+
     /// Months that have GPU time, overheads or units, oldest first.
     pub async fn months(&self) -> Result<Vec<String>> {
         let batches = self.query("SELECT DISTINCT month FROM chargeback_monthly ORDER BY month").await?;
@@ -256,10 +265,6 @@ async fn exec_file(ctx: &SessionContext, file: &str) -> Result<()> {
     Ok(())
 }
 
-fn first_line(statement: &str) -> String {
-    statement.lines().next().unwrap_or_default().trim().to_string()
-}
-
 /// The view name of a `CREATE [OR REPLACE] VIEW name AS` statement.
 fn created_view(statement: &str) -> Option<String> {
     let words: Vec<&str> = statement.split_whitespace().take(6).collect();
@@ -294,10 +299,6 @@ pub fn split_statements(sql: &str) -> Vec<String> {
 
 async fn collect(ctx: &SessionContext, sql: &str) -> Result<(SchemaRef, Vec<RecordBatch>)> {
     let _timer = Timer::start(&first_line(sql));
-    if std::env::var("GPULEDGER_EXPLAIN").ok().is_some_and(|v| sql.contains(&v)) {
-        let b = ctx.sql(&format!("EXPLAIN ANALYZE {sql}")).await.map_err(|source| Error::Query { sql: first_line(sql), source })?.collect().await.map_err(|source| Error::Query { sql: first_line(sql), source })?;
-        eprintln!("{}", arrow::util::pretty::pretty_format_batches(&b)?);
-    }
     let err = |source| Error::Query { sql: first_line(sql), source };
     let df = ctx.sql(sql).await.map_err(err)?;
     let planned: SchemaRef = Arc::new(df.schema().as_arrow().clone());

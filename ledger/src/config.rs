@@ -531,7 +531,7 @@ fn collect_value(v: &Spanned<DeValue<'_>>, path: &str, offset: usize, best: &mut
 }
 
 /// `YYYY-MM` with a month from 01 to 12.
-fn valid_month(s: &str) -> bool {
+pub fn valid_month(s: &str) -> bool {
     let b = s.as_bytes();
     b.len() == 7 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-' && b[5..].iter().all(u8::is_ascii_digit) && matches!(s[5..].parse::<u8>(), Ok(1..=12))
 }

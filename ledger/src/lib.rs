@@ -78,7 +78,8 @@ impl Ledger {
     }
 }
 
-fn first_line(sql: &str) -> String {
+/// The first line of a statement, shortened, to name it in an error.
+pub(crate) fn first_line(sql: &str) -> String {
     let line = sql.trim().lines().next().unwrap_or_default();
     if line.len() > 80 { format!("{}...", &line[..line.floor_char_boundary(80)]) } else { line.to_string() }
 }

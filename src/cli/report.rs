@@ -76,7 +76,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(m) = &args.month
-        && !valid_month(m)
+        && !gpuledger_ledger::config::valid_month(m)
     {
         bail!("--month {m:?} is not YYYY-MM");
     }
@@ -124,22 +124,10 @@ pub fn build(store: &Path, config: Option<&Path>, month: Option<&str>, idle_poli
                 }
                 m.to_string()
             }
-            None => busiest_month(&accounting).await?.with_context(|| format!("no GPU samples, overheads or units in {}", store.display()))?,
+            None => accounting.busiest_month().await?.with_context(|| format!("no GPU samples, overheads or units in {}", store.display()))?,
         };
         Ok(accounting.report(&month, &config.accounting.currency, policy.as_str()).await?)
     })
-}
-
-async fn busiest_month(accounting: &gpuledger_ledger::accounting::Accounting) -> anyhow::Result<Option<String>> {
-    let batches = accounting
-        .query("SELECT month FROM chargeback_monthly GROUP BY month ORDER BY SUM(productive_gpu_hours + allocated_idle_gpu_hours + failed_gpu_hours + preempted_gpu_hours + unallocated_gpu_hours) DESC, month LIMIT 1")
-        .await?;
-    let text = gpuledger_ledger::output::format_batches(&batches, gpuledger_ledger::output::OutputFormat::Csv)?;
-    Ok(text.lines().nth(1).map(str::to_string))
-}
-
-fn valid_month(m: &str) -> bool {
-    chrono::NaiveDate::parse_from_str(&format!("{m}-01"), "%Y-%m-%d").is_ok() && m.len() == 7
 }
 
 fn split_stem(path: &Path) -> (PathBuf, String) {
