@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use gpuledger_ledger::accounting::RunOptions;
 use gpuledger_ledger::report::text::{TextFormat, render};
 use gpuledger_ledger::report::{focus, html};
 
@@ -52,8 +53,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let config = args.dir.join("gpuledger.toml");
     report::write_atomically(&config, DEMO_CONFIG.as_bytes())?;
     eprintln!("gpuledger: running the ledger over {} with {}", store.display(), config.display());
-    ledger::run(ledger::Args { store: store.clone(), config: Some(config.clone()), progress: ProgressMode::Auto })?;
-    let report = report::build(&store, Some(&config), None, None, ProgressMode::Auto)?;
+    // One accounting run serves both the derived tables and the report.
+    let loaded = ledger::load_config(Some(&config))?;
+    let started = std::time::Instant::now();
+    let report = super::runtime()?.block_on(async {
+        let accounting = ledger::run_accounting(&store, &loaded, &RunOptions::default(), ProgressMode::Auto).await?;
+        ledger::write_derived(&accounting, &store, started).await?;
+        report::month_report(&accounting, &store, &loaded, None, None).await
+    })?;
     let html_path = args.dir.join(format!("report-{}.html", report.month));
     report::write_atomically(&html_path, html::render(&report).as_bytes())?;
     let focus = focus::write_focus(&report, &args.dir, &format!("focus-{}", report.month))?;

@@ -34,22 +34,26 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let config = load_config(args.config.as_deref())?;
     let started = Instant::now();
-    let written = super::runtime()?.block_on(async {
+    super::runtime()?.block_on(async {
         let accounting = run_accounting(&args.store, &config, &RunOptions::default(), args.progress).await?;
-        let mut written = Vec::new();
-        for (table, schema, batches) in accounting.derived_tables().await? {
-            let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-            let bytes = gpuledger_ledger::derived::write(&args.store, table, schema, &batches)?;
-            written.push((table, rows, bytes));
-        }
-        anyhow::Ok((accounting.days.len(), written))
+        write_derived(&accounting, &args.store, started).await
     })?;
-    let (days, tables) = written;
-    println!("ledger: {days} days of samples accounted in {:.1} s; tables written to {}:", started.elapsed().as_secs_f64(), args.store.join("ledger").display());
-    for (table, rows, bytes) in tables {
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the derived tables of a finished run to the store and says what was written.
+pub async fn write_derived(accounting: &Accounting, store: &Path, started: Instant) -> anyhow::Result<()> {
+    let mut written = Vec::new();
+    for (table, schema, batches) in accounting.derived_tables().await? {
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        let bytes = gpuledger_ledger::derived::write(store, table, schema, &batches)?;
+        written.push((table, rows, bytes));
+    }
+    println!("ledger: {} days of samples accounted in {:.1} s; tables written to {}:", accounting.days.len(), started.elapsed().as_secs_f64(), store.join("ledger").display());
+    for (table, rows, bytes) in written {
         println!("  {table:<24} {rows:>9} rows {:>10.1} KiB", bytes as f64 / 1024.0);
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// The configuration file, or the defaults (with a note) when none is given.

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::ValueEnum;
-use gpuledger_ledger::accounting::RunOptions;
-use gpuledger_ledger::config::IdlePolicy;
+use gpuledger_ledger::accounting::{Accounting, RunOptions};
+use gpuledger_ledger::config::{Config, IdlePolicy};
 use gpuledger_ledger::report::text::{TextFormat, render};
 use gpuledger_ledger::report::{Report, focus, html};
 
@@ -112,22 +112,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 pub fn build(store: &Path, config: Option<&Path>, month: Option<&str>, idle_policy: Option<IdlePolicy>, progress: ProgressMode) -> anyhow::Result<Report> {
     let config = load_config(config)?;
     let options = RunOptions { idle_policy };
-    let policy = idle_policy.unwrap_or(config.accounting.idle_policy);
     super::runtime()?.block_on(async {
         let accounting = run_accounting(store, &config, &options, progress).await?;
-        let months = accounting.months().await?;
-        let month = match month {
-            Some(m) => {
-                if !months.iter().any(|x| x == m) {
-                    let have = if months.is_empty() { "none".to_string() } else { months.join(", ") };
-                    bail!("no data for month {m} in {} (months with data: {have})", store.display());
-                }
-                m.to_string()
-            }
-            None => accounting.busiest_month().await?.with_context(|| format!("no GPU samples, overheads or units in {}", store.display()))?,
-        };
-        Ok(accounting.report(&month, &config.accounting.currency, policy.as_str()).await?)
+        month_report(&accounting, store, &config, month, idle_policy).await
     })
+}
+
+/// One month of a finished accounting run (the busiest month when none is named).
+pub async fn month_report(accounting: &Accounting, store: &Path, config: &Config, month: Option<&str>, idle_policy: Option<IdlePolicy>) -> anyhow::Result<Report> {
+    let policy = idle_policy.unwrap_or(config.accounting.idle_policy);
+    let months = accounting.months().await?;
+    let month = match month {
+        Some(m) => {
+            if !months.iter().any(|x| x == m) {
+                let have = if months.is_empty() { "none".to_string() } else { months.join(", ") };
+                bail!("no data for month {m} in {} (months with data: {have})", store.display());
+            }
+            m.to_string()
+        }
+        None => accounting.busiest_month().await?.with_context(|| format!("no GPU samples, overheads or units in {}", store.display()))?,
+    };
+    Ok(accounting.report(&month, &config.accounting.currency, policy.as_str()).await?)
 }
 
 fn split_stem(path: &Path) -> (PathBuf, String) {
