@@ -214,11 +214,7 @@ fn parse_csv(text: &str) -> BTreeMap<(String, String), BTreeMap<String, f64>> {
 
 /// The same, from `report --format json` (full precision: the hand-built figures are tiny).
 fn report_json(store: &Path, config: &Path, month: &str, policy: &str) -> BTreeMap<(String, String), BTreeMap<String, f64>> {
-    let out = run(
-        &["report", "--store", &store.display().to_string(), "--config", &config.display().to_string(), "--month", month, "--format", "json", "--idle-policy", policy, "--progress", "off"],
-        0,
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report: Value = serde_json::from_slice(&report_output(store, config, month, policy, "json")).unwrap();
     let mut rows = BTreeMap::new();
     for r in report["chargeback"].as_array().unwrap() {
         let mut row = BTreeMap::new();
@@ -231,11 +227,13 @@ fn report_json(store: &Path, config: &Path, month: &str, policy: &str) -> BTreeM
 }
 
 fn report_csv(store: &Path, config: &Path, month: &str, policy: &str) -> BTreeMap<(String, String), BTreeMap<String, f64>> {
-    let out = run(
-        &["report", "--store", &store.display().to_string(), "--config", &config.display().to_string(), "--month", month, "--format", "csv", "--idle-policy", policy, "--progress", "off"],
-        0,
-    );
-    parse_csv(&String::from_utf8(out.stdout).unwrap())
+    parse_csv(&String::from_utf8(report_output(store, config, month, policy, "csv")).unwrap())
+}
+
+/// `gpuledger report` of one month in one format and idle policy: its stdout.
+fn report_output(store: &Path, config: &Path, month: &str, policy: &str, format: &str) -> Vec<u8> {
+    let (store, config) = (store.display().to_string(), config.display().to_string());
+    run(&["report", "--store", &store, "--config", &config, "--month", month, "--format", format, "--idle-policy", policy, "--progress", "off"], 0).stdout
 }
 
 #[test]
