@@ -13,6 +13,7 @@
 //!   input, or rerunning an ingest a crash interrupted, writes nothing twice and loses nothing.
 //! - **One writer.** An exclusive lock on `<root>/.lock` keeps two writers apart.
 
+mod heads;
 mod keys;
 mod parquet_file;
 
@@ -30,6 +31,7 @@ use crate::error::{Error, Result};
 use crate::tables::TableBatch;
 use keys::KeySet;
 
+pub use heads::{ObjectHead, object_heads};
 pub use parquet_file::write_properties;
 
 /// Name of the marker file that says a directory is a gpuledger store.
@@ -146,15 +148,59 @@ impl Store {
         let schema = table.arrow_schema();
         let all = concat_batches(&schema, &batches).map_err(|source| Error::Arrow { table: table.name, source })?;
         drop(batches);
-        for (day, indices) in partition_rows(table, &all)? {
+        self.write_partitions(table, &all, None)
+    }
+
+    /// Writes `batches` (any tables, any days) as one file per table and day named
+    /// `part-<name>.parquet`, bypassing the buffers. A file of that name that already exists was
+    /// written by an earlier attempt (files appear atomically), so its rows are skipped: calling
+    /// this again with the same name and rows, e.g. replaying a write-ahead-log segment after a
+    /// crash, writes only what is missing. Duplicates are looked for within `batches` only, so
+    /// memory stays that of the batches however large the store grows.
+    pub fn write_named(&mut self, name: &str, batches: Vec<TableBatch>) -> Result<()> {
+        let mut by_table: BTreeMap<&'static str, (&'static Table, Vec<RecordBatch>)> = BTreeMap::new();
+        for (table, batch) in batches {
+            if batch.num_rows() > 0 {
+                by_table.entry(table.name).or_insert_with(|| (table, Vec::new())).1.push(batch);
+            }
+        }
+        for (_, (table, batches)) in by_table {
+            let all = concat_batches(&table.arrow_schema(), &batches).map_err(|source| Error::Arrow { table: table.name, source })?;
+            drop(batches);
+            self.write_partitions(table, &all, Some(name))?;
+        }
+        Ok(())
+    }
+
+    /// Splits `all` by day and writes each day's new rows to one file. `named` picks the
+    /// file name and the duplicate check: `None` names the file after this run and checks the
+    /// keys stored on disk; `Some(name)` uses that name and checks within `all` only.
+    fn write_partitions(&mut self, table: &'static Table, all: &RecordBatch, named: Option<&str>) -> Result<()> {
+        for (day, indices) in partition_rows(table, all)? {
             let date = day_to_date(day);
-            let part = take_record_batch(&all, &UInt32Array::from(indices)).map_err(|source| Error::Arrow { table: table.name, source })?;
-            let scope = match table.dedup {
-                DedupScope::Partition => Some(date.clone()),
-                DedupScope::Table => None,
+            let dir = partition_dir(&self.root, table.name, &date);
+            let file = match named {
+                Some(name) => dir.join(format!("part-{name}.parquet")),
+                None => {
+                    self.file_seq += 1;
+                    dir.join(format!("part-{}-{:05}.parquet", self.run_id, self.file_seq))
+                }
             };
-            let keyset = self.keyset(table, scope)?;
-            let fresh = keyset.insert_new(table, &part)?;
+            let part = take_record_batch(all, &UInt32Array::from(indices)).map_err(|source| Error::Arrow { table: table.name, source })?;
+            if named.is_some() && file.exists() {
+                *self.stats.duplicates.entry(table.name).or_default() += part.num_rows() as u64;
+                continue;
+            }
+            let fresh = match named {
+                Some(_) => KeySet::empty().insert_new(table, &part)?,
+                None => {
+                    let scope = match table.dedup {
+                        DedupScope::Partition => Some(date.clone()),
+                        DedupScope::Table => None,
+                    };
+                    self.keyset(table, scope)?.insert_new(table, &part)?
+                }
+            };
             let kept = fresh.true_count();
             let dropped = part.num_rows() - kept;
             if dropped > 0 {
@@ -169,9 +215,6 @@ impl Store {
                 part
             };
             let sorted = sort_batch(table, &part)?;
-            let dir = partition_dir(&self.root, table.name, &date);
-            self.file_seq += 1;
-            let file = dir.join(format!("part-{}-{:05}.parquet", self.run_id, self.file_seq));
             let bytes = parquet_file::write_atomically(table, &file, &sorted)?;
             self.stats.files_written += 1;
             self.stats.bytes_written += bytes;
