@@ -12,6 +12,9 @@ use clap::Parser;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // kube and reqwest both use rustls; exactly one crypto provider (ring) is compiled in, and
+    // it is made the process default before either builds a TLS config.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let args = cli::Cli::parse();
     match cli::run(args) {
         Ok(code) => code,

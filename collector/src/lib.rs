@@ -15,6 +15,7 @@ pub mod diag;
 pub mod error;
 pub mod ingest;
 pub mod labels;
+pub mod live;
 pub mod sources;
 pub mod store;
 pub mod tables;

@@ -1,5 +1,6 @@
 //! Command-line definitions: one module per subcommand, each with its arguments and `run`.
 
+mod collect;
 mod demo;
 mod ingest;
 mod ledger;
@@ -27,6 +28,7 @@ Examples:
   gpuledger ledger --store ./store --config gpuledger.toml
   gpuledger report --store ./store --config gpuledger.toml --month 2026-10 --format html --out oct.html
   gpuledger schema gpu_samples
+  gpuledger collect --config gpuledger.toml --store ./store   live: watches + DCGM scrapes
 
 Exit codes:
   0  success
@@ -44,6 +46,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    Collect(collect::Args),
     Ingest(ingest::Args),
     Query(query::Args),
     Ledger(ledger::Args),
@@ -56,6 +59,7 @@ enum Command {
 /// Runs the parsed command; `Ok` carries the exit code.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Collect(a) => collect::run(a),
         Command::Ingest(a) => ingest::run(a),
         Command::Query(a) => query::run(a),
         Command::Ledger(a) => ledger::run(a),

@@ -24,6 +24,8 @@ use crate::tables::samples::SampleTables;
 pub enum ScrapeTime {
     /// Taken from the file name (`<unix-millis>.prom` or an RFC 3339 stem).
     FileName(i64),
+    /// When the live collector sent the scrape request (Prometheus' convention).
+    Scraped(i64),
     /// The file's modification time: a guess, warned about when used.
     Modified(i64),
     /// No time known at all: such samples are rejected.
@@ -67,7 +69,7 @@ pub fn read_text(
             Ok((metric, series, value, ts)) => {
                 let ts = match (ts, scrape_time) {
                     (Some(ts), _) => ts,
-                    (None, ScrapeTime::FileName(t)) => t,
+                    (None, ScrapeTime::FileName(t) | ScrapeTime::Scraped(t)) => t,
                     (None, ScrapeTime::Modified(t)) => {
                         used_mtime += 1;
                         t

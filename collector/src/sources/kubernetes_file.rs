@@ -54,6 +54,26 @@ pub fn read_objects(path: &Path, bytes: &[u8], fallback_ms: i64, diags: &mut Dia
     reader.out
 }
 
+/// One object version received from an API server watch or list (the live collector), with
+/// the same observation time rule as a watch stream read from a file: the latest time the object
+/// records, never earlier than `last_ms` (the stream's previous version, updated here); `now_ms`
+/// when the object records no time.
+pub fn received_version(mut object: Value, event_type: &str, now_ms: i64, last_ms: &mut Option<i64>, seq: i64) -> ObjectVersion {
+    if let Some(Value::Object(meta)) = object.get_mut("metadata") {
+        meta.remove("managedFields");
+    }
+    let recorded = match &object {
+        Value::Object(map) => recorded_time_ms(map),
+        _ => None,
+    };
+    let mut observed = recorded.unwrap_or(now_ms);
+    if let Some(prev) = *last_ms {
+        observed = observed.max(prev);
+    }
+    *last_ms = Some(observed);
+    ObjectVersion { observed_at_ms: observed, seq, event_type: event_type.to_owned(), object }
+}
+
 /// Parses an RFC 3339 time (Kubernetes `Time` and `MicroTime`) into UTC milliseconds.
 pub(crate) fn parse_time_ms(s: &str) -> Option<i64> {
     chrono::DateTime::parse_from_rfc3339(s.trim()).ok().map(|t| t.timestamp_millis())

@@ -1,0 +1,287 @@
+//! The `[collector]` section of the configuration file (the ledger reads the other sections).
+//!
+//! Errors name the file, the line and the key, like the ledger's: `gpuledger.toml:4:
+//! collector.scrape_interval: "30" is not a duration (write 30s, 5m, 1h or 250ms)`.
+
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// A configuration problem, located in its file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}:{line}: {key}: {reason}", path.display())]
+    Invalid { path: PathBuf, line: usize, key: String, reason: String },
+}
+
+/// What the live collector does, with every default filled in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CollectorConfig {
+    pub scrape_interval: Duration,
+    /// Per-request limit of a scrape; never longer than the interval.
+    pub scrape_timeout: Duration,
+    pub dcgm_endpoints: Vec<String>,
+    pub dcgm_discovery: bool,
+    pub dcgm_selector: String,
+    pub dcgm_port: u16,
+    /// How often the exporter pods are looked up again.
+    pub discovery_interval: Duration,
+    pub kubernetes: bool,
+    pub listen: SocketAddr,
+    pub flush_interval: Duration,
+    /// A WAL segment is flushed early once it holds this many rows.
+    pub flush_rows: usize,
+    /// Relative paths are resolved against the store by [`CollectorConfig::wal_path`].
+    pub wal_dir: PathBuf,
+}
+
+impl Default for CollectorConfig {
+    fn default() -> Self {
+        CollectorConfig {
+            scrape_interval: Duration::from_secs(30),
+            scrape_timeout: Duration::from_secs(10),
+            dcgm_endpoints: Vec::new(),
+            dcgm_discovery: true,
+            dcgm_selector: "app=nvidia-dcgm-exporter".into(),
+            dcgm_port: 9400,
+            discovery_interval: Duration::from_secs(60),
+            kubernetes: true,
+            listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
+            flush_interval: Duration::from_secs(300),
+            flush_rows: 1_000_000,
+            wal_dir: PathBuf::from("wal"),
+        }
+    }
+}
+
+impl CollectorConfig {
+    /// Reads the `[collector]` section of the file at `path` (absent: all defaults).
+    pub fn load(path: &Path) -> Result<CollectorConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io { path: path.to_path_buf(), source })?;
+        CollectorConfig::parse(&text, path)
+    }
+
+    /// Parses `text`; `origin` names the file in messages. Other sections are not looked at.
+    pub fn parse(text: &str, origin: &Path) -> Result<CollectorConfig, ConfigError> {
+        let line = |offset: usize| text[..offset.min(text.len())].bytes().filter(|b| *b == b'\n').count() + 1;
+        let err = |span: Range<usize>, key: &str, reason: String| ConfigError::Invalid { path: origin.to_path_buf(), line: line(span.start), key: format!("collector.{key}"), reason };
+        let file: RawFile = toml::from_str(text).map_err(|e| {
+            let span = e.span().unwrap_or(0..0);
+            ConfigError::Invalid { path: origin.to_path_buf(), line: line(span.start), key: "collector".into(), reason: e.message().trim().to_owned() }
+        })?;
+        let mut c = CollectorConfig::default();
+        let Some(raw) = file.collector else { return Ok(c) };
+        let duration = |v: &Spanned<String>, key: &str, min: Duration| -> Result<Duration, ConfigError> {
+            let d = parse_duration(v.get_ref()).map_err(|reason| err(v.span(), key, reason))?;
+            if d < min {
+                return Err(err(v.span(), key, format!("{} is shorter than the minimum {}", v.get_ref(), format_duration(min))));
+            }
+            Ok(d)
+        };
+        if let Some(v) = &raw.scrape_interval {
+            c.scrape_interval = duration(v, "scrape_interval", Duration::from_millis(10))?;
+        }
+        c.scrape_timeout = match &raw.scrape_timeout {
+            Some(v) => duration(v, "scrape_timeout", Duration::from_millis(10))?,
+            None => c.scrape_timeout,
+        }
+        .min(c.scrape_interval);
+        if let Some(list) = raw.dcgm_endpoints {
+            for v in &list {
+                let url = v.get_ref().trim();
+                let ok = reqwest::Url::parse(url).is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+                if !ok {
+                    return Err(err(v.span(), "dcgm_endpoints", format!("{url:?} is not an http(s) URL such as http://10.0.0.5:9400/metrics")));
+                }
+            }
+            c.dcgm_endpoints = list.into_iter().map(|v| v.into_inner().trim().to_owned()).collect();
+        }
+        if let Some(v) = raw.dcgm_discovery {
+            c.dcgm_discovery = v;
+        }
+        if let Some(v) = &raw.dcgm_selector {
+            let sel = v.get_ref().trim();
+            if sel.is_empty() || sel.split(',').any(|term| term.trim().is_empty()) {
+                return Err(err(v.span(), "dcgm_selector", format!("{sel:?} is not a label selector such as app=nvidia-dcgm-exporter")));
+            }
+            c.dcgm_selector = sel.to_owned();
+        }
+        if let Some(v) = &raw.dcgm_port {
+            c.dcgm_port = u16::try_from(*v.get_ref()).ok().filter(|p| *p > 0).ok_or_else(|| err(v.span(), "dcgm_port", format!("{} is not a TCP port (1-65535)", v.get_ref())))?;
+        }
+        if let Some(v) = &raw.discovery_interval {
+            c.discovery_interval = duration(v, "discovery_interval", Duration::from_millis(100))?;
+        }
+        if let Some(v) = raw.kubernetes {
+            c.kubernetes = v;
+        }
+        if let Some(v) = &raw.listen {
+            c.listen = v.get_ref().trim().parse().map_err(|_| err(v.span(), "listen", format!("{:?} is not an address:port such as 127.0.0.1:9464", v.get_ref())))?;
+        }
+        if let Some(v) = &raw.flush_interval {
+            c.flush_interval = duration(v, "flush_interval", Duration::from_millis(100))?;
+        }
+        if let Some(v) = &raw.flush_rows {
+            c.flush_rows = usize::try_from(*v.get_ref()).ok().filter(|n| *n > 0).ok_or_else(|| err(v.span(), "flush_rows", format!("{} must be a positive number of rows", v.get_ref())))?;
+        }
+        if let Some(v) = &raw.wal_dir {
+            if v.get_ref().trim().is_empty() {
+                return Err(err(v.span(), "wal_dir", "must not be empty".into()));
+            }
+            c.wal_dir = PathBuf::from(v.get_ref().trim());
+        }
+        if !c.kubernetes && c.dcgm_endpoints.is_empty() {
+            let span = raw.kubernetes_span.unwrap_or(0..0);
+            return Err(err(span, "kubernetes", "kubernetes = false leaves nothing to collect: list dcgm_endpoints".into()));
+        }
+        Ok(c)
+    }
+
+    /// The WAL directory: `wal_dir` under the store unless absolute.
+    pub fn wal_path(&self, store: &Path) -> PathBuf {
+        if self.wal_dir.is_absolute() { self.wal_dir.clone() } else { store.join(&self.wal_dir) }
+    }
+
+    /// Exporters are looked up through the API server only when both are enabled.
+    pub fn discovers(&self) -> bool {
+        self.kubernetes && self.dcgm_discovery
+    }
+}
+
+#[derive(Deserialize)]
+struct RawFile {
+    collector: Option<RawCollector>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCollector {
+    scrape_interval: Option<Spanned<String>>,
+    scrape_timeout: Option<Spanned<String>>,
+    dcgm_endpoints: Option<Vec<Spanned<String>>>,
+    dcgm_discovery: Option<bool>,
+    dcgm_selector: Option<Spanned<String>>,
+    dcgm_port: Option<Spanned<i64>>,
+    discovery_interval: Option<Spanned<String>>,
+    kubernetes: Option<bool>,
+    #[serde(skip)]
+    kubernetes_span: Option<Range<usize>>,
+    listen: Option<Spanned<String>>,
+    flush_interval: Option<Spanned<String>>,
+    flush_rows: Option<Spanned<i64>>,
+    wal_dir: Option<Spanned<String>>,
+}
+
+/// `250ms`, `30s`, `5m`, `1h`, `1d` (a bare number is refused: the unit is never guessed).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration (write 30s, 5m, 1h or 250ms)"))?;
+    let ms = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("{s:?} is not a duration (write 30s, 5m, 1h or 250ms)")),
+    };
+    let total = n.checked_mul(ms).ok_or_else(|| format!("{s:?} is too long"))?;
+    if total == 0 {
+        return Err(format!("{s:?} must be longer than zero"));
+    }
+    Ok(Duration::from_millis(total))
+}
+
+/// The shortest spelling [`parse_duration`] reads back.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
+        if ms >= size && ms % size == 0 {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<CollectorConfig, ConfigError> {
+        CollectorConfig::parse(text, Path::new("g.toml"))
+    }
+
+    #[test]
+    fn absent_section_gives_the_defaults() {
+        assert_eq!(parse("[prices]\ndefault = 1.0\n").unwrap(), CollectorConfig::default());
+    }
+
+    #[test]
+    fn every_key_of_the_issue_is_read() {
+        let c = parse(
+            "[prices]\ndefault = 1.0\n[collector]\nscrape_interval = \"15s\"\ndcgm_endpoints = [\"http://10.0.0.5:9400/metrics\"]\n\
+             dcgm_discovery = false\ndcgm_selector = \"app.kubernetes.io/name=dcgm-exporter\"\ndcgm_port = 9401\nkubernetes = true\n\
+             listen = \"0.0.0.0:9999\"\nflush_interval = \"2m\"\nwal_dir = \"/var/wal\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.scrape_interval, Duration::from_secs(15));
+        assert_eq!(c.scrape_timeout, Duration::from_secs(10));
+        assert_eq!(c.dcgm_endpoints, vec!["http://10.0.0.5:9400/metrics".to_owned()]);
+        assert!(!c.dcgm_discovery && !c.discovers());
+        assert_eq!(c.dcgm_selector, "app.kubernetes.io/name=dcgm-exporter");
+        assert_eq!(c.dcgm_port, 9401);
+        assert_eq!(c.listen.port(), 9999);
+        assert_eq!(c.flush_interval, Duration::from_secs(120));
+        assert_eq!(c.wal_path(Path::new("/store")), PathBuf::from("/var/wal"));
+        assert_eq!(CollectorConfig::default().wal_path(Path::new("/store")), PathBuf::from("/store/wal"));
+    }
+
+    #[test]
+    fn scrape_timeout_never_exceeds_the_interval() {
+        let c = parse("[collector]\nscrape_interval = \"2s\"\n").unwrap();
+        assert_eq!(c.scrape_timeout, Duration::from_secs(2));
+    }
+
+    fn assert_error(text: &str, line: usize, key: &str, words: &[&str]) {
+        let e = parse(text).expect_err("must be refused").to_string();
+        assert!(e.starts_with(&format!("g.toml:{line}: {key}")), "{e}");
+        for w in words {
+            assert!(e.contains(w), "{e:?} lacks {w:?}");
+        }
+    }
+
+    #[test]
+    fn bad_values_are_located() {
+        assert_error("[collector]\n\nscrape_interval = \"30\"\n", 3, "collector.scrape_interval", &["\"30\"", "not a duration"]);
+        assert_error("[collector]\ndcgm_endpoints = [\"http://a:9400/metrics\",\n  \"10.0.0.5:9400\"]\n", 3, "collector.dcgm_endpoints", &["10.0.0.5:9400", "http"]);
+        assert_error("[collector]\ndcgm_port = 70000\n", 2, "collector.dcgm_port", &["70000"]);
+        assert_error("[collector]\nlisten = \"localhost\"\n", 2, "collector.listen", &["address:port"]);
+        assert_error("[collector]\nflush_interval = \"0s\"\n", 2, "collector.flush_interval", &["longer than zero"]);
+        assert_error("[collector]\nscrape_intervall = \"30s\"\n", 2, "collector", &["unknown field", "scrape_intervall"]);
+        assert_error("[collector]\ndcgm_selector = \"\"\n", 2, "collector.dcgm_selector", &["label selector"]);
+        assert_error("[collector]\nkubernetes = false\n", 1, "collector.kubernetes", &["nothing to collect"]);
+    }
+
+    #[test]
+    fn durations_round_trip() {
+        for (s, ms) in [("250ms", 250), ("30s", 30_000), ("5m", 300_000), ("1h", 3_600_000), ("2d", 172_800_000)] {
+            let d = parse_duration(s).unwrap();
+            assert_eq!(d.as_millis(), ms);
+            assert_eq!(format_duration(d), s);
+        }
+        for bad in ["", "30", "s", "1.5s", "-1s", "5 m", "5w"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

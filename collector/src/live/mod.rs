@@ -1,0 +1,230 @@
+//! Live collection from a running cluster: Kubernetes and Kueue watches, DCGM exporter scrapes,
+//! a write-ahead log, periodic flushes into the store, and the collector's own `/metrics`.
+//!
+//! ```text
+//!  watch (one task per resource) ─┐
+//!  scrape (one task per exporter) ┼─> channel ─> writer thread: WAL append + fsync ─> store
+//!  discovery (exporter pods) ─────┘                              (every flush_interval)
+//!  HTTP: /metrics /healthz /readyz
+//! ```
+//! Rows are built by the same readers and table builders as offline ingest
+//! ([`crate::sources`], [`crate::tables`]), so a live store and an ingested capture of the same
+//! facts hold the same rows.
+
+pub mod config;
+mod http;
+pub mod metrics;
+pub mod resources;
+pub mod scrape;
+pub mod wal;
+pub mod watch;
+pub mod writer;
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+
+pub use config::CollectorConfig;
+use metrics::Metrics;
+use writer::{Msg, Writer, WriterSummary};
+
+/// Why the collector could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error("cannot listen on {addr}: {source} (set [collector] listen to another address)")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] crate::error::Error),
+    #[error("no Kubernetes API access: {0} (run in a pod with a service account, set KUBECONFIG, or set [collector] kubernetes = false to only scrape listed endpoints)")]
+    Kube(String),
+    #[error("internal error: {0} (this is a gpuledger bug, please report it)")]
+    Internal(String),
+}
+
+/// What a collector run did.
+#[derive(Debug, Default, Clone)]
+pub struct LiveSummary {
+    pub writer: WriterSummary,
+    pub elapsed: Duration,
+}
+
+/// Milliseconds since the epoch, now.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// One-line, timestamped log records on stderr (the collector runs as a daemon: no bars).
+pub mod log {
+    fn line(level: &str, msg: &str) {
+        eprintln!("{} {level:<5} {msg}", chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ"));
+    }
+    pub fn info(msg: impl AsRef<str>) {
+        line("INFO", msg.as_ref());
+    }
+    pub fn warn(msg: impl AsRef<str>) {
+        line("WARN", msg.as_ref());
+    }
+    pub fn error(msg: impl AsRef<str>) {
+        line("ERROR", msg.as_ref());
+    }
+}
+
+/// Collects into the store at `store_root` until `shutdown` resolves, then flushes everything
+/// received into the store and returns.
+pub async fn run(cfg: CollectorConfig, store_root: &Path, shutdown: impl std::future::Future<Output = ()>) -> Result<LiveSummary, LiveError> {
+    let started = Instant::now();
+    let metrics = Arc::new(Metrics::default());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+
+    // Listen first: a taken port is a config error worth failing on before any work.
+    let listener = tokio::net::TcpListener::bind(cfg.listen).await.map_err(|source| LiveError::Listen { addr: cfg.listen, source })?;
+    let local = listener.local_addr().map_err(|source| LiveError::Listen { addr: cfg.listen, source })?;
+    log::info(format!("serving /metrics, /healthz and /readyz on http://{local}"));
+    let server = tokio::spawn(http::serve(listener, Arc::clone(&metrics), stop_rx.clone()));
+
+    // Open the store and replay what a crash left in the WAL, before anything new arrives.
+    let wal_dir = cfg.wal_path(store_root);
+    let root = store_root.to_path_buf();
+    let m = Arc::clone(&metrics);
+    let (flush_interval, flush_rows, kubernetes) = (cfg.flush_interval, cfg.flush_rows, cfg.kubernetes);
+    let (writer, positions, mut heads) = tokio::task::spawn_blocking(move || -> Result<_, LiveError> {
+        let store = crate::store::Store::open(&root, crate::store::StoreOptions::default())?;
+        let (writer, positions) = Writer::open(store, &wal_dir, m, flush_interval, flush_rows)?;
+        let heads = if kubernetes { crate::store::object_heads(&root)? } else { Default::default() };
+        Ok((writer, positions, heads))
+    })
+    .await
+    .map_err(|e| LiveError::Internal(e.to_string()))??;
+    log::info(format!("store {} open, WAL in {}", writer.store_root().display(), cfg.wal_path(store_root).display()));
+
+    let (tx, rx) = mpsc::channel::<Msg>(1024);
+    let (done_tx, mut done_rx) = oneshot::channel();
+    let writer_thread = std::thread::Builder::new()
+        .name("gpuledger-writer".into())
+        .spawn(move || {
+            let r = writer.run(rx);
+            let _ = done_tx.send(());
+            r
+        })
+        .map_err(|e| LiveError::Internal(format!("cannot start the writer thread: {e}")))?;
+
+    let mut tasks = Vec::new();
+    // Wakes the writer so flushes happen on time even when nothing arrives.
+    {
+        let tx = tx.clone();
+        let mut stop = stop_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => { let _ = tx.try_send(Msg::Tick); }
+                    _ = stop.changed() => break,
+                }
+            }
+        }));
+    }
+
+    let http = reqwest::Client::builder().user_agent(concat!("gpuledger/", env!("CARGO_PKG_VERSION"))).build().map_err(|e| LiveError::Internal(e.to_string()))?;
+    let scrape_ctx = scrape::ScrapeContext { http, interval: cfg.scrape_interval, timeout: cfg.scrape_timeout, tx: tx.clone(), metrics: Arc::clone(&metrics), stop: stop_rx.clone() };
+    let mut scrapers = scrape::Scrapers::new(scrape_ctx, &cfg.dcgm_endpoints);
+
+    let mut discovery = None;
+    if cfg.kubernetes {
+        let client = kube::Client::try_default().await.map_err(|e| LiveError::Kube(e.to_string()))?;
+        let ctx = watch::WatchContext { client: client.clone(), tx: tx.clone(), metrics: Arc::clone(&metrics), seq: Arc::new(AtomicI64::new(watch::first_seq())), stop: stop_rx.clone() };
+        for res in resources::WATCHED.iter().filter(|r| r.fallback_of.is_none()) {
+            let fallback = resources::WATCHED.iter().find(|f| f.fallback_of == Some(res.id().as_str()));
+            let object_heads = heads.remove(res.kind).unwrap_or_default();
+            let start = positions.get(&res.id()).cloned();
+            if let Some(rv) = &start {
+                log::info(format!("{}: resuming from resourceVersion {rv}", res.id()));
+            }
+            let heads: watch::Heads = object_heads.into_iter().map(|(k, h)| (k, watch::Head { resource_version: h.resource_version, deleted: h.deleted })).collect();
+            let w = watch::ResourceWatch::new(res, fallback, ctx.clone(), start, heads);
+            tasks.push(tokio::spawn(w.run()));
+        }
+        if cfg.discovers() {
+            discovery = Some((client, cfg.dcgm_selector.clone(), cfg.dcgm_port, cfg.discovery_interval));
+        }
+    }
+    drop(tx);
+
+    // Ready once the WAL is replayed (done above) and every watch has listed.
+    {
+        let metrics = Arc::clone(&metrics);
+        let mut stop = stop_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                if metrics.watches_synced() {
+                    metrics.set_ready(true);
+                    log::info("ready: every watch has listed");
+                    break;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                    _ = stop.changed() => break,
+                }
+            }
+        }));
+    }
+
+    let mut stop = stop_rx.clone();
+    let discover = async {
+        let Some((client, selector, port, every)) = discovery else {
+            let _ = stop.changed().await;
+            return;
+        };
+        let mut first = true;
+        loop {
+            match discover_exporters(&client, &selector, port).await {
+                Ok(found) => {
+                    if first && found.is_empty() {
+                        log::warn(format!("no running pod matches {selector:?} yet; looking again every {}", config::format_duration(every)));
+                    }
+                    first = false;
+                    scrapers.update(&found);
+                }
+                Err(e) => log::warn(format!("exporter discovery failed, keeping the current endpoints: {e}")),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = stop.changed() => break,
+            }
+        }
+    };
+
+    tokio::pin!(shutdown);
+    let writer_failed = tokio::select! {
+        _ = &mut shutdown => false,
+        _ = &mut done_rx => true,
+        _ = discover => false,
+    };
+    log::info(if writer_failed { "the writer stopped; shutting down" } else { "shutting down: flushing the WAL into the store" });
+    let _ = stop_tx.send(true);
+    for t in tasks {
+        let _ = t.await;
+    }
+    // Scrape tasks end at the stop signal; with them go the last senders, which ends the writer.
+    scrapers.join().await;
+    let summary = tokio::task::spawn_blocking(move || writer_thread.join()).await.map_err(|e| LiveError::Internal(e.to_string()))?.map_err(|_| LiveError::Internal("the writer thread panicked".into()))??;
+    let _ = server.await;
+    Ok(LiveSummary { writer: summary, elapsed: started.elapsed() })
+}
+
+/// Exporter URLs of the running pods that match `selector`, across namespaces.
+async fn discover_exporters(client: &kube::Client, selector: &str, port: u16) -> Result<BTreeSet<String>, String> {
+    let lp = kube::api::ListParams { label_selector: Some(selector.to_owned()), ..Default::default() };
+    let req = kube::core::Request::new("/api/v1/pods").list(&lp).map_err(|e| e.to_string())?;
+    let text = client.request_text(req).await.map_err(|e| e.to_string())?;
+    let list: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("pod list is not JSON: {e}"))?;
+    Ok(scrape::endpoints_from_pod_list(&list, port))
+}

@@ -1,0 +1,228 @@
+//! DCGM exporter scrapes: one task per endpoint, each on its own ticker, so a slow or dead
+//! exporter only ever delays itself. Endpoints come from the config and, when enabled, from the
+//! exporter pods the API server lists.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::MissedTickBehavior;
+
+use super::log;
+use super::metrics::Metrics;
+use super::writer::Msg;
+use crate::diag::Diagnostics;
+use crate::sources::dcgm_text::{self, ScrapeTime};
+use crate::tables::samples::SampleTables;
+
+/// Largest body read from an exporter (a DCGM exporter of 8 GPUs writes about 100 KiB).
+const MAX_BODY: usize = 64 << 20;
+
+/// Everything a scrape task needs besides its endpoint.
+#[derive(Clone)]
+pub struct ScrapeContext {
+    pub http: reqwest::Client,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub tx: mpsc::Sender<Msg>,
+    pub metrics: Arc<Metrics>,
+    pub stop: watch::Receiver<bool>,
+}
+
+/// Starts scraping `endpoint` until `stop` turns true or the task is aborted.
+pub fn spawn(endpoint: String, ctx: ScrapeContext) -> JoinHandle<()> {
+    ctx.metrics.endpoint_added(&endpoint);
+    tokio::spawn(scrape_loop(endpoint, ctx))
+}
+
+async fn scrape_loop(endpoint: String, mut ctx: ScrapeContext) {
+    let mut ticker = tokio::time::interval(ctx.interval);
+    // A scrape that overran its slot is not made up for: the next one waits for its own slot.
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = ctx.stop.changed() => break,
+        }
+        if *ctx.stop.borrow() {
+            break;
+        }
+        let started_ms = super::now_ms();
+        let t0 = Instant::now();
+        let result = tokio::select! {
+            r = fetch(&ctx.http, &endpoint, ctx.timeout) => r,
+            _ = ctx.stop.changed() => break,
+        };
+        let seconds = t0.elapsed().as_secs_f64();
+        let outcome = result.and_then(|body| parse(&endpoint, &body, started_ms, &ctx.metrics));
+        match outcome {
+            Ok((batches, samples)) => {
+                if failing {
+                    log::info(format!("{endpoint}: scraping again"));
+                    failing = false;
+                }
+                // Counted only once the writer has it; a full queue makes this scrape wait, not others.
+                if ctx.tx.send(Msg::Data { batches, position: None }).await.is_err() {
+                    break;
+                }
+                ctx.metrics.scrape_ok(&endpoint, seconds, samples, super::now_ms());
+            }
+            Err(reason) => {
+                ctx.metrics.scrape_failed(&endpoint, seconds);
+                if !failing {
+                    log::warn(format!("{endpoint}: scrape failed: {reason}"));
+                    failing = true;
+                }
+            }
+        }
+    }
+}
+
+async fn fetch(http: &reqwest::Client, endpoint: &str, timeout: Duration) -> Result<Vec<u8>, String> {
+    let resp = http.get(endpoint).timeout(timeout).send().await.map_err(|e| describe(&e, timeout))?;
+    let status = resp.status();
+    if !status.is_success() {
+        return Err(format!("HTTP {status}"));
+    }
+    let mut resp = resp;
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| describe(&e, timeout))? {
+        if body.len() + chunk.len() > MAX_BODY {
+            return Err(format!("body larger than {} MiB", MAX_BODY >> 20));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+fn describe(e: &reqwest::Error, timeout: Duration) -> String {
+    if e.is_timeout() {
+        format!("no complete answer within {}", super::config::format_duration(timeout))
+    } else if e.is_connect() {
+        "connection refused or unreachable".to_owned()
+    } else {
+        let mut s = e.to_string();
+        let mut src = std::error::Error::source(e);
+        while let Some(c) = src {
+            s = format!("{s}: {c}");
+            src = c.source();
+        }
+        s
+    }
+}
+
+/// Body -> table batches. A body with no sample at all (an HTML error page, garbage) is a
+/// failed scrape; bad lines in an otherwise good body are counted and the rest kept.
+fn parse(endpoint: &str, body: &[u8], scraped_ms: i64, metrics: &Metrics) -> Result<(Vec<crate::tables::TableBatch>, u64), String> {
+    let mut tables = SampleTables::new();
+    let mut diags = Diagnostics::new();
+    let stats = dcgm_text::read_text(Path::new(endpoint), body, ScrapeTime::Scraped(scraped_ms), &mut tables, &mut diags);
+    for (t, n) in diags.error_counts() {
+        metrics.rejected(endpoint, t, n);
+    }
+    if stats.samples == 0 && stats.rejected > 0 {
+        let first = diags.errors.first().map(|d| d.to_string()).unwrap_or_default();
+        return Err(format!("not Prometheus text ({} lines rejected; first: {first})", stats.rejected));
+    }
+    if let Some(first) = diags.errors.first() {
+        log::warn(format!("{} line(s) rejected, first: {first}", stats.rejected));
+    }
+    let batches = tables.take_batches().map_err(|e| e.to_string())?;
+    Ok((batches, stats.samples))
+}
+
+/// The exporter URLs the API server lists right now: running pods matching `selector`.
+pub fn endpoints_from_pod_list(list: &Value, port: u16) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for pod in list.get("items").and_then(Value::as_array).into_iter().flatten() {
+        let status = pod.get("status");
+        let running = status.and_then(|s| s.get("phase")).and_then(Value::as_str) == Some("Running");
+        let deleting = pod.pointer("/metadata/deletionTimestamp").is_some();
+        let Some(ip) = status.and_then(|s| s.get("podIP")).and_then(Value::as_str).filter(|ip| !ip.is_empty()) else { continue };
+        if running && !deleting {
+            let host = if ip.contains(':') { format!("[{ip}]") } else { ip.to_owned() };
+            out.insert(format!("http://{host}:{port}/metrics"));
+        }
+    }
+    out
+}
+
+/// Keeps one scrape task per endpoint: the static ones for the whole run, discovered ones
+/// while their pod runs.
+pub struct Scrapers {
+    ctx: ScrapeContext,
+    running: BTreeMap<String, JoinHandle<()>>,
+    fixed: BTreeSet<String>,
+}
+
+impl Scrapers {
+    pub fn new(ctx: ScrapeContext, fixed: &[String]) -> Scrapers {
+        let mut s = Scrapers { ctx, running: BTreeMap::new(), fixed: fixed.iter().cloned().collect() };
+        for e in fixed {
+            if !s.running.contains_key(e) {
+                log::info(format!("scraping {e} every {}", super::config::format_duration(s.ctx.interval)));
+                s.running.insert(e.clone(), spawn(e.clone(), s.ctx.clone()));
+            }
+        }
+        s
+    }
+
+    /// Makes the discovered set `found`: starts new endpoints, stops vanished ones.
+    pub fn update(&mut self, found: &BTreeSet<String>) {
+        for e in found {
+            if !self.running.contains_key(e) {
+                log::info(format!("discovered exporter {e}"));
+                self.running.insert(e.clone(), spawn(e.clone(), self.ctx.clone()));
+            }
+        }
+        let gone: Vec<String> = self.running.keys().filter(|e| !found.contains(*e) && !self.fixed.contains(*e)).cloned().collect();
+        for e in gone {
+            log::info(format!("exporter {e} went away"));
+            if let Some(h) = self.running.remove(&e) {
+                h.abort();
+            }
+            self.ctx.metrics.endpoint_removed(&e);
+        }
+    }
+
+    /// Waits for every task (after `stop` was signalled).
+    pub async fn join(self) {
+        for (_, h) in self.running {
+            let _ = h.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_running_pods_with_an_ip_are_scraped() {
+        let list = serde_json::json!({"items": [
+            {"metadata": {"name": "a"}, "status": {"phase": "Running", "podIP": "10.0.0.5"}},
+            {"metadata": {"name": "b"}, "status": {"phase": "Pending", "podIP": "10.0.0.6"}},
+            {"metadata": {"name": "c"}, "status": {"phase": "Running"}},
+            {"metadata": {"name": "d", "deletionTimestamp": "2026-01-01T00:00:00Z"}, "status": {"phase": "Running", "podIP": "10.0.0.7"}},
+            {"metadata": {"name": "e"}, "status": {"phase": "Running", "podIP": "fd00::8"}}
+        ]});
+        let got: Vec<String> = endpoints_from_pod_list(&list, 9400).into_iter().collect();
+        assert_eq!(got, ["http://10.0.0.5:9400/metrics", "http://[fd00::8]:9400/metrics"]);
+    }
+
+    #[test]
+    fn a_body_without_any_sample_is_a_failed_scrape() {
+        let m = Metrics::default();
+        let err = parse("http://x/metrics", b"<html>502 Bad Gateway</html>\n", 1_000, &m).unwrap_err();
+        assert!(err.contains("not Prometheus text"), "{err}");
+        let (batches, n) = parse("http://x/metrics", b"DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-1\",Hostname=\"h\"} 50\nbroken line\n", 1_000, &m).unwrap();
+        assert_eq!(n, 1);
+        assert!(!batches.is_empty());
+        assert!(m.render(2_000).contains("gpuledger_rejected_total{source=\"http://x/metrics\""));
+    }
+}
