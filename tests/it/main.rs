@@ -2,6 +2,7 @@
 //! peer readers. One test binary (each extra one would link DataFusion again).
 
 mod cli;
+mod deploy;
 mod fixtures;
 mod ingest;
 mod ledger;
