@@ -1,10 +1,13 @@
 //! Integration tests: the real `gpuledger` binary on real fixtures, simulated captures and
 //! peer readers. One test binary (each extra one would link DataFusion again).
 
+mod backfill;
 mod cli;
 mod deploy;
 mod fixtures;
 mod ingest;
 mod ledger;
+mod live;
 mod peers;
+mod replay;
 mod util;

@@ -77,7 +77,13 @@ impl CollectorConfig {
         let err = |span: Range<usize>, key: &str, reason: String| ConfigError::Invalid { path: origin.to_path_buf(), line: line(span.start), key: format!("collector.{key}"), reason };
         let file: RawFile = toml::from_str(text).map_err(|e| {
             let span = e.span().unwrap_or(0..0);
-            ConfigError::Invalid { path: origin.to_path_buf(), line: line(span.start), key: "collector".into(), reason: e.message().trim().to_owned() }
+            // Some messages ("duplicate key") do not say what they are about; the text does.
+            let snippet = text.get(span.clone()).map(str::trim).filter(|s| !s.is_empty() && s.len() < 80);
+            let reason = match snippet {
+                Some(s) => format!("{} (at `{s}`)", e.message().trim()),
+                None => e.message().trim().to_owned(),
+            };
+            ConfigError::Invalid { path: origin.to_path_buf(), line: line(span.start), key: "collector".into(), reason }
         })?;
         let mut c = CollectorConfig::default();
         let Some(raw) = file.collector else { return Ok(c) };
@@ -122,8 +128,8 @@ impl CollectorConfig {
         if let Some(v) = &raw.discovery_interval {
             c.discovery_interval = duration(v, "discovery_interval", Duration::from_millis(100))?;
         }
-        if let Some(v) = raw.kubernetes {
-            c.kubernetes = v;
+        if let Some(v) = &raw.kubernetes {
+            c.kubernetes = *v.get_ref();
         }
         if let Some(v) = &raw.listen {
             c.listen = v.get_ref().trim().parse().map_err(|_| err(v.span(), "listen", format!("{:?} is not an address:port such as 127.0.0.1:9464", v.get_ref())))?;
@@ -141,7 +147,7 @@ impl CollectorConfig {
             c.wal_dir = PathBuf::from(v.get_ref().trim());
         }
         if !c.kubernetes && c.dcgm_endpoints.is_empty() {
-            let span = raw.kubernetes_span.unwrap_or(0..0);
+            let span = raw.kubernetes.as_ref().map_or(0..0, Spanned::span);
             return Err(err(span, "kubernetes", "kubernetes = false leaves nothing to collect: list dcgm_endpoints".into()));
         }
         Ok(c)
@@ -173,9 +179,7 @@ struct RawCollector {
     dcgm_selector: Option<Spanned<String>>,
     dcgm_port: Option<Spanned<i64>>,
     discovery_interval: Option<Spanned<String>>,
-    kubernetes: Option<bool>,
-    #[serde(skip)]
-    kubernetes_span: Option<Range<usize>>,
+    kubernetes: Option<Spanned<bool>>,
     listen: Option<Spanned<String>>,
     flush_interval: Option<Spanned<String>>,
     flush_rows: Option<Spanned<i64>>,
@@ -207,7 +211,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
     for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
-        if ms >= size && ms % size == 0 {
+        if ms >= size && ms.is_multiple_of(size) {
             return format!("{}{unit}", ms / size);
         }
     }
@@ -270,7 +274,8 @@ mod tests {
         assert_error("[collector]\nflush_interval = \"0s\"\n", 2, "collector.flush_interval", &["longer than zero"]);
         assert_error("[collector]\nscrape_intervall = \"30s\"\n", 2, "collector", &["unknown field", "scrape_intervall"]);
         assert_error("[collector]\ndcgm_selector = \"\"\n", 2, "collector.dcgm_selector", &["label selector"]);
-        assert_error("[collector]\nkubernetes = false\n", 1, "collector.kubernetes", &["nothing to collect"]);
+        assert_error("[collector]\nkubernetes = false\n", 2, "collector.kubernetes", &["nothing to collect"]);
+        assert_error("[collector]\nlisten = \"127.0.0.1:1\"\nlisten = \"127.0.0.1:2\"\n", 3, "collector", &["duplicate key", "listen"]);
     }
 
     #[test]

@@ -32,7 +32,8 @@ struct Inner {
     rows_written: BTreeMap<&'static str, u64>,
     wal_bytes: u64,
     wal_appends: u64,
-    oldest_unflushed_ms: Option<i64>,
+    /// WAL segment -> time of its first append, while it is not in the store.
+    unflushed_since: BTreeMap<u64, i64>,
     flushes: BTreeMap<&'static str, u64>,
     last_flush_ms: Option<i64>,
 }
@@ -109,28 +110,29 @@ impl Metrics {
         self.with(|m| *m.rejected.entry((source.to_owned(), error_type)).or_default() += n);
     }
 
-    /// Rows made durable in the WAL.
-    pub fn appended(&self, rows: &BTreeMap<&'static str, u64>, bytes: u64, now_ms: i64) {
+    /// Rows made durable in WAL segment `segment`.
+    pub fn appended(&self, segment: u64, rows: &BTreeMap<&'static str, u64>, bytes: u64, now_ms: i64) {
         self.with(|m| {
             for (t, n) in rows {
                 *m.rows_buffered.entry(t).or_default() += n;
             }
             m.wal_bytes += bytes;
             m.wal_appends += 1;
-            m.oldest_unflushed_ms.get_or_insert(now_ms);
+            m.unflushed_since.entry(segment).or_insert(now_ms);
         });
     }
 
-    /// Rows that reached the store; `emptied` when nothing is left unflushed.
-    pub fn flushed(&self, written: &BTreeMap<&'static str, u64>, wal_bytes: u64, emptied: bool, now_ms: i64) {
+    /// Segment `segment` (holding `rows`) is in the store; `written` of them were new.
+    pub fn flushed(&self, segment: u64, rows: &BTreeMap<&'static str, u64>, written: &BTreeMap<&'static str, u64>, wal_bytes: u64, now_ms: i64) {
         self.with(|m| {
+            for (t, n) in rows {
+                let b = m.rows_buffered.entry(t).or_default();
+                *b = b.saturating_sub(*n);
+            }
             for (t, n) in written {
                 *m.rows_written.entry(t).or_default() += n;
             }
-            if emptied {
-                m.rows_buffered.values_mut().for_each(|v| *v = 0);
-                m.oldest_unflushed_ms = None;
-            }
+            m.unflushed_since.remove(&segment);
             m.wal_bytes = wal_bytes;
             *m.flushes.entry("ok").or_default() += 1;
             m.last_flush_ms = Some(now_ms);
@@ -163,7 +165,7 @@ impl Metrics {
             family(&mut out, "gpuledger_rows_written_total", "counter", "Rows written to the store's Parquet files, by table", m.rows_written.iter().map(|(t, n)| (labels(&[("table", t)]), *n as f64)));
             family(&mut out, "gpuledger_wal_bytes", "gauge", "Bytes of WAL segments on disk", [(String::new(), m.wal_bytes as f64)]);
             family(&mut out, "gpuledger_wal_appends_total", "counter", "Fsynced WAL appends", [(String::new(), m.wal_appends as f64)]);
-            family(&mut out, "gpuledger_flush_lag_seconds", "gauge", "Age of the oldest WAL record not yet in the store (0 when none)", [(String::new(), m.oldest_unflushed_ms.map_or(0.0, |t| secs(now_ms - t)))]);
+            family(&mut out, "gpuledger_flush_lag_seconds", "gauge", "Age of the oldest WAL record not yet in the store (0 when none)", [(String::new(), m.unflushed_since.values().min().map_or(0.0, |t| secs(now_ms - t)))]);
             family(&mut out, "gpuledger_flushes_total", "counter", "WAL -> Parquet flushes by result", m.flushes.iter().map(|(r, n)| (labels(&[("result", r)]), *n as f64)));
             if let Some(t) = m.last_flush_ms {
                 family(&mut out, "gpuledger_last_flush_timestamp_seconds", "gauge", "When the last flush finished", [(String::new(), secs(t))]);
@@ -212,7 +214,7 @@ mod tests {
         m.scrape_ok("http://10.0.0.1:9400/metrics", 0.25, 120, 10_000);
         m.scrape_failed("http://a\"b\\c:9400/metrics", 2.0);
         m.watch_restart("pods", restart::RELISTED);
-        m.appended(&BTreeMap::from([("gpu_samples", 8)]), 4096, 9_000);
+        m.appended(7, &BTreeMap::from([("gpu_samples", 8)]), 4096, 9_000);
         let text = m.render(12_000);
         // Our own exposition reader must take every line of it (labels with quotes included).
         let mut tables = crate::tables::samples::SampleTables::new();
@@ -225,7 +227,7 @@ mod tests {
         assert!(text.contains("gpuledger_rows_buffered{table=\"gpu_samples\"} 8\n"));
         assert!(text.contains("gpuledger_flush_lag_seconds 3\n"), "{text}");
         assert!(text.contains("gpuledger_scrape_staleness_seconds{endpoint=\"http://10.0.0.1:9400/metrics\"} 2\n"));
-        m.flushed(&BTreeMap::from([("gpu_samples", 8)]), 0, true, 13_000);
+        m.flushed(7, &BTreeMap::from([("gpu_samples", 8)]), &BTreeMap::from([("gpu_samples", 8)]), 0, 13_000);
         let text = m.render(14_000);
         assert!(text.contains("gpuledger_rows_buffered{table=\"gpu_samples\"} 0\n"));
         assert!(text.contains("gpuledger_rows_written_total{table=\"gpu_samples\"} 8\n"));

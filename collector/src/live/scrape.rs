@@ -67,7 +67,7 @@ async fn scrape_loop(endpoint: String, mut ctx: ScrapeContext) {
                     failing = false;
                 }
                 // Counted only once the writer has it; a full queue makes this scrape wait, not others.
-                if ctx.tx.send(Msg::Data { batches, position: None }).await.is_err() {
+                if ctx.tx.send(Msg::Data { batches, position: None, durable: None }).await.is_err() {
                     break;
                 }
                 ctx.metrics.scrape_ok(&endpoint, seconds, samples, super::now_ms());

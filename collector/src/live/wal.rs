@@ -5,7 +5,7 @@
 //! ```text
 //! ID                     this log's identity, created once; names the Parquet files it becomes
 //! positions.json         watch positions whose events are already in the store
-//! seg-0000000042.wal     segments; the highest is being appended to
+//! seg-<20 digits>.wal    segments; the highest is being appended to
 //! ```
 //! A segment is a sequence of records `[u32 length][u32 crc32][payload]` (little endian). A
 //! payload is either one table's rows as an Arrow IPC stream (`b'B'`, table name, IPC bytes) or
@@ -41,7 +41,7 @@ pub type Positions = BTreeMap<String, String>;
 /// An open WAL, appending to its highest segment.
 pub struct Wal {
     dir: PathBuf,
-    id: String,
+    home: WalDir,
     seq: u64,
     file: File,
     /// Bytes and rows in the current segment.
@@ -75,13 +75,26 @@ impl Wal {
             }
         };
         let old = segments(dir)?;
-        let seq = old.iter().filter_map(|p| segment_seq(p)).max().unwrap_or(0) + 1;
+        // Segment numbers must never repeat within one WAL, even after every segment was
+        // flushed and removed: a reused number would name a store file that already exists,
+        // and the store would skip it as written. Starting each run at the clock (in units of
+        // 1/1000 ms, while flushes advance the number by at most a few per second) keeps them
+        // increasing across runs without any state file.
+        let clock = u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or(0).saturating_mul(1000);
+        let seq = old.iter().filter_map(|p| segment_seq(p)).max().map_or(clock, |m| (m + 1).max(clock));
         let file = create_segment(dir, seq)?;
-        Ok((Wal { dir: dir.to_path_buf(), id, seq, file, segment_bytes: 0, segment_rows: 0 }, old))
+        let home = WalDir { dir: dir.to_path_buf(), id };
+        Ok((Wal { dir: dir.to_path_buf(), home, seq, file, segment_bytes: 0, segment_rows: 0 }, old))
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
+    /// What the flusher needs of the WAL: naming, removing, positions.
+    pub fn home(&self) -> &WalDir {
+        &self.home
+    }
+
+    /// Number of the segment being appended to.
+    pub fn current_seq(&self) -> u64 {
+        self.seq
     }
 
     /// Appends one table batch per table plus the positions after them, then fsyncs.
@@ -146,9 +159,26 @@ impl Wal {
         Ok(())
     }
 
+    fn segment_path(&self) -> PathBuf {
+        segment_path(&self.dir, self.seq)
+    }
+}
+
+/// The WAL directory and identity, shared by the appender and the flusher.
+#[derive(Debug, Clone)]
+pub struct WalDir {
+    dir: PathBuf,
+    id: String,
+}
+
+impl WalDir {
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// The name a segment's Parquet files carry in the store.
     pub fn store_name(&self, segment: &Path) -> String {
-        format!("wal-{}-{:010}", self.id, segment_seq(segment).unwrap_or(0))
+        format!("wal-{}-{:020}", self.id, segment_seq(segment).unwrap_or(0))
     }
 
     /// Drops a segment whose rows are all in the store.
@@ -170,10 +200,6 @@ impl Wal {
     /// Bytes of every segment on disk.
     pub fn disk_bytes(&self) -> u64 {
         segments(&self.dir).unwrap_or_default().iter().filter_map(|p| fs::metadata(p).ok()).map(|m| m.len()).sum()
-    }
-
-    fn segment_path(&self) -> PathBuf {
-        segment_path(&self.dir, self.seq)
     }
 }
 
@@ -246,10 +272,11 @@ fn frame(buf: &mut Vec<u8>, payload: &[u8]) {
 }
 
 fn segment_path(dir: &Path, seq: u64) -> PathBuf {
-    dir.join(format!("seg-{seq:010}.wal"))
+    dir.join(format!("seg-{seq:020}.wal"))
 }
 
-fn segment_seq(path: &Path) -> Option<u64> {
+/// The number in a segment's file name.
+pub fn segment_seq(path: &Path) -> Option<u64> {
     path.file_name()?.to_str()?.strip_prefix("seg-")?.strip_suffix(".wal")?.parse().ok()
 }
 
@@ -318,7 +345,8 @@ mod tests {
             assert_eq!(t1.name, t2.name);
             assert_eq!(r1, r2);
         }
-        assert!(wal.store_name(&closed).starts_with("wal-") && wal.store_name(&closed).ends_with("0000000001"));
+        assert!(wal.home().store_name(&closed).starts_with("wal-"));
+        assert_ne!(wal.home().store_name(&closed), wal.home().store_name(&wal.segment_path()), "each segment has its own store name");
     }
 
     #[test]
@@ -354,13 +382,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (mut wal, _) = Wal::open(dir.path()).unwrap();
         wal.append(&samples(2), None).unwrap();
-        let name = wal.store_name(&wal.segment_path());
+        let name = wal.home().store_name(&wal.segment_path());
         drop(wal);
         let (wal2, old) = Wal::open(dir.path()).unwrap();
         assert_eq!(old.len(), 1);
-        assert_eq!(wal2.store_name(&old[0]), name, "the ID survives a restart");
+        assert_eq!(wal2.home().store_name(&old[0]), name, "the ID survives a restart");
         assert_ne!(wal2.segment_path(), old[0]);
-        wal2.save_positions(&Positions::from([("pods".to_owned(), "7".to_owned())])).unwrap();
-        assert_eq!(wal2.load_positions().get("pods").map(String::as_str), Some("7"));
+        assert!(segment_seq(&wal2.segment_path()) > segment_seq(&old[0]));
+        // Even once every segment is gone, a new run never reuses a number (a reused one would
+        // name a store file that exists, and its rows would be skipped).
+        wal2.home().save_positions(&Positions::from([("pods".to_owned(), "7".to_owned())])).unwrap();
+        assert_eq!(wal2.home().load_positions().get("pods").map(String::as_str), Some("7"));
+        let first = segment_seq(&wal2.segment_path()).unwrap();
+        wal2.close().unwrap();
+        fs::remove_file(&old[0]).unwrap();
+        // Runs are at least a millisecond apart in life (process start alone takes longer).
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        let (wal3, left) = Wal::open(dir.path()).unwrap();
+        assert!(left.is_empty());
+        assert!(segment_seq(&wal3.segment_path()).unwrap() > first);
     }
 }

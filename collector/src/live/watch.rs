@@ -233,7 +233,7 @@ impl ResourceWatch {
                 }
                 Err(e) => return Err(format!("list {}: {}", res.path(version), error_text(&e))),
             };
-            let page: Value = serde_json::from_str(&text).map_err(|e| format!("list {}: response is not JSON: {e}", res.path(version)))?;
+            let page: Value = tokio::task::block_in_place(|| serde_json::from_str(&text)).map_err(|e| format!("list {}: response is not JSON: {e}", res.path(version)))?;
             match page.get("items") {
                 Some(Value::Array(a)) => items.extend(a.iter().cloned()),
                 Some(Value::Null) | None => {}
@@ -248,17 +248,25 @@ impl ResourceWatch {
         let mut tables = K8sTables::new();
         let mut diags = Diagnostics::new();
         let mut recorded = 0u64;
-        for mut obj in items {
-            if let Value::Object(map) = &mut obj {
-                // List items leave out their kind; the list's kind says it.
-                map.entry("apiVersion").or_insert_with(|| Value::String(res.api_version(version)));
-                map.entry("kind").or_insert_with(|| Value::String(res.kind.to_owned()));
+        // Building rows is CPU work: keep it off the threads the scrapes' timers run on.
+        tokio::task::block_in_place(|| {
+            for mut obj in items {
+                if let Value::Object(map) = &mut obj {
+                    // List items leave out their kind; the list's kind says it.
+                    map.entry("apiVersion").or_insert_with(|| Value::String(res.api_version(version)));
+                    map.entry("kind").or_insert_with(|| Value::String(res.kind.to_owned()));
+                }
+                recorded += u64::from(self.record(obj, "SNAPSHOT", &mut tables, &mut diags));
             }
-            recorded += u64::from(self.record(obj, "SNAPSHOT", &mut tables, &mut diags));
-        }
+        });
         self.failures = 0;
         self.rv = (!list_rv.is_empty()).then_some(list_rv.clone());
-        self.send(tables, diags, recorded, Some(list_rv)).await;
+        // Watch only once the list and its position are durable: every version the watch then
+        // receives lies after a saved position, so a crash at any later moment can be made good
+        // by resuming there (a list would only show the latest state).
+        if !self.send_with(tables, diags, recorded, Some(list_rv), true).await {
+            return Err("the writer stopped".into());
+        }
         Ok(())
     }
 
@@ -295,33 +303,35 @@ impl ResourceWatch {
             let mut diags = Diagnostics::new();
             let mut recorded = 0u64;
             let mut end = None;
-            for item in items {
-                match item {
-                    Ok(WatchEvent::Added(o)) => recorded += u64::from(self.event(o, "ADDED", &mut tables, &mut diags)),
-                    Ok(WatchEvent::Modified(o)) => recorded += u64::from(self.event(o, "MODIFIED", &mut tables, &mut diags)),
-                    Ok(WatchEvent::Deleted(o)) => recorded += u64::from(self.event(o, "DELETED", &mut tables, &mut diags)),
-                    Ok(WatchEvent::Bookmark(b)) => {
-                        self.rv = Some(b.metadata.resource_version);
-                    }
-                    Ok(WatchEvent::Error(s)) if s.code == 410 => {
-                        end = Some(End::Gone);
-                        break;
-                    }
-                    Ok(WatchEvent::Error(s)) => {
-                        end = Some(End::Failed(format!("watch {} answered an error: {} ({})", res.path(version), s.message, s.code)));
-                        break;
-                    }
-                    Err(kube::Error::SerdeError(e)) => {
-                        // One unreadable event costs that event; the stream goes on.
-                        diags.error(&self.source, crate::diag::Position::File, "malformed_event", format!("unreadable watch event: {e}"));
-                    }
-                    Err(e) => {
-                        end = Some(End::Closed);
-                        log::info(format!("{}: watch connection ended: {}", self.id, error_text(&e)));
-                        break;
+            tokio::task::block_in_place(|| {
+                for item in items {
+                    match item {
+                        Ok(WatchEvent::Added(o)) => recorded += u64::from(self.event(o, "ADDED", &mut tables, &mut diags)),
+                        Ok(WatchEvent::Modified(o)) => recorded += u64::from(self.event(o, "MODIFIED", &mut tables, &mut diags)),
+                        Ok(WatchEvent::Deleted(o)) => recorded += u64::from(self.event(o, "DELETED", &mut tables, &mut diags)),
+                        Ok(WatchEvent::Bookmark(b)) => {
+                            self.rv = Some(b.metadata.resource_version);
+                        }
+                        Ok(WatchEvent::Error(s)) if s.code == 410 => {
+                            end = Some(End::Gone);
+                            break;
+                        }
+                        Ok(WatchEvent::Error(s)) => {
+                            end = Some(End::Failed(format!("watch {} answered an error: {} ({})", res.path(version), s.message, s.code)));
+                            break;
+                        }
+                        Err(kube::Error::SerdeError(e)) => {
+                            // One unreadable event costs that event; the stream goes on.
+                            diags.error(&self.source, crate::diag::Position::File, "malformed_event", format!("unreadable watch event: {e}"));
+                        }
+                        Err(e) => {
+                            end = Some(End::Closed);
+                            log::info(format!("{}: watch connection ended: {}", self.id, error_text(&e)));
+                            break;
+                        }
                     }
                 }
-            }
+            });
             let position = self.rv.clone();
             if recorded > 0 {
                 self.failures = 0;
@@ -347,17 +357,18 @@ impl ResourceWatch {
         let deleted = event_type == "DELETED";
         let key = object_key(&obj);
         let rv = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("").to_owned();
-        if let Some(k) = &key {
-            if let Some(h) = self.heads.get(k) {
-                let same = h.resource_version == rv && !rv.is_empty();
-                // A list shows what exists: an object it lists at the recorded version is not news.
-                if same && (h.deleted == deleted || event_type == "SNAPSHOT") {
-                    return false;
-                }
+        if let Some(h) = key.as_ref().and_then(|k| self.heads.get(k)) {
+            let same = h.resource_version == rv && !rv.is_empty();
+            // A list shows what exists: an object it lists at the recorded version is not news.
+            if same && (h.deleted == deleted || event_type == "SNAPSHOT") {
+                return false;
             }
         }
         let seq = self.ctx.seq.fetch_add(1, Ordering::Relaxed);
-        let version = received_version(obj, event_type, super::now_ms(), &mut self.last_ms, seq);
+        // As in files: watch events keep their stream's time order; list items stand alone.
+        let mut alone = None;
+        let last_ms = if event_type == "SNAPSHOT" { &mut alone } else { &mut self.last_ms };
+        let version = received_version(obj, event_type, super::now_ms(), last_ms, seq);
         let before = tables.len();
         tables.push(&self.source, &version, diags);
         if let Some(k) = key {
@@ -378,26 +389,41 @@ impl ResourceWatch {
         }
     }
 
+    /// Hands rows and the position after them to the writer. With `durable`, returns only once
+    /// they are fsynced (false if the writer is gone or the collector stops meanwhile).
     async fn send(&mut self, tables: K8sTables, diags: Diagnostics, recorded: u64, position: Option<String>) {
+        self.send_with(tables, diags, recorded, position, false).await;
+    }
+
+    async fn send_with(&mut self, tables: K8sTables, diags: Diagnostics, recorded: u64, position: Option<String>, durable: bool) -> bool {
         for d in diags.errors.iter().take(5) {
             log::warn(d.to_string());
         }
         for (t, n) in diags.error_counts() {
             self.ctx.metrics.rejected(&self.id, t, n);
         }
-        let batches = match tables.finish() {
+        let batches = match tokio::task::block_in_place(|| tables.finish()) {
             Ok(b) => b,
             Err(e) => {
                 log::error(format!("{}: {e}", self.id));
-                return;
+                return false;
             }
         };
         if batches.is_empty() && position.is_none() {
-            return;
+            return true;
         }
         let position = position.filter(|p| !p.is_empty()).map(|p| (self.id.clone(), p));
-        if self.ctx.tx.send(Msg::Data { batches, position }).await.is_ok() {
-            self.ctx.metrics.watch_versions(&self.id, recorded);
+        let (ack, acked) = if durable { let (a, b) = tokio::sync::oneshot::channel(); (Some(a), Some(b)) } else { (None, None) };
+        if self.ctx.tx.send(Msg::Data { batches, position, durable: ack }).await.is_err() {
+            return false;
+        }
+        self.ctx.metrics.watch_versions(&self.id, recorded);
+        match acked {
+            None => true,
+            Some(rx) => tokio::select! {
+                r = rx => r.is_ok(),
+                _ = self.ctx.stop.changed() => false,
+            },
         }
     }
 }
