@@ -11,6 +11,7 @@
 //! knows which source fed it. This crate must never read back the store to compute anything:
 //! that is the ledger's job (it only reads keys back, to skip facts already stored).
 
+pub mod backfill;
 pub mod diag;
 pub mod error;
 pub mod ingest;

@@ -1,5 +1,6 @@
 //! Command-line definitions: one module per subcommand, each with its arguments and `run`.
 
+mod backfill;
 mod collect;
 mod demo;
 mod ingest;
@@ -29,6 +30,7 @@ Examples:
   gpuledger report --store ./store --config gpuledger.toml --month 2026-10 --format html --out oct.html
   gpuledger schema gpu_samples
   gpuledger collect --config gpuledger.toml --store ./store   live: watches + DCGM scrapes
+  gpuledger backfill --prometheus http://prometheus:9090 --from 2026-10-01T00:00:00Z --to 2026-10-31T23:59:30Z --store ./store
 
 Exit codes:
   0  success
@@ -46,6 +48,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    Backfill(backfill::Args),
     Collect(collect::Args),
     Ingest(ingest::Args),
     Query(query::Args),
@@ -59,6 +62,7 @@ enum Command {
 /// Runs the parsed command; `Ok` carries the exit code.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Backfill(a) => backfill::run(a),
         Command::Collect(a) => collect::run(a),
         Command::Ingest(a) => ingest::run(a),
         Command::Query(a) => query::run(a),
