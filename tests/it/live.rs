@@ -437,3 +437,39 @@ fn a_slow_a_garbage_and_a_dead_exporter_never_hold_up_the_others() {
     assert_eq!(real_stored, real_rows * real_log.len() as i64, "every real-fixture scrape landed whole");
     assert_eq!(util::count(&store, "SELECT count(*) AS n FROM gpu_samples WHERE hostname = 'slow-node'"), 0);
 }
+
+#[test]
+fn the_example_configuration_has_a_valid_collector_section() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gpuledger.toml");
+    let c = gpuledger_collector::live::CollectorConfig::load(&path).unwrap();
+    // The documented defaults are the real ones.
+    let d = gpuledger_collector::live::CollectorConfig::default();
+    assert_eq!((c.scrape_interval, c.scrape_timeout, c.flush_interval, c.flush_rows), (d.scrape_interval, d.scrape_timeout, d.flush_interval, d.flush_rows));
+    assert_eq!((c.dcgm_selector.as_str(), c.dcgm_port, c.listen, c.wal_dir.clone()), (d.dcgm_selector.as_str(), d.dcgm_port, d.listen, d.wal_dir.clone()));
+    assert_eq!(c.dcgm_endpoints, ["http://10.0.0.5:9400/metrics"]);
+    // And the ledger still accepts the file with the section in it.
+    gpuledger_ledger::config::Config::load(&path).unwrap();
+}
+
+#[test]
+fn collect_refuses_a_bad_config_and_missing_cluster_access_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[collector]\n\nscrape_interval = \"30\"\n").unwrap();
+    let out = util::run(&["collect", "--config", &bad.display().to_string(), "--store", &dir.path().join("s").display().to_string()], 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.toml:3: collector.scrape_interval: \"30\" is not a duration"), "{err}");
+    // kubernetes = true (the default) without any way to reach a cluster: a clear refusal,
+    // before the store is created.
+    let out = util::bin()
+        .args(["collect", "--store", &dir.path().join("s").display().to_string(), "--listen", &format!("127.0.0.1:{}", crate::replay::free_port())])
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no Kubernetes API access") && err.contains("kubernetes = false"), "{err}");
+    assert!(!dir.path().join("s").exists(), "the store was created anyway");
+}

@@ -91,6 +91,12 @@ pub async fn run(cfg: CollectorConfig, store_root: &Path, shutdown: impl std::fu
     log::info(format!("serving /metrics, /healthz and /readyz on http://{local}"));
     let server = tokio::spawn(http::serve(listener, Arc::clone(&metrics), stop_rx.clone()));
 
+    // Kubernetes access is checked before the store is touched: a wrong kubeconfig fails fast.
+    let kube_client = match cfg.kubernetes {
+        true => Some(kube::Client::try_default().await.map_err(|e| LiveError::Kube(e.to_string()))?),
+        false => None,
+    };
+
     // Open the store and replay what a crash left in the WAL, before anything new arrives.
     let wal_dir = cfg.wal_path(store_root);
     let root = store_root.to_path_buf();
@@ -138,8 +144,7 @@ pub async fn run(cfg: CollectorConfig, store_root: &Path, shutdown: impl std::fu
     let mut scrapers = scrape::Scrapers::new(scrape_ctx, &cfg.dcgm_endpoints);
 
     let mut discovery = None;
-    if cfg.kubernetes {
-        let client = kube::Client::try_default().await.map_err(|e| LiveError::Kube(e.to_string()))?;
+    if let Some(client) = kube_client {
         let ctx = watch::WatchContext { client: client.clone(), tx: tx.clone(), metrics: Arc::clone(&metrics), seq: Arc::new(AtomicI64::new(watch::first_seq())), stop: stop_rx.clone() };
         for res in resources::WATCHED.iter().filter(|r| r.fallback_of.is_none()) {
             let fallback = resources::WATCHED.iter().find(|f| f.fallback_of == Some(res.id().as_str()));
