@@ -109,8 +109,15 @@ fn dcgm_bodies(cap: &Path) -> BTreeMap<String, Vec<(i64, String)>> {
 
 fn config(dir: &Path, extra: &str) -> PathBuf {
     let p = dir.join("gpuledger.toml");
-    let flush = if extra.contains("flush_interval") { "" } else { "flush_interval = \"1s\"\n" };
-    std::fs::write(&p, format!("[prices]\ndefault = 2.0\n\n[collector]\n{flush}dcgm_discovery = false\n{extra}")).unwrap();
+    // Defaults for these tests unless `extra` sets them.
+    let mut text = String::from("[prices]\ndefault = 2.0\n\n[collector]\n");
+    for (key, line) in [("flush_interval", "flush_interval = \"1s\"\n"), ("dcgm_discovery", "dcgm_discovery = false\n")] {
+        if !extra.contains(key) {
+            text.push_str(line);
+        }
+    }
+    text.push_str(extra);
+    std::fs::write(&p, text).unwrap();
     p
 }
 
@@ -472,4 +479,48 @@ fn collect_refuses_a_bad_config_and_missing_cluster_access_in_one_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no Kubernetes API access") && err.contains("kubernetes = false"), "{err}");
     assert!(!dir.path().join("s").exists(), "the store was created anyway");
+}
+
+fn exporter_pod(name: &str, app: &str, phase: &str) -> Value {
+    json!({"kind": "Pod", "metadata": {"name": name, "namespace": "gpu-operator", "uid": format!("uid-{name}"), "labels": {"app": app},
+           "creationTimestamp": "2026-11-01T00:00:00Z"}, "status": {"phase": phase, "podIP": "127.0.0.1"}})
+}
+
+#[test]
+fn exporters_are_discovered_through_the_api_server_and_dropped_when_their_pod_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let api = ApiServer::start(&rt, 10);
+    for (path, kind, av) in [("/api/v1/namespaces", "Namespace", "v1"), ("/api/v1/nodes", "Node", "v1"), ("/apis/batch/v1/jobs", "Job", "batch/v1"), ("/apis/events.k8s.io/v1/events", "Event", "events.k8s.io/v1")] {
+        api.add(path, kind, av, Mode::Snapshot, Vec::new());
+    }
+    // One exporter pod, one pod that only looks like one, one exporter still starting.
+    let pods = vec![
+        ("SNAPSHOT".to_owned(), exporter_pod("nvidia-dcgm-exporter-abcde", "nvidia-dcgm-exporter", "Running")),
+        ("SNAPSHOT".to_owned(), exporter_pod("dcgm-lookalike", "something-else", "Running")),
+        ("SNAPSHOT".to_owned(), exporter_pod("nvidia-dcgm-exporter-pending", "nvidia-dcgm-exporter", "Pending")),
+    ];
+    api.add("/api/v1/pods", "Pod", "v1", Mode::Snapshot, pods);
+    let dcgm = DcgmServer::start(&rt);
+    dcgm.add("", Behaviour::Body(Box::new(|n| Some(marked_body("discovered-node", 2, n)))));
+    let port = dcgm.addr.port();
+    let cfg = config(dir.path(), &format!("dcgm_discovery = true\ndiscovery_interval = \"200ms\"\ndcgm_port = {port}\nscrape_interval = \"100ms\"\n"));
+    let store = dir.path().join("store");
+    let kube = api.kubeconfig(dir.path());
+    let c = Collector::start(&cfg, &store, Some(&kube), &dir.path().join("collect.log"));
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    wait_for("the discovered exporter to be scraped", Duration::from_secs(30), || c.metric(&format!("gpuledger_scrapes_total{{endpoint=\"{url}\",result=\"ok\"}}")) >= 3.0);
+    assert_eq!(c.metric("gpuledger_endpoint_up{"), 1.0, "only the running exporter pod is scraped");
+    assert!(api.requests("LIST /api/v1/pods") >= 2, "the pods list is asked again");
+    // The pod goes away: its endpoint stops being scraped.
+    let mut gone = exporter_pod("nvidia-dcgm-exporter-abcde", "nvidia-dcgm-exporter", "Running");
+    gone["metadata"]["deletionTimestamp"] = json!("2026-11-01T01:00:00Z");
+    api.add_event("/api/v1/pods", "DELETED", gone);
+    wait_for("the endpoint to be dropped", Duration::from_secs(30), || c.metric(&format!("gpuledger_endpoint_up{{endpoint=\"{url}\"}}")) == 0.0);
+    let scraped = dcgm.log("").len();
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(dcgm.log("").len() <= scraped + 1, "still scraped after its pod went away");
+    c.stop();
+    let stored = util::count(&store, "SELECT count(DISTINCT gpu_util) AS n FROM gpu_samples WHERE hostname = 'discovered-node'");
+    assert!(stored >= 3 && stored as usize <= dcgm.log("").len(), "{stored} scrapes stored, {} answered", dcgm.log("").len());
 }

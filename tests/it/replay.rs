@@ -127,6 +127,20 @@ impl ApiServer {
         g.resources.insert(path.to_owned(), Res { kind: kind.into(), api_version: api_version.into(), mode, events: out, released, started: mode == Mode::Snapshot });
     }
 
+    /// Appends one event to a resource (released at once for snapshot resources).
+    pub fn add_event(&self, path: &str, ty: &str, mut obj: Value) {
+        let mut g = self.inner.lock().unwrap();
+        g.next_rv += 1;
+        let rv = g.next_rv;
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let r = g.resources.get_mut(path).unwrap();
+        obj["apiVersion"] = json!(r.api_version.clone());
+        r.events.push((ty.to_owned(), obj, rv));
+        if r.mode == Mode::Snapshot {
+            r.released = r.events.len();
+        }
+    }
+
     /// The objects of every resource, as served (for writing the same facts as files).
     pub fn with_resources<R>(&self, f: impl FnOnce(&BTreeMap<String, Res>) -> R) -> R {
         f(&self.inner.lock().unwrap().resources)
@@ -248,6 +262,11 @@ async fn handle(State(s): State<ApiServer>, uri: Uri, Query(q): Query<BTreeMap<S
             }
         }
         let mut items: Vec<(Value, u64)> = state.into_values().collect();
+        // Equality selectors only (`k=v,k2=v2`): what the collector's exporter discovery sends.
+        if let Some(sel) = q.get("labelSelector") {
+            let terms: Vec<(&str, &str)> = sel.split(',').filter_map(|t| t.split_once('=')).collect();
+            items.retain(|(o, _)| terms.iter().all(|(k, v)| o["metadata"]["labels"][*k].as_str() == Some(*v)));
+        }
         items.sort_by_key(|(_, rv)| *rv);
         let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(usize::MAX);
         let offset: usize = q.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
@@ -393,7 +412,8 @@ impl DcgmServer {
 
 async fn exporter(State(s): State<DcgmServer>, uri: Uri) -> Response {
     let start = now_ms();
-    let name = uri.path().trim_start_matches('/').trim_end_matches("/metrics").to_owned();
+    // `/<name>/metrics`, or `/metrics` for the endpoint named "" (as a discovered pod serves it).
+    let name = uri.path().trim_start_matches('/').trim_end_matches("metrics").trim_end_matches('/').to_owned();
     let (body, delay, n) = {
         let mut g = s.endpoints.lock().unwrap();
         let Some(e) = g.get_mut(&name) else { return (StatusCode::NOT_FOUND, "no such exporter").into_response() };
