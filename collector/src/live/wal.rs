@@ -206,25 +206,30 @@ impl WalDir {
 /// Reads a segment back. Records after a torn or corrupt one are not trusted (the file is
 /// append-only, so only a crash mid-append produces one, at the end).
 pub fn read_segment(path: &Path) -> Result<Segment> {
-    let mut bytes = Vec::new();
-    File::open(path).and_then(|mut f| f.read_to_end(&mut bytes)).map_err(|e| Error::io(path, e))?;
+    // Record by record, so that the file's bytes and its decoded rows are never both in memory.
+    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let size = file.metadata().map_err(|e| Error::io(path, e))?.len() as usize;
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
     let mut seg = Segment::default();
     let mut pos = 0usize;
-    while pos < bytes.len() {
-        let Some(header) = bytes.get(pos..pos + 8) else {
-            seg.torn = Some(format!("{} bytes of a record header at byte {pos} dropped (torn write)", bytes.len() - pos));
+    let mut payload = Vec::new();
+    while pos < size {
+        let mut header = [0u8; 8];
+        if size - pos < 8 || reader.read_exact(&mut header).is_err() {
+            seg.torn = Some(format!("{} bytes of a record header at byte {pos} dropped (torn write)", size - pos));
             break;
-        };
+        }
         let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
         let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
         let end = pos + 8 + len as usize;
-        if len > MAX_RECORD || end > bytes.len() {
-            seg.torn = Some(format!("record at byte {pos} announces {len} bytes, {} remain: dropped (torn write)", bytes.len() - pos - 8));
+        if len > MAX_RECORD || end > size {
+            seg.torn = Some(format!("record at byte {pos} announces {len} bytes, {} remain: dropped (torn write)", size - pos - 8));
             break;
         }
-        let payload = &bytes[pos + 8..end];
-        if crc32fast::hash(payload) != crc {
-            seg.torn = Some(format!("record at byte {pos} fails its checksum: it and the {} bytes after it dropped", bytes.len() - end));
+        payload.resize(len as usize, 0);
+        reader.read_exact(&mut payload).map_err(|e| Error::io(path, e))?;
+        if crc32fast::hash(&payload) != crc {
+            seg.torn = Some(format!("record at byte {pos} fails its checksum: it and the {} bytes after it dropped", size - end));
             break;
         }
         match payload.first() {

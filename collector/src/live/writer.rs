@@ -22,6 +22,11 @@ use crate::error::{Error, Result};
 use crate::store::Store;
 use crate::tables::TableBatch;
 
+/// A segment is flushed early once it holds this many bytes: the flush holds a segment's rows
+/// in memory a few times over (decoded, sorted, encoded), and this keeps the collector's
+/// memory flat however many exporters it scrapes (measured in bench/collector.sh).
+const FLUSH_BYTES: u64 = 24 << 20;
+
 /// What a scrape or a watch hands to the writer.
 pub enum Msg {
     Data {
@@ -227,7 +232,9 @@ impl Writer {
     }
 
     fn flush_due(&self) -> bool {
-        self.wal.segment_rows >= self.flush_rows || (self.wal.segment_bytes > 0 && self.last_flush.elapsed() >= self.flush_interval)
+        self.wal.segment_rows >= self.flush_rows
+            || self.wal.segment_bytes >= FLUSH_BYTES
+            || (self.wal.segment_bytes > 0 && self.last_flush.elapsed() >= self.flush_interval)
     }
 
     /// Closes the current segment and hands it to the flusher.

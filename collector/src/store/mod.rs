@@ -186,7 +186,12 @@ impl Store {
                     dir.join(format!("part-{}-{:05}.parquet", self.run_id, self.file_seq))
                 }
             };
-            let part = take_record_batch(all, &UInt32Array::from(indices)).map_err(|source| Error::Arrow { table: table.name, source })?;
+            // One day in the batch (the live collector's case): no copy.
+            let part = if indices.len() == all.num_rows() {
+                all.clone()
+            } else {
+                take_record_batch(all, &UInt32Array::from(indices)).map_err(|source| Error::Arrow { table: table.name, source })?
+            };
             if named.is_some() && file.exists() {
                 *self.stats.duplicates.entry(table.name).or_default() += part.num_rows() as u64;
                 continue;
