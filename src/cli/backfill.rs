@@ -119,7 +119,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let summary = super::runtime()?
         .block_on(backfill::backfill_reporting(&options, &progress, &on_failure))
         .with_context(|| format!("backfilling {} into {}", args.prometheus, args.store.display()))?;
-    print_diagnostics(&summary, args.verbose);
+    super::ingest::print_problems(&summary.diagnostics, args.verbose, "rejected samples");
     match args.format {
         SummaryFormat::Text => print!("{}", summary_text(&summary, &options)),
         SummaryFormat::Json => println!("{}", serde_json::to_string_pretty(&summary_json(&summary, &options))?),
@@ -135,20 +135,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// Exit code when the run finished but some chunks were given up (1, like ingest's "finished,
 /// but not all of it").
 const EXIT_CHUNKS_FAILED: u8 = super::EXIT_BAD_INPUT;
-
-fn print_diagnostics(s: &BackfillSummary, verbose: bool) {
-    const SHOWN: usize = 20;
-    for w in &s.diagnostics.warnings {
-        eprintln!("gpuledger: warning: {w}");
-    }
-    let errors = &s.diagnostics.errors;
-    for e in errors.iter().take(if verbose { usize::MAX } else { SHOWN }) {
-        eprintln!("gpuledger: bad input: {e}");
-    }
-    if !verbose && errors.len() > SHOWN {
-        eprintln!("gpuledger: ... and {} more rejected samples (-v shows all)", errors.len() - SHOWN);
-    }
-}
 
 /// The run summary for people.
 fn summary_text(s: &BackfillSummary, o: &BackfillOptions) -> String {
@@ -173,20 +159,7 @@ fn summary_text(s: &BackfillSummary, o: &BackfillOptions) -> String {
     if s.blank_samples > 0 {
         out.push_str(&format!("  samples with DCGM blank value (stored as null): {}\n", s.blank_samples));
     }
-    for (table, n) in &s.store.rows_written {
-        out.push_str(&format!("  rows    {table:<20} {n} written\n"));
-    }
-    for (table, n) in &s.store.duplicates {
-        out.push_str(&format!("  rows    {table:<20} {n} already stored, skipped\n"));
-    }
-    out.push_str(&format!("  store   {} files, {:.1} MiB\n", s.store.files_written, s.store.bytes_written as f64 / 1048576.0));
-    let counts = s.diagnostics.error_counts();
-    if counts.is_empty() {
-        out.push_str("  rejected: none\n");
-    } else {
-        let parts: Vec<String> = counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
-        out.push_str(&format!("  rejected: {} ({})\n", s.diagnostics.errors.len(), parts.join(", ")));
-    }
+    super::ingest::push_store_lines(&mut out, &s.store, &s.diagnostics, 8);
     out
 }
 

@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::ValueEnum;
 use gpuledger_collector::ingest::{self, IngestOptions, IngestSummary};
-use gpuledger_collector::store::StoreOptions;
+use gpuledger_collector::Diagnostics;
+use gpuledger_collector::store::{StoreOptions, StoreStats};
 use serde_json::json;
 
 use super::progress::{ProgressMode, Reporter};
@@ -79,16 +80,41 @@ pub fn ingest_with(args: &Args) -> anyhow::Result<IngestSummary> {
 }
 
 fn print_diagnostics(s: &IngestSummary, verbose: bool) {
+    print_problems(&s.diagnostics, verbose, "input problems");
+}
+
+/// Warnings, then the first 20 rejected items (all with `verbose`) on stderr; `what` names the
+/// rest in the "... and N more" line. Shared by the commands that read input into the store.
+pub(super) fn print_problems(diagnostics: &Diagnostics, verbose: bool, what: &str) {
     const SHOWN: usize = 20;
-    for w in &s.diagnostics.warnings {
+    for w in &diagnostics.warnings {
         eprintln!("gpuledger: warning: {w}");
     }
-    let errors = &s.diagnostics.errors;
+    let errors = &diagnostics.errors;
     for e in errors.iter().take(if verbose { usize::MAX } else { SHOWN }) {
         eprintln!("gpuledger: bad input: {e}");
     }
     if !verbose && errors.len() > SHOWN {
-        eprintln!("gpuledger: ... and {} more input problems (-v shows all)", errors.len() - SHOWN);
+        eprintln!("gpuledger: ... and {} more {what} (-v shows all)", errors.len() - SHOWN);
+    }
+}
+
+/// The summary lines on what reached the store and what was rejected. `width` is that of the
+/// label column (`rows`, `store`) in the caller's summary.
+pub(super) fn push_store_lines(out: &mut String, store: &StoreStats, diagnostics: &Diagnostics, width: usize) {
+    for (table, n) in &store.rows_written {
+        out.push_str(&format!("  {:<width$}{table:<20} {n} written\n", "rows"));
+    }
+    for (table, n) in &store.duplicates {
+        out.push_str(&format!("  {:<width$}{table:<20} {n} already stored, skipped\n", "rows"));
+    }
+    out.push_str(&format!("  {:<width$}{} files, {:.1} MiB\n", "store", store.files_written, store.bytes_written as f64 / 1048576.0));
+    let counts = diagnostics.error_counts();
+    if counts.is_empty() {
+        out.push_str("  rejected: none\n");
+    } else {
+        let parts: Vec<String> = counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        out.push_str(&format!("  rejected: {} ({})\n", diagnostics.errors.len(), parts.join(", ")));
     }
 }
 
@@ -117,20 +143,7 @@ pub fn summary_text(s: &IngestSummary) -> String {
         let kinds: Vec<String> = s.objects.iter().map(|(k, n)| format!("{k} {n}")).collect();
         out.push_str(&format!("  objects {}\n", kinds.join(", ")));
     }
-    for (table, n) in &s.store.rows_written {
-        out.push_str(&format!("  rows   {table:<20} {n} written\n"));
-    }
-    for (table, n) in &s.store.duplicates {
-        out.push_str(&format!("  rows   {table:<20} {n} already stored, skipped\n"));
-    }
-    out.push_str(&format!("  store  {} files, {:.1} MiB\n", s.store.files_written, s.store.bytes_written as f64 / 1048576.0));
-    let counts = s.diagnostics.error_counts();
-    if counts.is_empty() {
-        out.push_str("  rejected: none\n");
-    } else {
-        let parts: Vec<String> = counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
-        out.push_str(&format!("  rejected: {} ({})\n", s.diagnostics.errors.len(), parts.join(", ")));
-    }
+    push_store_lines(&mut out, &s.store, &s.diagnostics, 7);
     for (why, n) in &s.diagnostics.skipped {
         out.push_str(&format!("  skipped: {why} {n}\n"));
     }
