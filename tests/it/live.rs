@@ -416,8 +416,8 @@ fn a_slow_a_garbage_and_a_dead_exporter_never_hold_up_the_others() {
     let metrics = c.get("/metrics").unwrap().1;
     c.stop();
 
-    let ok = |u: &str| metrics.lines().find(|l| l.starts_with(&format!("gpuledger_scrapes_total{{endpoint=\"{u}\",result=\"ok\"}}"))).map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap()).unwrap_or(0.0);
-    let failed = |u: &str| metrics.lines().find(|l| l.starts_with(&format!("gpuledger_scrapes_total{{endpoint=\"{u}\",result=\"failed\"}}"))).map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap()).unwrap_or(0.0);
+    let ok = |u: &str| crate::replay::metric_in(&metrics, &format!("gpuledger_scrapes_total{{endpoint=\"{u}\",result=\"ok\"}}"));
+    let failed = |u: &str| crate::replay::metric_in(&metrics, &format!("gpuledger_scrapes_total{{endpoint=\"{u}\",result=\"failed\"}}"));
     // 2.5 s at 100 ms is 25 slots: the healthy endpoints kept (most of) their pace while the
     // slow one took 300 ms per try (a debug build on a shared machine misses a few slots).
     assert!(ok(&real_url) >= 10.0 && ok(&sim_url) >= 10.0, "real {} sim {}\n{metrics}", ok(&real_url), ok(&sim_url));

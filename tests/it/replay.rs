@@ -493,8 +493,7 @@ impl Collector {
 
     /// The value of one sample of `/metrics` (the sum when several series match `prefix`).
     pub fn metric(&self, prefix: &str) -> f64 {
-        let (_, body) = self.get("/metrics").unwrap_or_default();
-        body.lines().filter(|l| l.starts_with(prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+        metric_in(&self.get("/metrics").unwrap_or_default().1, prefix)
     }
 
     /// SIGTERM, then waits for a clean exit (status 0).
@@ -527,6 +526,11 @@ impl Drop for Collector {
             let _ = self.child.wait();
         }
     }
+}
+
+/// The sum of the samples in the exposition `text` whose line starts with `prefix`.
+pub fn metric_in(text: &str, prefix: &str) -> f64 {
+    text.lines().filter(|l| l.starts_with(prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
 }
 
 pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {

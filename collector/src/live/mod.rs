@@ -62,6 +62,21 @@ pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
+/// An error and its sources on one line, each source's text once (libraries often repeat
+/// their source's text in their own message).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s = format!("{s}: {t}");
+        }
+        src = c.source();
+    }
+    s
+}
+
 /// One-line, timestamped log records on stderr (the collector runs as a daemon: no bars).
 pub mod log {
     fn line(level: &str, msg: &str) {

@@ -106,13 +106,7 @@ fn describe(e: &reqwest::Error, timeout: Duration) -> String {
     } else if e.is_connect() {
         "connection refused or unreachable".to_owned()
     } else {
-        let mut s = e.to_string();
-        let mut src = std::error::Error::source(e);
-        while let Some(c) = src {
-            s = format!("{s}: {c}");
-            src = c.source();
-        }
-        s
+        super::error_chain(e)
     }
 }
 

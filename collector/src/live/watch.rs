@@ -449,18 +449,7 @@ fn backoff(failures: u32) -> Duration {
 fn error_text(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) => format!("HTTP {}: {}", s.code, s.message.trim()),
-        other => {
-            let mut s = other.to_string();
-            let mut src = std::error::Error::source(other);
-            while let Some(c) = src {
-                let t = c.to_string();
-                if !s.contains(&t) {
-                    s = format!("{s}: {t}");
-                }
-                src = c.source();
-            }
-            s
-        }
+        other => super::error_chain(other),
     }
 }
 
