@@ -23,6 +23,7 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 mod k8s;
+pub mod units;
 mod samples;
 
 /// Bumped whenever a column changes meaning, type or is removed (adding a nullable column at the

@@ -186,37 +186,8 @@ struct RawCollector {
     wal_dir: Option<Spanned<String>>,
 }
 
-/// `250ms`, `30s`, `5m`, `1h`, `1d` (a bare number is refused: the unit is never guessed).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration (write 30s, 5m, 1h or 250ms)"))?;
-    let ms = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(format!("{s:?} is not a duration (write 30s, 5m, 1h or 250ms)")),
-    };
-    let total = n.checked_mul(ms).ok_or_else(|| format!("{s:?} is too long"))?;
-    if total == 0 {
-        return Err(format!("{s:?} must be longer than zero"));
-    }
-    Ok(Duration::from_millis(total))
-}
-
-/// The shortest spelling [`parse_duration`] reads back.
-pub fn format_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
-        if ms >= size && ms.is_multiple_of(size) {
-            return format!("{}{unit}", ms / size);
-        }
-    }
-    format!("{ms}ms")
-}
+// The duration spelling is shared with the server's `[serve]` section.
+pub use gpuledger_schemas::units::{format_duration, parse_duration};
 
 #[cfg(test)]
 mod tests {
