@@ -49,6 +49,7 @@ pub const DERIVED_TABLES: &[(&str, &str)] = &[
     ("failure_causes", "failure_causes"),
     ("queue_waits", "queue_waits"),
     ("queue_wait_summary", "queue_wait_summary"),
+    ("queue_wait_monthly", "queue_wait_monthly"),
 ];
 
 /// What a caller can tune for one accounting run besides the configuration file.
@@ -155,15 +156,13 @@ impl Accounting {
 
     /// The month with the most GPU-hours (all states), the earliest on a tie.
     pub async fn busiest_month(&self) -> Result<Option<String>> {
-        let batches = self
-            .query("SELECT month FROM chargeback_monthly GROUP BY month ORDER BY SUM(productive_gpu_hours + allocated_idle_gpu_hours + failed_gpu_hours + preempted_gpu_hours + unallocated_gpu_hours) DESC, month LIMIT 1")
-            .await?;
+        let batches = self.query(crate::monthly::BUSIEST_SQL).await?;
         Ok(strings(&batches, 0).into_iter().flatten().next())
     }
 
     /// Months that have GPU time, overheads or units, oldest first.
     pub async fn months(&self) -> Result<Vec<String>> {
-        let batches = self.query("SELECT DISTINCT month FROM chargeback_monthly ORDER BY month").await?;
+        let batches = self.query(crate::monthly::MONTHS_SQL).await?;
         Ok(strings(&batches, 0).into_iter().flatten().collect())
     }
 }
@@ -297,7 +296,7 @@ pub fn split_statements(sql: &str) -> Vec<String> {
     out
 }
 
-async fn collect(ctx: &SessionContext, sql: &str) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+pub(crate) async fn collect(ctx: &SessionContext, sql: &str) -> Result<(SchemaRef, Vec<RecordBatch>)> {
     let _timer = Timer::start(&first_line(sql));
     let err = |source| Error::Query { sql: first_line(sql), source };
     let df = ctx.sql(sql).await.map_err(err)?;

@@ -53,16 +53,34 @@ pub fn write(store: &Path, table: &str, schema: SchemaRef, batches: &[RecordBatc
 /// Registers the derived tables present in the store under their names.
 pub async fn register(ctx: &SessionContext, store: &Path) -> Result<()> {
     for (table, _) in DERIVED_TABLES {
-        let file = path(store, table);
-        if !file.is_file() {
-            continue;
-        }
-        let err = |source| Error::Register { table, source };
-        let url = ListingTableUrl::parse(file.to_string_lossy().as_ref()).map_err(err)?;
-        let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
-        let config = ListingTableConfig::new(url).with_listing_options(options).infer_schema(&ctx.state()).await.map_err(err)?;
-        let listing = ListingTable::try_new(config).map_err(err)?;
-        ctx.register_table(*table, Arc::new(listing)).map_err(err)?;
+        register_one(ctx, store, table).await?;
     }
     Ok(())
+}
+
+/// Registers the derived tables present in the store but not yet in `ctx` (written since it
+/// was opened); returns how many. A table already registered keeps reading its file, which a
+/// later `gpuledger ledger` run replaces in place.
+pub async fn register_missing(ctx: &SessionContext, store: &Path) -> Result<usize> {
+    let mut n = 0;
+    for (table, _) in DERIVED_TABLES {
+        if !ctx.table_exist(*table).unwrap_or(false) && register_one(ctx, store, table).await? {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+async fn register_one(ctx: &SessionContext, store: &Path, table: &'static str) -> Result<bool> {
+    let file = path(store, table);
+    if !file.is_file() {
+        return Ok(false);
+    }
+    let err = |source| Error::Register { table, source };
+    let url = ListingTableUrl::parse(file.to_string_lossy().as_ref()).map_err(err)?;
+    let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+    let config = ListingTableConfig::new(url).with_listing_options(options).infer_schema(&ctx.state()).await.map_err(err)?;
+    let listing = ListingTable::try_new(config).map_err(err)?;
+    ctx.register_table(table, Arc::new(listing)).map_err(err)?;
+    Ok(true)
 }

@@ -15,7 +15,7 @@ pub mod accounting;
 pub mod atomic;
 pub mod config;
 pub mod derived;
-mod monthly;
+pub mod monthly;
 pub mod error;
 pub mod output;
 pub mod report;
@@ -44,7 +44,13 @@ impl Ledger {
     /// Opens the store at `root` and registers every table (an empty one for a table never
     /// written, so queries over it return no rows instead of failing).
     pub async fn open(root: &Path) -> Result<Ledger> {
-        let ctx = Self::accounting_session(root).await?;
+        Self::open_in(SessionContext::new(), root).await
+    }
+
+    /// Like [`Ledger::open`], in a session the caller configured (a server sets its memory pool
+    /// and how long file listings are cached, so that new files show up).
+    pub async fn open_in(ctx: SessionContext, root: &Path) -> Result<Ledger> {
+        let ctx = Self::store_session(ctx, root).await?;
         derived::register(&ctx, root).await?;
         Ok(Ledger { ctx, root: root.to_path_buf() })
     }
@@ -52,15 +58,40 @@ impl Ledger {
     /// A fresh session with the store's tables only (no derived tables, which the accounting
     /// itself defines as views) and the ledger's SQL functions.
     pub async fn accounting_session(root: &Path) -> Result<SessionContext> {
+        Self::store_session(SessionContext::new(), root).await
+    }
+
+    async fn store_session(ctx: SessionContext, root: &Path) -> Result<SessionContext> {
         if !root.is_dir() {
             return Err(Error::Store { path: root.to_path_buf(), reason: "no such directory (run `gpuledger ingest` first)".into() });
         }
-        let ctx = SessionContext::new();
         udf::register(&ctx);
         for table in TABLES {
             register(&ctx, root, table).await?;
         }
         Ok(ctx)
+    }
+
+    /// Registers what appeared in the store since the session was opened: a table directory
+    /// that did not exist (it was an empty table) and derived tables a `gpuledger ledger` run
+    /// wrote since. New files of an existing table need nothing: a scan lists the directory.
+    /// Returns how many tables were (re)registered.
+    pub async fn refresh(&self) -> Result<usize> {
+        let mut registered = 0;
+        for table in TABLES {
+            let is_empty_placeholder = self
+                .ctx
+                .table_provider(table.name)
+                .await
+                .map(|p| p.is::<MemTable>())
+                .unwrap_or(true);
+            if is_empty_placeholder && self.root.join(table.name).is_dir() {
+                register(&self.ctx, &self.root, table).await?;
+                registered += 1;
+            }
+        }
+        registered += derived::register_missing(&self.ctx, &self.root).await?;
+        Ok(registered)
     }
 
     pub fn context(&self) -> &SessionContext {

@@ -1,16 +1,54 @@
-//! Reads one month out of a finished accounting run into a [`Report`].
+//! Reads one month into a [`Report`], either out of a finished accounting run (its views) or
+//! out of the derived tables a `gpuledger ledger` run stored (what `gpuledger serve` reads).
 
+use datafusion::prelude::SessionContext;
 use serde_json::Value;
 
-use crate::accounting::{Accounting, rows};
+use crate::accounting::{Accounting, collect, rows};
 use crate::error::Result;
 use crate::report::{ChargebackRow, FailureCauseRow, QueueWaitRow, Report, UnitsRow, UsageRow};
+
+/// The names under which a session holds the two tables whose view and stored names differ.
+#[derive(Debug, Clone, Copy)]
+struct Names {
+    priced_state_hours: &'static str,
+}
+
+/// An accounting run names the priced hours by their view; the store by the derived table.
+const VIEWS: Names = Names { priced_state_hours: "priced_state_hours" };
+const STORED: Names = Names { priced_state_hours: "gpu_state_hours" };
 
 impl Accounting {
     /// The report of `month` (`YYYY-MM`). Queue waits are those of admissions in that month.
     pub async fn report(&self, month: &str, currency: &str, idle_policy: &str) -> Result<Report> {
+        read_report(self.context(), VIEWS, month, currency, idle_policy).await
+    }
+}
+
+/// The report of `month` from a session holding the stored derived tables under their names
+/// (see [`crate::derived::register`]): the same figures the accounting run that wrote them gave.
+pub async fn stored_report(ctx: &SessionContext, month: &str, currency: &str, idle_policy: &str) -> Result<Report> {
+    read_report(ctx, STORED, month, currency, idle_policy).await
+}
+
+/// Months of the stored chargeback, oldest first, and the busiest of them.
+pub async fn stored_months(ctx: &SessionContext) -> Result<(Vec<String>, Option<String>)> {
+    let strings = |batches: Vec<arrow::record_batch::RecordBatch>| -> Result<Vec<String>> {
+        Ok(rows(&batches)?.into_iter().map(|r| s(&r, "month")).collect())
+    };
+    let months = strings(collect(ctx, MONTHS_SQL).await?.1)?;
+    let busiest = strings(collect(ctx, BUSIEST_SQL).await?.1)?.into_iter().next();
+    Ok((months, busiest))
+}
+
+pub(crate) const MONTHS_SQL: &str = "SELECT DISTINCT month FROM chargeback_monthly ORDER BY month";
+/// The month with the most GPU-hours (all states), the earliest on a tie.
+pub(crate) const BUSIEST_SQL: &str = "SELECT month FROM chargeback_monthly GROUP BY month ORDER BY SUM(productive_gpu_hours + allocated_idle_gpu_hours + failed_gpu_hours + preempted_gpu_hours + unallocated_gpu_hours) DESC, month LIMIT 1";
+
+async fn read_report(ctx: &SessionContext, names: Names, month: &str, currency: &str, idle_policy: &str) -> Result<Report> {
+    let query = async |sql: &str| collect(ctx, sql).await.map(|(_, batches)| batches);
         let month_lit = month.replace('\'', "''");
-        let chargeback = rows(&self.query(&format!("SELECT * FROM chargeback_monthly WHERE month = '{month_lit}' ORDER BY team")).await?)?
+        let chargeback = rows(&query(&format!("SELECT * FROM chargeback_monthly WHERE month = '{month_lit}' ORDER BY team")).await?)?
             .into_iter()
             .map(|r| ChargebackRow {
                 month: s(&r, "month"),
@@ -33,7 +71,7 @@ impl Accounting {
                 provisional_gpu_hours: f(&r, "provisional_gpu_hours"),
             })
             .collect();
-        let units = rows(&self.query(&format!("SELECT * FROM accepted_units_monthly WHERE month = '{month_lit}' ORDER BY team, unit")).await?)?
+        let units = rows(&query(&format!("SELECT * FROM accepted_units_monthly WHERE month = '{month_lit}' ORDER BY team, unit")).await?)?
             .into_iter()
             .map(|r| UnitsRow { month: s(&r, "month"), team: s(&r, "team"), unit: s(&r, "unit"), accepted_units: f(&r, "accepted_units") })
             .collect();
@@ -41,10 +79,11 @@ impl Accounting {
             "SELECT h.team, h.state, COALESCE(h.model_name, 'unknown') AS model_name, SUM(h.gpu_hours) AS gpu_hours,
                     SUM(CASE WHEN h.provisional THEN h.gpu_hours ELSE 0 END) AS provisional_gpu_hours,
                     SUM(h.cost) AS cost
-             FROM priced_state_hours h WHERE h.month = '{month_lit}'
-             GROUP BY h.team, h.state, COALESCE(h.model_name, 'unknown') ORDER BY h.team, h.state, model_name"
+             FROM {priced} h WHERE h.month = '{month_lit}'
+             GROUP BY h.team, h.state, COALESCE(h.model_name, 'unknown') ORDER BY h.team, h.state, model_name",
+            priced = names.priced_state_hours
         );
-        let mut usage: Vec<UsageRow> = rows(&self.query(&usage_sql).await?)?
+        let mut usage: Vec<UsageRow> = rows(&query(&usage_sql).await?)?
             .into_iter()
             .map(|r| UsageRow {
                 month: month.to_string(),
@@ -58,7 +97,7 @@ impl Accounting {
             })
             .collect();
         // A team's units go to its productive rows, in proportion to their GPU-hours.
-        for team_units in rows(&self.query(&format!("SELECT team, SUM(accepted_units) AS u FROM accepted_units_monthly WHERE month = '{month_lit}' GROUP BY team")).await?)? {
+        for team_units in rows(&query(&format!("SELECT team, SUM(accepted_units) AS u FROM accepted_units_monthly WHERE month = '{month_lit}' GROUP BY team")).await?)? {
             let team = s(&team_units, "team");
             let productive: f64 = usage.iter().filter(|u| u.team == team && u.state == "productive").map(|u| u.gpu_hours).sum();
             if productive > 0.0 {
@@ -67,7 +106,7 @@ impl Accounting {
                 }
             }
         }
-        let failure_causes = rows(&self.query(&format!("SELECT * FROM failure_causes WHERE month = '{month_lit}' ORDER BY cost DESC, gpu_hours DESC, cause")).await?)?
+        let failure_causes = rows(&query(&format!("SELECT * FROM failure_causes WHERE month = '{month_lit}' ORDER BY cost DESC, gpu_hours DESC, cause")).await?)?
             .into_iter()
             .map(|r| FailureCauseRow {
                 outcome: s(&r, "outcome"),
@@ -78,7 +117,7 @@ impl Accounting {
             })
             .collect();
         let waits_sql = format!("SELECT * FROM queue_wait_monthly WHERE month = '{month_lit}' ORDER BY team, cluster_queue");
-        let queue_waits = rows(&self.query(&waits_sql).await?)?
+        let queue_waits = rows(&query(&waits_sql).await?)?
             .into_iter()
             .map(|r| QueueWaitRow {
                 team: s(&r, "team"),
@@ -101,7 +140,6 @@ impl Accounting {
             failure_causes,
             queue_waits,
         })
-    }
 }
 
 fn s(row: &std::collections::BTreeMap<String, Value>, key: &str) -> String {
