@@ -9,6 +9,7 @@ mod progress;
 mod query;
 mod report;
 mod schema;
+mod serve;
 mod simulate;
 
 use std::process::ExitCode;
@@ -30,6 +31,7 @@ Examples:
   gpuledger report --store ./store --config gpuledger.toml --month 2026-10 --format html --out oct.html
   gpuledger schema gpu_samples
   gpuledger collect --config gpuledger.toml --store ./store   live: watches + DCGM scrapes
+  gpuledger serve --store ./store --config gpuledger.toml      SQL (PostgreSQL wire) + HTTP API
   gpuledger backfill --prometheus http://prometheus:9090 --from 2026-10-01T00:00:00Z --to 2026-10-31T23:59:30Z --store ./store
 
 Exit codes:
@@ -55,6 +57,7 @@ enum Command {
     Ledger(ledger::Args),
     Report(report::Args),
     Schema(schema::Args),
+    Serve(serve::Args),
     Simulate(simulate::Args),
     Demo(demo::Args),
 }
@@ -69,6 +72,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ledger(a) => ledger::run(a),
         Command::Report(a) => report::run(a),
         Command::Schema(a) => schema::run(a),
+        Command::Serve(a) => serve::run(a),
         Command::Simulate(a) => simulate::run(a),
         Command::Demo(a) => demo::run(a),
     }

@@ -1,0 +1,368 @@
+//! The HTTP API: the month's chargeback (JSON or CSV, the same as `gpuledger report`), GPU-hours
+//! by state over time, queue waits, failure causes, the HTML report, `/metrics` and `/healthz`.
+//!
+//! Everything but `/healthz` and the OpenAPI document needs `Authorization: Bearer <token>`.
+//! Handlers read the stored ledger (`<store>/ledger/*.parquet`) through the shared session, each
+//! query under the same time and memory limits as the SQL endpoint. Bad parameters are 400 with
+//! a JSON `{"error": ...}`; a month without data is 404; a query over its limits is 503/504.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use arrow::record_batch::RecordBatch;
+use axum::Router;
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use chrono::{DateTime, NaiveDate, Utc};
+use datafusion::error::DataFusionError;
+use datafusion::execution::context::SQLOptions;
+use datafusion::prelude::SessionContext;
+use datafusion::scalar::ScalarValue;
+use gpuledger_ledger::Ledger;
+use gpuledger_ledger::monthly::{stored_months, stored_report};
+use gpuledger_ledger::report::html;
+use gpuledger_ledger::report::text::{TextFormat, render};
+use gpuledger_schemas::units::parse_duration;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::config::Secret;
+use crate::limits::Limits;
+use crate::metrics::{self, Stats};
+
+/// The OpenAPI 3 description of this API, served at `/api/v1/openapi.json`.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// What the handlers share.
+pub struct Api {
+    pub ledger: Arc<Ledger>,
+    pub limits: Limits,
+    pub token: Option<Secret>,
+    pub currency: String,
+    pub idle_policy: String,
+    pub stats: Arc<Stats>,
+}
+
+pub fn router(api: Arc<Api>) -> Router {
+    let protected = Router::new()
+        .route("/api/v1/chargeback", get(chargeback))
+        .route("/api/v1/states", get(states))
+        .route("/api/v1/queue", get(queue))
+        .route("/api/v1/failures", get(failures))
+        .route("/api/v1/report.html", get(report_html))
+        .route("/api/v1/months", get(months))
+        .route("/metrics", get(prometheus))
+        .route_layer(middleware::from_fn_with_state(api.clone(), require_token));
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/api/v1/openapi.json", get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }))
+        .merge(protected)
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint (see /api/v1/openapi.json)") })
+        .with_state(api)
+}
+
+/// An error answered as JSON `{"error": message}`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError { status, message: message.into() }
+    }
+
+    fn bad(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(json!({ "error": self.message }))).into_response()
+    }
+}
+
+impl From<gpuledger_ledger::Error> for ApiError {
+    fn from(e: gpuledger_ledger::Error) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+    }
+}
+
+async fn require_token(State(api): State<Arc<Api>>, request: Request, next: Next) -> Response {
+    api.stats.http_requests.fetch_add(1, Ordering::Relaxed);
+    let Some(token) = &api.token else {
+        api.stats.http_unauthorized.fetch_add(1, Ordering::Relaxed);
+        return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "no API token is configured: set the variable named by serve.http_token_env").into_response();
+    };
+    let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    if given.is_some_and(|g| constant_time_eq(g.trim().as_bytes(), token.expose().as_bytes())) {
+        return next.run(request).await;
+    }
+    api.stats.http_unauthorized.fetch_add(1, Ordering::Relaxed);
+    let mut response = ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong bearer token").into_response();
+    response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"gpuledger\""));
+    response
+}
+
+/// Compares without an early exit, so the time taken does not tell how much of a guess matched.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl Api {
+    fn ctx(&self) -> &SessionContext {
+        self.ledger.context()
+    }
+
+    /// Runs one read-only statement under the limits; `$1`, `$2`... take `params`.
+    async fn run(&self, sql: &str, params: Vec<ScalarValue>) -> Result<Vec<RecordBatch>, ApiError> {
+        let ctx = self.limits.session(self.ctx()).map_err(internal)?;
+        let read_only = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
+        let work = async {
+            let df = ctx.sql_with_options(sql, read_only).await?;
+            let df = if params.is_empty() { df } else { df.with_param_values(params)? };
+            df.collect().await
+        };
+        match tokio::time::timeout(self.limits.timeout, work).await {
+            Err(_) => Err(ApiError::new(StatusCode::GATEWAY_TIMEOUT, format!("the query ran longer than query_timeout ({})", gpuledger_schemas::units::format_duration(self.limits.timeout)))),
+            Ok(Err(e)) if is_resources_exhausted(&e) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, format!("the query needed more than memory_limit: {e}"))),
+            Ok(r) => r.map_err(internal),
+        }
+    }
+
+    /// Fails with 503 until a `gpuledger ledger` run has written the derived tables.
+    async fn need_ledger(&self) -> Result<(), ApiError> {
+        self.ledger.refresh().await?;
+        if self.ctx().table_exist("chargeback_monthly").unwrap_or(false) {
+            Ok(())
+        } else {
+            Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, format!("the store has no ledger yet: run `gpuledger ledger --store {}`", self.ledger.root().display())))
+        }
+    }
+
+    /// The month asked for, checked against the months with data; the busiest when absent.
+    async fn month(&self, asked: Option<&str>) -> Result<String, ApiError> {
+        self.need_ledger().await?;
+        let (months, busiest) = stored_months(self.ctx()).await?;
+        match asked {
+            Some(m) if !gpuledger_ledger::config::valid_month(m) => Err(ApiError::bad(format!("month {m:?} is not YYYY-MM"))),
+            Some(m) if months.iter().any(|x| x == m) => Ok(m.to_owned()),
+            Some(m) => Err(ApiError::new(StatusCode::NOT_FOUND, format!("no data for month {m} (months with data: {})", if months.is_empty() { "none".into() } else { months.join(", ") }))),
+            None => busiest.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "the ledger holds no month yet")),
+        }
+    }
+}
+
+fn internal(e: DataFusionError) -> ApiError {
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+}
+
+fn is_resources_exhausted(e: &DataFusionError) -> bool {
+    matches!(e.find_root(), DataFusionError::ResourcesExhausted(_))
+}
+
+#[derive(Debug, Deserialize)]
+struct MonthParams {
+    month: Option<String>,
+    format: Option<String>,
+}
+
+/// `GET /api/v1/chargeback?month=YYYY-MM&format=json|csv`: the same document as
+/// `gpuledger report --format json|csv` for that month.
+async fn chargeback(State(api): State<Arc<Api>>, Query(p): Query<MonthParams>) -> Result<Response, ApiError> {
+    let format = match p.format.as_deref() {
+        None | Some("json") => TextFormat::Json,
+        Some("csv") => TextFormat::Csv,
+        Some(other) => return Err(ApiError::bad(format!("format {other:?} is not json or csv"))),
+    };
+    let month = api.month(p.month.as_deref()).await?;
+    let report = stored_report(api.ctx(), &month, &api.currency, &api.idle_policy).await?;
+    let body = render(&report, format);
+    let content_type = if matches!(format, TextFormat::Csv) { "text/csv; charset=utf-8" } else { "application/json" };
+    Ok(([(header::CONTENT_TYPE, content_type)], body).into_response())
+}
+
+/// `GET /api/v1/report.html?month=YYYY-MM`: the self-contained HTML report.
+async fn report_html(State(api): State<Arc<Api>>, Query(p): Query<MonthParams>) -> Result<Response, ApiError> {
+    if p.format.is_some() {
+        return Err(ApiError::bad("report.html takes no format"));
+    }
+    let month = api.month(p.month.as_deref()).await?;
+    let report = stored_report(api.ctx(), &month, &api.currency, &api.idle_policy).await?;
+    Ok(([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html::render(&report)).into_response())
+}
+
+/// `GET /api/v1/months`: months with data and the busiest one.
+async fn months(State(api): State<Arc<Api>>) -> Result<Response, ApiError> {
+    api.need_ledger().await?;
+    let (months, busiest) = stored_months(api.ctx()).await?;
+    Ok(axum::Json(json!({ "months": months, "busiest": busiest })).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct StateParams {
+    from: Option<String>,
+    to: Option<String>,
+    team: Option<String>,
+    step: Option<String>,
+}
+
+/// A day from `2026-10-01` or an RFC 3339 time (its UTC day).
+fn day(value: &str, name: &str) -> Result<NaiveDate, ApiError> {
+    if let Ok(d) = NaiveDate::parse_from_str(value, "%Y-%m-%d") {
+        return Ok(d);
+    }
+    DateTime::parse_from_rfc3339(value).map(|t| t.with_timezone(&Utc).date_naive()).map_err(|_| ApiError::bad(format!("{name} {value:?} is not a date (2026-10-01) or an RFC 3339 time")))
+}
+
+/// `GET /api/v1/states?from=&to=&team=&step=`: GPU-hours and cost by state per step. The ledger
+/// keeps days, so the step is whole days (`1d` by default, `7d`...); `to` is exclusive.
+async fn states(State(api): State<Arc<Api>>, Query(p): Query<StateParams>) -> Result<Response, ApiError> {
+    let step = match p.step.as_deref() {
+        None => 1,
+        Some(s) => {
+            let d = parse_duration(s).map_err(ApiError::bad)?;
+            let secs = d.as_secs();
+            if d.subsec_nanos() != 0 || secs == 0 || !secs.is_multiple_of(86_400) || secs / 86_400 > 366 {
+                return Err(ApiError::bad(format!("step {s:?} must be whole days between 1d and 366d: the ledger keeps GPU-hours per day")));
+            }
+            secs / 86_400
+        }
+    };
+    let from = p.from.as_deref().map(|v| day(v, "from")).transpose()?;
+    let to = p.to.as_deref().map(|v| day(v, "to")).transpose()?;
+    if let (Some(f), Some(t)) = (from, to)
+        && f >= t
+    {
+        return Err(ApiError::bad("from must be before to"));
+    }
+    api.need_ledger().await?;
+    let mut params = Vec::new();
+    let mut filters = Vec::new();
+    let mut bind = |filter: &str, value: String| {
+        params.push(ScalarValue::Utf8(Some(value)));
+        filters.push(filter.replace('?', &format!("${}", params.len())));
+    };
+    if let Some(f) = from {
+        bind("day >= ?", f.to_string());
+    }
+    if let Some(t) = to {
+        bind("day < ?", t.to_string());
+    }
+    if let Some(team) = &p.team {
+        bind("team = ?", team.clone());
+    }
+    let filter = if filters.is_empty() { String::new() } else { format!("WHERE {}", filters.join(" AND ")) };
+    let sql = format!(
+        "SELECT date_bin(INTERVAL '{step} days', to_timestamp(day), TIMESTAMP '1970-01-01T00:00:00') AS time, state, \
+                SUM(gpu_hours) AS gpu_hours, SUM(cost) AS cost \
+         FROM gpu_state_hours {filter} GROUP BY 1, state ORDER BY 1, state"
+    );
+    let batches = api.run(&sql, params).await?;
+    let points: Vec<Value> = json_rows(&batches)?
+        .into_iter()
+        .map(|r| {
+            let time = r.get("time").and_then(Value::as_str).map(|t| format!("{}Z", t.trim_end_matches('Z'))).unwrap_or_default();
+            json!({ "time": time, "state": r.get("state"), "gpu_hours": r.get("gpu_hours"), "cost": r.get("cost") })
+        })
+        .collect();
+    Ok(axum::Json(json!({ "step_days": step, "team": p.team, "currency": api.currency, "points": points })).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct OptionalMonth {
+    month: Option<String>,
+}
+
+/// `GET /api/v1/queue[?month=]`: admission waits and evictions per team and ClusterQueue, over
+/// the whole data or one month of admissions.
+async fn queue(State(api): State<Arc<Api>>, Query(p): Query<OptionalMonth>) -> Result<Response, ApiError> {
+    let (sql, params) = match &p.month {
+        None => {
+            api.need_ledger().await?;
+            ("SELECT * FROM queue_wait_summary ORDER BY team, cluster_queue".to_owned(), vec![])
+        }
+        Some(m) => {
+            let month = api.month(Some(m)).await?;
+            ("SELECT * FROM queue_wait_monthly WHERE month = $1 ORDER BY team, cluster_queue".to_owned(), vec![ScalarValue::Utf8(Some(month))])
+        }
+    };
+    let rows = json_rows(&api.run(&sql, params).await?)?;
+    Ok(axum::Json(json!({ "month": p.month, "queues": rows })).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct FailureParams {
+    month: Option<String>,
+    limit: Option<String>,
+}
+
+/// `GET /api/v1/failures?month=&limit=`: failure causes ranked by cost, and the costliest failed
+/// or preempted runs with their cause.
+async fn failures(State(api): State<Arc<Api>>, Query(p): Query<FailureParams>) -> Result<Response, ApiError> {
+    let limit: u32 = match p.limit.as_deref() {
+        None => 20,
+        Some(l) => l.parse().ok().filter(|n| (1..=1000).contains(n)).ok_or_else(|| ApiError::bad(format!("limit {l:?} is not a number from 1 to 1000")))?,
+    };
+    let month = api.month(p.month.as_deref()).await?;
+    let params = || vec![ScalarValue::Utf8(Some(month.clone()))];
+    let causes = json_rows(&api.run("SELECT * FROM failure_causes WHERE month = $1 ORDER BY cost DESC, gpu_hours DESC, cause", params()).await?)?;
+    let runs = json_rows(&api.run(&format!("SELECT * FROM run_failures WHERE to_char(ended_at, '%Y-%m') = $1 ORDER BY cost DESC LIMIT {limit}"), params()).await?)?;
+    Ok(axum::Json(json!({ "month": month, "currency": api.currency, "causes": causes, "runs": runs })).into_response())
+}
+
+/// `GET /metrics`: the ledger as gauges, plus the server's counters.
+async fn prometheus(State(api): State<Arc<Api>>) -> Result<Response, ApiError> {
+    api.ledger.refresh().await?;
+    let chargeback = if api.ctx().table_exist("chargeback_monthly").unwrap_or(false) { Some(api.run(metrics::CHARGEBACK_SQL, vec![]).await?) } else { None };
+    let text = metrics::render(chargeback.as_deref(), &api.currency, &api.stats);
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
+}
+
+/// Rows as JSON objects, column by column as arrow's JSON writer spells them.
+fn json_rows(batches: &[RecordBatch]) -> Result<Vec<BTreeMap<String, Value>>, ApiError> {
+    let mut buf = Vec::new();
+    let mut writer = arrow::json::ArrayWriter::new(&mut buf);
+    let refs: Vec<&RecordBatch> = batches.iter().collect();
+    writer.write_batches(&refs).map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    writer.finish().map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    if buf.is_empty() {
+        return Ok(Vec::new());
+    }
+    serde_json::from_slice(&buf).map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"abcd"));
+        assert!(!constant_time_eq(b"", b"a"));
+    }
+
+    #[test]
+    fn days_take_dates_and_rfc3339() {
+        assert_eq!(day("2026-10-01", "from").unwrap().to_string(), "2026-10-01");
+        assert_eq!(day("2026-10-01T23:30:00-02:00", "from").unwrap().to_string(), "2026-10-02");
+        assert!(day("yesterday", "from").unwrap_err().message.contains("not a date"));
+    }
+
+    #[test]
+    fn the_openapi_document_names_every_route() {
+        let doc: Value = serde_json::from_str(OPENAPI).unwrap();
+        let paths: Vec<&String> = doc["paths"].as_object().unwrap().keys().collect();
+        for route in ["/api/v1/chargeback", "/api/v1/states", "/api/v1/queue", "/api/v1/failures", "/api/v1/report.html", "/api/v1/months", "/metrics", "/healthz"] {
+            assert!(paths.iter().any(|p| *p == route), "{route} missing from openapi.json");
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! Per-statement limits shared by the SQL endpoint and the HTTP API.
+//!
+//! Every statement runs in its own session cut from the shared one: the same tables and
+//! functions, but its own memory pool of `memory_limit` bytes. The time limit covers planning, execution and the transfer of the result: a slow client
+//! reading rows holds the query open, so the deadline is checked while rows stream out too.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use datafusion::error::DataFusionError;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::prelude::SessionContext;
+use futures::Stream;
+use tokio::time::{Instant, Sleep};
+
+/// The limits of one statement.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub timeout: Duration,
+    pub memory: u64,
+}
+
+impl Limits {
+    /// A session for one statement: shares `base`'s tables, functions and file caches, owns
+    /// its memory pool. The pool names its three largest consumers when a query runs out.
+    pub fn session(&self, base: &SessionContext) -> Result<SessionContext, DataFusionError> {
+        let state = base.state();
+        let memory = usize::try_from(self.memory).unwrap_or(usize::MAX);
+        let pool = TrackConsumersPool::new(GreedyMemoryPool::new(memory), std::num::NonZeroUsize::new(3).unwrap_or(std::num::NonZeroUsize::MIN));
+        let runtime = RuntimeEnvBuilder::from_runtime_env(state.runtime_env()).with_memory_pool(Arc::new(pool)).build_arc()?;
+        let state = SessionStateBuilder::new_from_existing(state).with_runtime_env(runtime).build();
+        Ok(SessionContext::new_with_state(state))
+    }
+
+    /// When a statement started now must be done, given the client's own `statement_timeout`
+    /// (which may only shorten ours).
+    pub fn deadline(&self, client_timeout: Option<Duration>) -> Instant {
+        let t = client_timeout.map_or(self.timeout, |c| c.min(self.timeout));
+        Instant::now() + t
+    }
+}
+
+/// A stream that ends with `on_timeout()` once `deadline` passes; dropping the inner stream
+/// cancels the query behind it.
+pub struct Deadline<S, E> {
+    inner: Option<Pin<Box<S>>>,
+    sleep: Pin<Box<Sleep>>,
+    on_timeout: Option<E>,
+}
+
+impl<S, E> Deadline<S, E> {
+    pub fn new(inner: S, deadline: Instant, on_timeout: E) -> Self {
+        Deadline { inner: Some(Box::pin(inner)), sleep: Box::pin(tokio::time::sleep_until(deadline)), on_timeout: Some(on_timeout) }
+    }
+}
+
+impl<S, T, Err, E> Stream for Deadline<S, E>
+where
+    S: Stream<Item = Result<T, Err>>,
+    E: FnOnce() -> Err + Unpin,
+{
+    type Item = Result<T, Err>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let Some(inner) = this.inner.as_mut() else { return Poll::Ready(None) };
+        if this.sleep.as_mut().poll(cx).is_ready() {
+            this.inner = None;
+            return Poll::Ready(this.on_timeout.take().map(|f| Err(f())));
+        }
+        inner.as_mut().poll_next(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn deadline_ends_a_slow_stream_with_the_timeout_error() {
+        let slow = futures::stream::unfold(0u32, |n| async move {
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            Some((Ok::<u32, String>(n), n + 1))
+        });
+        let items: Vec<Result<u32, String>> = Deadline::new(slow, Instant::now() + Duration::from_millis(150), || "too slow".to_string()).collect().await;
+        let (ok, err): (Vec<_>, Vec<_>) = items.into_iter().partition(Result::is_ok);
+        assert!((2..=4).contains(&ok.len()), "{ok:?}");
+        assert_eq!(err, vec![Err("too slow".to_string())]);
+    }
+
+    #[tokio::test]
+    async fn a_query_over_the_memory_limit_fails_and_one_under_it_runs() {
+        let base = SessionContext::new();
+        let small = Limits { timeout: Duration::from_secs(10), memory: 1 << 20 };
+        // Sorting 2M distinct values needs far more than 1 MiB; spilling is impossible without
+        // the rows fitting a batch, so the pool refuses.
+        let sql = "SELECT v FROM (SELECT value * 7919 % 2000003 AS v FROM generate_series(1, 2000000)) ORDER BY v DESC LIMIT 5 OFFSET 1000000";
+        let err = small.session(&base).unwrap().sql(sql).await.unwrap().collect().await.unwrap_err();
+        assert!(err.to_string().contains("Resources exhausted"), "{err}");
+        let big = Limits { timeout: Duration::from_secs(10), memory: 1 << 30 };
+        let rows: usize = big.session(&base).unwrap().sql(sql).await.unwrap().collect().await.unwrap().iter().map(|b| b.num_rows()).sum();
+        assert_eq!(rows, 5);
+    }
+}

@@ -1,0 +1,335 @@
+//! The PostgreSQL wire endpoint, for Grafana's PostgreSQL data source, psql and any other
+//! PostgreSQL client.
+//!
+//! datafusion-postgres supplies the protocol (pgwire), the `pg_catalog` tables clients query and
+//! the session chatter (SET/SHOW, transactions, cursors). gpuledger adds what a shared ledger
+//! needs around it: SCRAM-SHA-256 logins from `[serve.users]`, the read-only [`crate::guard`]
+//! in front of every statement, per-statement time and memory limits, TLS that fails loudly, a
+//! connection limit, and counters for `/metrics`.
+
+use std::fmt::Debug;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use datafusion::common::ParamValues;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::SessionContext;
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion_postgres::hooks::cursor::CursorStatementHook;
+use datafusion_postgres::hooks::set_show::SetShowHook;
+use datafusion_postgres::hooks::transactions::TransactionStatementHook;
+use datafusion_postgres::hooks::{HookClient, QueryHook};
+use datafusion_postgres::pgwire;
+use datafusion_postgres::{DfSessionService, Parser};
+use futures::Sink;
+use pgwire::api::auth::sasl::SASLAuthStartupHandler;
+use pgwire::api::auth::sasl::scram::{ScramAuth, gen_salted_password, random_nonce};
+use pgwire::api::auth::{AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler};
+use pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
+use pgwire::api::portal::Portal;
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{QueryResponse, Response};
+use pgwire::api::store::PortalStore;
+use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionManager, PgWireServerHandlers};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::PgWireBackendMessage;
+use pgwire::tokio::TlsAcceptor;
+use pgwire::tokio::tokio_rustls::rustls;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::config::User;
+use crate::limits::{Deadline, Limits};
+use crate::metrics::Stats;
+use crate::{ServeError, guard, log};
+
+/// SCRAM's PBKDF2 rounds: PostgreSQL's default, and what pgwire tells clients.
+const SCRAM_ITERATIONS: usize = 4096;
+
+/// The endpoint's shared parts; one per server, handed to every connection.
+pub struct PgEndpoint {
+    queries: Arc<QueryService>,
+    users: Arc<UserDb>,
+    connections: Arc<ConnectionManager>,
+    parameters: Arc<DefaultServerParameterProvider>,
+}
+
+impl PgEndpoint {
+    pub fn new(base: Arc<SessionContext>, users: &[User], limits: Limits, stats: Arc<Stats>) -> PgEndpoint {
+        let hooks: Vec<Arc<dyn QueryHook>> = vec![Arc::new(ReadOnly { stats: stats.clone() }), Arc::new(CursorStatementHook), Arc::new(SetShowHook), Arc::new(TransactionStatementHook)];
+        // Statements are planned at Parse time by one long-lived parser over the shared session;
+        // they run in a per-statement session (see `QueryService::service`).
+        let parser = DfSessionService::new_with_hooks(base.clone(), hooks.clone()).query_parser();
+        PgEndpoint {
+            queries: Arc::new(QueryService { base, parser, hooks, limits, stats }),
+            users: Arc::new(UserDb::new(users)),
+            connections: Arc::new(ConnectionManager::new()),
+            parameters: Arc::new(DefaultServerParameterProvider::default()),
+        }
+    }
+
+    /// Accepts connections until `shutdown` resolves.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, tls: Option<TlsAcceptor>, max_connections: usize, shutdown: impl Future<Output = ()>) {
+        let limiter = Arc::new(Semaphore::new(max_connections));
+        tokio::pin!(shutdown);
+        loop {
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                () = &mut shutdown => return,
+            };
+            let (socket, peer) = match accepted {
+                Ok(x) => x,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    log(&format!("sql: accept failed: {e}"));
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let Ok(permit) = limiter.clone().try_acquire_owned() else {
+                self.queries.stats.pg_connections_refused.fetch_add(1, Ordering::Relaxed);
+                log(&format!("sql: refused a connection from {peer}: max_connections ({max_connections}) reached"));
+                drop(socket);
+                continue;
+            };
+            self.queries.stats.pg_connections.fetch_add(1, Ordering::Relaxed);
+            let endpoint = self.clone();
+            let tls = tls.clone();
+            tokio::spawn(async move {
+                if let Err(e) = pgwire::tokio::process_socket(socket, tls, endpoint).await {
+                    log(&format!("sql: connection from {peer} ended: {e}"));
+                }
+                drop(permit);
+            });
+        }
+    }
+}
+
+impl PgWireServerHandlers for PgEndpoint {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        self.queries.clone()
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        self.queries.clone()
+    }
+
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        // The SASL exchange keeps state, so each connection gets its own handler.
+        let scram = ScramAuth::new(self.users.clone());
+        Arc::new(SASLAuthStartupHandler::new(self.parameters.clone()).with_scram(scram).with_connection_manager(self.connections.clone()))
+    }
+
+    fn cancel_handler(&self) -> Arc<impl CancelHandler> {
+        Arc::new(DefaultCancelHandler::new(self.connections.clone()))
+    }
+}
+
+/// Reads the TLS certificate chain and key; a bad file is an error, never a silent fallback to
+/// plain text.
+pub fn tls_acceptor(cert: &std::path::Path, key: &std::path::Path) -> Result<TlsAcceptor, ServeError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let bad = |path: &std::path::Path, reason: String| ServeError::Tls { path: path.to_path_buf(), reason };
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert).map_err(|e| bad(cert, e.to_string()))?.collect::<Result<_, _>>().map_err(|e| bad(cert, e.to_string()))?;
+    if certs.is_empty() {
+        return Err(bad(cert, "no PEM certificate in it".into()));
+    }
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| bad(key, format!("no usable PEM private key: {e}")))?;
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .and_then(|b| b.with_no_client_auth().with_single_cert(certs, key_der))
+        .map_err(|e| bad(cert, e.to_string()))?;
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// The users of `[serve.users]`, with SCRAM-salted passwords: the plain text is dropped once
+/// hashed.
+struct UserDb {
+    users: Vec<(String, Vec<u8>, Vec<u8>)>,
+}
+
+impl Debug for UserDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserDb").field("users", &self.users.iter().map(|u| &u.0).collect::<Vec<_>>()).finish()
+    }
+}
+
+impl UserDb {
+    fn new(users: &[User]) -> UserDb {
+        let users = users
+            .iter()
+            .map(|u| {
+                let salt = random_nonce().into_bytes();
+                let salted = gen_salted_password(u.password.expose(), &salt, SCRAM_ITERATIONS);
+                (u.name.clone(), salt, salted)
+            })
+            .collect();
+        UserDb { users }
+    }
+}
+
+#[async_trait]
+impl AuthSource for UserDb {
+    async fn get_password(&self, login: &LoginInfo) -> PgWireResult<Password> {
+        let name = login.user().unwrap_or_default();
+        match self.users.iter().find(|(n, _, _)| n == name) {
+            Some((_, salt, salted)) => Ok(Password::new(Some(salt.clone()), salted.clone())),
+            None => {
+                log(&format!("sql: login refused from {}: no user {name:?}", login.host()));
+                Err(PgWireError::UserError(Box::new(ErrorInfo::new("FATAL".into(), "28P01".into(), format!("password authentication failed for user \"{name}\"")))))
+            }
+        }
+    }
+}
+
+/// Refuses what [`guard::check`] refuses, on both the simple and the extended protocol.
+struct ReadOnly {
+    stats: Arc<Stats>,
+}
+
+impl ReadOnly {
+    fn verdict<T>(&self, statement: &Statement) -> Option<PgWireResult<T>> {
+        let refusal = guard::check(statement).err()?;
+        self.stats.queries_refused.fetch_add(1, Ordering::Relaxed);
+        Some(Err(PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), "42501".into(), refusal.0)))))
+    }
+}
+
+#[async_trait]
+impl QueryHook for ReadOnly {
+    async fn handle_simple_query(&self, statement: &Statement, _ctx: &SessionContext, _client: &mut dyn HookClient) -> Option<PgWireResult<Response>> {
+        self.verdict(statement)
+    }
+
+    async fn handle_extended_parse_query(&self, statement: &Statement, _ctx: &SessionContext, _client: &(dyn ClientInfo + Send + Sync)) -> Option<PgWireResult<LogicalPlan>> {
+        self.verdict(statement)
+    }
+
+    async fn handle_extended_query(&self, statement: &Statement, _plan: &LogicalPlan, _params: &ParamValues, _ctx: &SessionContext, _client: &mut dyn HookClient) -> Option<PgWireResult<Response>> {
+        self.verdict(statement)
+    }
+}
+
+/// Runs statements, each in its own limited session (see [`crate::limits`]).
+struct QueryService {
+    base: Arc<SessionContext>,
+    parser: Arc<Parser>,
+    hooks: Vec<Arc<dyn QueryHook>>,
+    limits: Limits,
+    stats: Arc<Stats>,
+}
+
+type ExtendedStatement = <DfSessionService as ExtendedQueryHandler>::Statement;
+
+impl QueryService {
+    /// datafusion-postgres' service over a fresh per-statement session.
+    fn service(&self) -> PgWireResult<DfSessionService> {
+        let ctx = self.limits.session(&self.base).map_err(|e| PgWireError::ApiError(Box::new(e)))?;
+        Ok(DfSessionService::new_with_hooks(Arc::new(ctx), self.hooks.clone()))
+    }
+
+    fn timeout_error(&self) -> PgWireError {
+        self.stats.queries_timed_out.fetch_add(1, Ordering::Relaxed);
+        PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), "57014".into(), format!("canceling statement: it ran longer than query_timeout ({})", gpuledger_schemas::units::format_duration(self.limits.timeout)))))
+    }
+
+    /// Makes a response's rows stop at the deadline too.
+    fn bound(&self, response: Response, deadline: tokio::time::Instant) -> Response {
+        match response {
+            Response::Query(q) => {
+                let stats = self.stats.clone();
+                let timeout = self.limits.timeout;
+                let on_timeout = move || {
+                    stats.queries_timed_out.fetch_add(1, Ordering::Relaxed);
+                    PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), "57014".into(), format!("canceling statement: it ran longer than query_timeout ({})", gpuledger_schemas::units::format_duration(timeout)))))
+                };
+                let rows = Deadline::new(q.data_rows, deadline, on_timeout);
+                let mut bounded = QueryResponse::new(q.row_schema, rows);
+                bounded.set_command_tag(&q.command_tag);
+                Response::Query(bounded)
+            }
+            other => other,
+        }
+    }
+
+    fn finish<T>(&self, user: &str, what: &str, started: std::time::Instant, result: &PgWireResult<T>) {
+        self.stats.queries.fetch_add(1, Ordering::Relaxed);
+        self.stats.query_micros.fetch_add(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        if let Err(e) = result {
+            self.stats.query_errors.fetch_add(1, Ordering::Relaxed);
+            let line = what.split_whitespace().collect::<Vec<_>>().join(" ");
+            let shown: String = line.chars().take(120).collect();
+            log(&format!("sql: {user}: {e} (in: {shown})"));
+        }
+    }
+}
+
+fn client_user<C: ClientInfo + ?Sized>(client: &C) -> String {
+    client.metadata().get(pgwire::api::METADATA_USER).cloned().unwrap_or_default()
+}
+
+#[async_trait]
+impl SimpleQueryHandler for QueryService {
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let started = std::time::Instant::now();
+        let deadline = self.limits.deadline(datafusion_postgres_timeout(client));
+        let user = client_user(client);
+        let service = self.service()?;
+        let result = match tokio::time::timeout_at(deadline, SimpleQueryHandler::do_query(&service, client, query)).await {
+            Ok(r) => r.map(|responses| responses.into_iter().map(|r| self.bound(r, deadline)).collect()),
+            Err(_) => Err(self.timeout_error()),
+        };
+        self.finish(&user, query, started, &result);
+        result
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for QueryService {
+    type Statement = ExtendedStatement;
+    type QueryParser = Parser;
+
+    fn query_parser(&self) -> Arc<Self::QueryParser> {
+        self.parser.clone()
+    }
+
+    async fn do_query<C>(&self, client: &mut C, portal: &Portal<Self::Statement>, max_rows: usize) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let started = std::time::Instant::now();
+        let deadline = self.limits.deadline(datafusion_postgres_timeout(client));
+        let user = client_user(client);
+        let service = self.service()?;
+        let result = match tokio::time::timeout_at(deadline, ExtendedQueryHandler::do_query(&service, client, portal, max_rows)).await {
+            Ok(r) => r.map(|response| self.bound(response, deadline)),
+            Err(_) => Err(self.timeout_error()),
+        };
+        self.finish(&user, &portal.statement.statement.0, started, &result);
+        result
+    }
+}
+
+/// The client's `SET statement_timeout`, which datafusion-postgres keeps in the connection's
+/// metadata in milliseconds.
+fn datafusion_postgres_timeout<C: ClientInfo + ?Sized>(client: &C) -> Option<Duration> {
+    client.metadata().get("statement_timeout_ms").and_then(|s| s.parse::<u64>().ok()).map(Duration::from_millis)
+}
+
+/// Where the SQL endpoint listens, for messages.
+pub fn describe(addr: SocketAddr, tls: bool) -> String {
+    format!("postgresql://{addr} ({})", if tls { "TLS" } else { "plain text: set tls_cert and tls_key for TLS" })
+}

@@ -1,0 +1,86 @@
+//! `gpuledger serve`: the store and its ledger over the PostgreSQL wire protocol and HTTP.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use gpuledger_ledger::config::Config;
+use gpuledger_serve::{Options, ServeConfig};
+
+/// Serve the store to Grafana, SQL clients and HTTP until SIGTERM or Ctrl-C.
+///
+/// The SQL endpoint speaks the PostgreSQL wire protocol: Grafana's PostgreSQL data source, psql,
+/// DBeaver or any PostgreSQL driver connect to it and see every store table and every derived
+/// ledger table (written by `gpuledger ledger`) under its name, with pg_catalog and
+/// information_schema for their catalog queries. It is read-only: statements that would write,
+/// read files or URLs, or change server settings are refused. Logins are the [[serve.users]] of
+/// the config (SCRAM-SHA-256); each statement runs under query_timeout and memory_limit.
+///
+/// The HTTP API (/api/v1/chargeback, /states, /queue, /failures, /report.html, /months, /metrics;
+/// described at /api/v1/openapi.json) needs `Authorization: Bearer $GPULEDGER_API_TOKEN`
+/// (the variable is serve.http_token_env). /healthz is open.
+///
+/// New Parquet files show up within refresh_interval (5 s); a `gpuledger ledger` run while
+/// serving replaces the derived tables in place.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  GPULEDGER_GRAFANA_PASSWORD=... GPULEDGER_API_TOKEN=... gpuledger serve --store ./store --config gpuledger.toml
+  psql \"postgresql://grafana@127.0.0.1:5432/datafusion\" -c '\\dt'
+  curl -H \"Authorization: Bearer $GPULEDGER_API_TOKEN\" 'http://127.0.0.1:8080/api/v1/chargeback?month=2026-10&format=csv'
+
+The [serve] section (see examples/gpuledger.toml):
+  [serve]
+  pg_listen = \"127.0.0.1:5432\"
+  http_listen = \"127.0.0.1:8080\"
+  http_token_env = \"GPULEDGER_API_TOKEN\"
+  query_timeout = \"60s\"
+  memory_limit = \"2GiB\"
+  [[serve.users]]
+  name = \"grafana\"
+  password_env = \"GPULEDGER_GRAFANA_PASSWORD\"")]
+pub struct Args {
+    /// Store directory (run `gpuledger ledger` on it for the derived tables).
+    #[arg(long, env = "GPULEDGER_STORE")]
+    store: PathBuf,
+    /// Configuration file: its [serve] section, and [accounting] for the currency.
+    #[arg(long, env = "GPULEDGER_CONFIG")]
+    config: PathBuf,
+    /// Overrides serve.pg_listen (port 0 picks a free port; the ready line names it).
+    #[arg(long, value_name = "ADDR")]
+    pg: Option<SocketAddr>,
+    /// Overrides serve.http_listen.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let ledger_config = Config::load(&args.config)?;
+    let mut config = ServeConfig::load(&args.config)?;
+    if let Some(a) = args.pg {
+        config.pg_listen = a;
+    }
+    if let Some(a) = args.http {
+        config.http_listen = a;
+    }
+    if !args.store.is_dir() {
+        anyhow::bail!("store {} does not exist (run `gpuledger ingest` or `gpuledger demo` first)", args.store.display());
+    }
+    let options = Options {
+        store: args.store.clone(),
+        config,
+        currency: ledger_config.accounting.currency.clone(),
+        idle_policy: ledger_config.accounting.idle_policy.as_str().to_string(),
+    };
+    // One line on stdout once both ports are bound, for scripts and tests to wait on.
+    let ready = |b: gpuledger_serve::Bound| {
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "ready sql={} http={}", b.pg, b.http);
+        let _ = out.flush();
+    };
+    super::runtime()?
+        .block_on(gpuledger_serve::run(options, ready, super::collect::shutdown_signal()))
+        .with_context(|| format!("serving {}", args.store.display()))?;
+    Ok(ExitCode::SUCCESS)
+}
