@@ -12,7 +12,8 @@ use std::sync::atomic::Ordering;
 
 use arrow::record_batch::RecordBatch;
 use axum::Router;
-use axum::extract::{Query, Request, State};
+use axum::extract::{FromRequestParts, Query, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -62,6 +63,7 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/api/v1/openapi.json", get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }))
         .merge(protected)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint (see /api/v1/openapi.json)") })
+        .method_not_allowed_fallback(|| async { ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "only GET is served") })
         .with_state(api)
 }
 
@@ -94,13 +96,30 @@ impl From<gpuledger_ledger::Error> for ApiError {
     }
 }
 
+/// Query parameters whose parse errors (a repeated key, say) are answered like every other bad
+/// parameter: 400 with a JSON `error`, not axum's plain-text rejection.
+struct Params<T>(T);
+
+impl<T, S> FromRequestParts<S> for Params<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::from_request_parts(parts, state).await.map(|Query(t)| Params(t)).map_err(|e| ApiError::bad(e.body_text()))
+    }
+}
+
 async fn require_token(State(api): State<Arc<Api>>, request: Request, next: Next) -> Response {
     api.stats.http_requests.fetch_add(1, Ordering::Relaxed);
     let Some(token) = &api.token else {
         api.stats.http_unauthorized.fetch_add(1, Ordering::Relaxed);
         return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "no API token is configured: set the variable named by serve.http_token_env").into_response();
     };
-    let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    // The scheme name is case-insensitive (RFC 9110); the token is not.
+    let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.split_once(' ')).filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer")).map(|(_, t)| t);
     if given.is_some_and(|g| constant_time_eq(g.trim().as_bytes(), token.expose().as_bytes())) {
         return next.run(request).await;
     }
@@ -175,7 +194,7 @@ struct MonthParams {
 
 /// `GET /api/v1/chargeback?month=YYYY-MM&format=json|csv`: the same document as
 /// `gpuledger report --format json|csv` for that month.
-async fn chargeback(State(api): State<Arc<Api>>, Query(p): Query<MonthParams>) -> Result<Response, ApiError> {
+async fn chargeback(State(api): State<Arc<Api>>, Params(p): Params<MonthParams>) -> Result<Response, ApiError> {
     let format = match p.format.as_deref() {
         None | Some("json") => TextFormat::Json,
         Some("csv") => TextFormat::Csv,
@@ -189,7 +208,7 @@ async fn chargeback(State(api): State<Arc<Api>>, Query(p): Query<MonthParams>) -
 }
 
 /// `GET /api/v1/report.html?month=YYYY-MM`: the self-contained HTML report.
-async fn report_html(State(api): State<Arc<Api>>, Query(p): Query<MonthParams>) -> Result<Response, ApiError> {
+async fn report_html(State(api): State<Arc<Api>>, Params(p): Params<MonthParams>) -> Result<Response, ApiError> {
     if p.format.is_some() {
         return Err(ApiError::bad("report.html takes no format"));
     }
@@ -223,7 +242,7 @@ fn day(value: &str, name: &str) -> Result<NaiveDate, ApiError> {
 
 /// `GET /api/v1/states?from=&to=&team=&step=`: GPU-hours and cost by state per step. The ledger
 /// keeps days, so the step is whole days (`1d` by default, `7d`...); `to` is exclusive.
-async fn states(State(api): State<Arc<Api>>, Query(p): Query<StateParams>) -> Result<Response, ApiError> {
+async fn states(State(api): State<Arc<Api>>, Params(p): Params<StateParams>) -> Result<Response, ApiError> {
     let step = match p.step.as_deref() {
         None => 1,
         Some(s) => {
@@ -282,7 +301,7 @@ struct OptionalMonth {
 
 /// `GET /api/v1/queue[?month=]`: admission waits and evictions per team and ClusterQueue, over
 /// the whole data or one month of admissions.
-async fn queue(State(api): State<Arc<Api>>, Query(p): Query<OptionalMonth>) -> Result<Response, ApiError> {
+async fn queue(State(api): State<Arc<Api>>, Params(p): Params<OptionalMonth>) -> Result<Response, ApiError> {
     let (sql, params) = match &p.month {
         None => {
             api.need_ledger().await?;
@@ -305,7 +324,7 @@ struct FailureParams {
 
 /// `GET /api/v1/failures?month=&limit=`: failure causes ranked by cost, and the costliest failed
 /// or preempted runs with their cause.
-async fn failures(State(api): State<Arc<Api>>, Query(p): Query<FailureParams>) -> Result<Response, ApiError> {
+async fn failures(State(api): State<Arc<Api>>, Params(p): Params<FailureParams>) -> Result<Response, ApiError> {
     let limit: u32 = match p.limit.as_deref() {
         None => 20,
         Some(l) => l.parse().ok().filter(|n| (1..=1000).contains(n)).ok_or_else(|| ApiError::bad(format!("limit {l:?} is not a number from 1 to 1000")))?,
