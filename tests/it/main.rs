@@ -3,6 +3,7 @@
 
 mod backfill;
 mod cli;
+mod dashboards;
 mod deploy;
 mod fixtures;
 mod ingest;
@@ -10,4 +11,7 @@ mod ledger;
 mod live;
 mod peers;
 mod replay;
+mod serve_http;
+mod serve_sql;
+mod serving;
 mod util;

@@ -1,0 +1,289 @@
+//! `gpuledger serve`'s SQL endpoint through psql, the real PostgreSQL client: catalog commands,
+//! every table, logins, the read-only lock, limits, new files showing up, TLS.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use super::serving::{PASSWORD, Server, demo_store, eventually, parse_csv, serve_config};
+use super::util::run;
+
+/// Tables a store holds: one directory per store table (the demo writes them all) and one
+/// file per derived table under `ledger/`.
+fn store_tables(store: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(store).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == "ledger" {
+            for f in std::fs::read_dir(entry.path()).unwrap() {
+                let f = f.unwrap().file_name().to_string_lossy().into_owned();
+                if let Some(stem) = f.strip_suffix(".parquet") {
+                    names.push(stem.to_owned());
+                }
+            }
+        } else if entry.path().is_dir() && !name.starts_with('.') {
+            names.push(name);
+        }
+    }
+    names.sort();
+    names
+}
+
+/// `gpuledger query --format csv` (the same session, without the wire): the reference.
+fn local_csv(store: &Path, sql: &str) -> Vec<Vec<String>> {
+    let out = run(&["query", "--store", &store.display().to_string(), "--format", "csv", sql], 0);
+    parse_csv(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// Cells that are numbers, spelled one way: PostgreSQL's text format writes a float zero as
+/// `0`, arrow's CSV as `0.0`; the value is what is compared.
+fn numbers_alike(rows: Vec<Vec<String>>) -> Vec<Vec<String>> {
+    rows.into_iter().map(|r| r.into_iter().map(|c| c.parse::<f64>().map_or(c, |v| v.to_string())).collect()).collect()
+}
+
+/// Copies a directory tree (the shared demo store must stay untouched).
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// Every file under `dir` with its size and modification time.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (u64, SystemTime)> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                out.insert(entry.path(), (meta.len(), meta.modified().unwrap()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn psql_lists_describes_and_reads_every_table() {
+    let (store, base) = demo_store();
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(store, &serve_config(tmp.path(), base, ""));
+
+    // \dt lists exactly the store's tables and derived tables.
+    let (code, out, err) = server.psql_as(PASSWORD, &["-c", "\\dt"]);
+    assert_eq!(code, 0, "{err}");
+    let mut listed: Vec<String> = out.lines().filter_map(|l| l.split('|').nth(1)).map(|s| s.trim().to_owned()).filter(|s| !s.is_empty() && s != "Name").collect();
+    listed.sort();
+    let expected = store_tables(store);
+    assert!(expected.len() >= 20, "{expected:?}");
+    assert_eq!(listed, expected);
+
+    // SELECT version() reads as PostgreSQL, as drivers expect.
+    let v = server.psql_csv("SELECT version()").unwrap();
+    assert!(v[1][0].starts_with("PostgreSQL 16"), "{v:?}");
+
+    for table in &expected {
+        // \d names the same columns, in order, as the local session's result header.
+        let (code, out, err) = server.psql_as(PASSWORD, &["-c", &format!("\\d {table}")]);
+        assert_eq!(code, 0, "\\d {table}: {err}");
+        let described: Vec<String> = out.lines().skip(3).filter_map(|l| l.split('|').next()).map(|s| s.trim().to_owned()).filter(|s| !s.is_empty() && !s.starts_with('(')).collect();
+        let local = local_csv(store, &format!("SELECT * FROM {table} LIMIT 1"));
+        assert_eq!(described, local[0], "\\d {table}");
+
+        // Every table reads the same count through the wire as locally.
+        let remote = server.psql_csv(&format!("SELECT count(*) AS n FROM {table}")).unwrap();
+        let local = local_csv(store, &format!("SELECT count(*) AS n FROM {table}"));
+        assert_eq!(remote, local, "count of {table}");
+    }
+    // Row content too, for a table with every kind of column: the first rows in a fixed order.
+    let sql = "SELECT month, team, round(total, 6) AS total, accepted_units FROM chargeback_monthly ORDER BY month, team";
+    assert_eq!(numbers_alike(server.psql_csv(sql).unwrap()), numbers_alike(local_csv(store, sql)));
+
+    // information_schema, which Grafana's table picker reads.
+    let tables = server.psql_csv("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY table_name").unwrap();
+    let names: Vec<String> = tables.into_iter().skip(1).map(|r| r[0].clone()).collect();
+    assert_eq!(names, expected);
+}
+
+#[test]
+fn wrong_password_and_unknown_user_are_refused() {
+    let (store, base) = demo_store();
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(store, &serve_config(tmp.path(), base, ""));
+    let (code, _, err) = server.psql_as("not-the-password", &["-c", "SELECT 1"]);
+    assert_ne!(code, 0);
+    assert!(err.to_lowercase().contains("password authentication failed"), "{err}");
+    let (code, out, _) = server.psql_as(PASSWORD, &["-c", "SELECT 41 + 1 AS answer"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("42"), "{out}");
+    let out = std::process::Command::new("psql")
+        .args(["-h", "127.0.0.1", "-p", &server.pg_port.to_string(), "-U", "mallory", "-d", "datafusion", "-X", "-c", "SELECT 1"])
+        .env("PGPASSWORD", PASSWORD)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    // The password never reaches the log.
+    assert!(!server.log().contains(PASSWORD), "{}", server.log());
+}
+
+#[test]
+fn writes_files_urls_and_settings_are_refused_and_nothing_changes() {
+    let (store, base) = demo_store();
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(store, &serve_config(tmp.path(), base, ""));
+    // A file outside the store whose content must never come back.
+    let secret_dir = tmp.path().join("outside");
+    std::fs::create_dir_all(&secret_dir).unwrap();
+    let secret_text = "token,value\nTOPSECRET-7f3a9,1\n";
+    let secret = secret_dir.join("secret.csv");
+    std::fs::write(&secret, secret_text).unwrap();
+    let target = tmp.path().join("written");
+    let before_store = snapshot(store);
+    let before_outside = snapshot(tmp.path());
+
+    let s = secret.display().to_string();
+    let d = secret_dir.display().to_string();
+    let t = target.display().to_string();
+    let statements = [
+        "CREATE TABLE stolen AS SELECT * FROM pods".to_owned(),
+        "CREATE VIEW v AS SELECT 1".to_owned(),
+        "DROP TABLE pods".to_owned(),
+        "INSERT INTO pods SELECT * FROM pods".to_owned(),
+        "DELETE FROM pods".to_owned(),
+        format!("COPY pods TO '{t}.csv'"),
+        format!("COPY (SELECT * FROM chargeback_monthly) TO '{t}.parquet'"),
+        format!("COPY pods FROM '{s}'"),
+        format!("CREATE EXTERNAL TABLE leak STORED AS CSV LOCATION '{s}'"),
+        format!("CREATE EXTERNAL TABLE leak (token TEXT, value INT) STORED AS CSV LOCATION '{d}/'"),
+        format!("SELECT * FROM '{s}'"),
+        format!("SELECT * FROM \"{s}\""),
+        format!("SELECT * FROM read_csv('{s}')"),
+        format!("SELECT * FROM read_parquet('{s}')"),
+        "SELECT * FROM read_csv('http://127.0.0.1:9/x.csv')".to_owned(),
+        "SET datafusion.execution.target_partitions = 1".to_owned(),
+        "SET datafusion.catalog.information_schema = false".to_owned(),
+        "SET datafusion.runtime.memory_limit = '100G'".to_owned(),
+        "SELECT * INTO copied FROM pods".to_owned(),
+        "PREPARE p AS SELECT 1".to_owned(),
+    ];
+    for sql in &statements {
+        let (code, out, err) = server.psql_as(PASSWORD, &["-c", sql]);
+        assert_ne!(code, 0, "{sql} was accepted: {out}");
+        assert!(err.contains("ERROR"), "{sql}: {err}");
+        assert!(!out.contains("TOPSECRET") && !err.contains("TOPSECRET"), "{sql} leaked the file: {out}{err}");
+    }
+    // Nothing was written or removed in the store or next to it, and no table appeared.
+    assert_eq!(snapshot(store), before_store);
+    assert_eq!(snapshot(tmp.path()), before_outside);
+    let tables = server.psql_csv("SELECT count(*) FROM information_schema.tables WHERE table_name IN ('stolen', 'v', 'leak', 'copied')").unwrap();
+    assert_eq!(tables[1][0], "0");
+    // Settings the server decides are unchanged; the server still answers.
+    let partitions = server.psql_csv("SELECT count(*) AS n FROM pods").unwrap();
+    assert_eq!(partitions, local_csv(store, "SELECT count(*) AS n FROM pods"));
+    // Client settings Grafana and psql send still work.
+    for sql in ["SET extra_float_digits = 3", "SET application_name = 'grafana'", "SET statement_timeout = '30s'", "BEGIN", "ROLLBACK"] {
+        let (code, _, err) = server.psql_as(PASSWORD, &["-c", sql]);
+        assert_eq!(code, 0, "{sql}: {err}");
+    }
+    // Every refusal is counted.
+    let (_, _, metrics) = server.get("/metrics", Some(super::serving::TOKEN));
+    let refused: u64 = metrics.lines().find_map(|l| l.strip_prefix("gpuledger_sql_queries_refused_total ")).and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+    assert!(refused >= 17, "refused {refused}:\n{metrics}");
+}
+
+#[test]
+fn a_query_past_its_time_or_memory_limit_is_stopped_and_the_server_goes_on() {
+    let (store, base) = demo_store();
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(store, &serve_config(tmp.path(), base, "query_timeout = \"2s\"\nmemory_limit = \"8MiB\""));
+    let started = std::time::Instant::now();
+    let err = server.psql_csv("SELECT count(*) FROM generate_series(1, 100000000000) AS a(x) WHERE x % 7 = 3").unwrap_err();
+    let took = started.elapsed();
+    assert!(err.contains("query_timeout"), "{err}");
+    assert!(took < Duration::from_secs(15), "stopped after {took:?}");
+    // A sort of three million distinct values needs far more than 8 MiB.
+    let err = server.psql_csv("SELECT v FROM (SELECT value * 7919 % 3000017 AS v FROM generate_series(1, 3000000)) ORDER BY v LIMIT 3 OFFSET 1500000").unwrap_err();
+    assert!(err.contains("Resources exhausted") || err.contains("memory"), "{err}");
+    // The limits are per statement: the next one runs.
+    let ok = server.psql_csv("SELECT count(*) AS n FROM gpu_samples").unwrap();
+    assert_eq!(ok, local_csv(store, "SELECT count(*) AS n FROM gpu_samples"));
+    // A client may ask for less time than the server allows, not more.
+    let err = server.psql_csv("SET statement_timeout = '300ms'; SELECT count(*) FROM generate_series(1, 100000000000) AS a(x) WHERE x % 7 = 3").unwrap_err();
+    assert!(err.contains("query_timeout") || err.contains("cancel"), "{err}");
+}
+
+#[test]
+fn new_files_and_a_new_ledger_show_up_without_a_restart() {
+    let (demo, base) = demo_store();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    copy_tree(demo, &store);
+    // Start without derived tables: the ledger has not run yet.
+    std::fs::remove_dir_all(store.join("ledger")).unwrap();
+    let server = Server::start(&store, &serve_config(tmp.path(), base, "refresh_interval = \"500ms\""));
+    let err = server.psql_csv("SELECT count(*) FROM chargeback_monthly").unwrap_err();
+    assert!(err.contains("chargeback_monthly"), "{err}");
+    let before: u64 = server.psql_csv("SELECT count(*) FROM pods").unwrap()[1][0].parse().unwrap();
+
+    // A new part file in an existing partition (as ingest or the collector write them).
+    let day = std::fs::read_dir(store.join("pods")).unwrap().next().unwrap().unwrap().path();
+    let part = std::fs::read_dir(&day).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|x| x == "parquet")).unwrap();
+    let part_rows: u64 = local_csv(&store, &format!("SELECT count(*) FROM pods WHERE date = '{}'", day.file_name().unwrap().to_string_lossy()))[1][0].parse().unwrap();
+    std::fs::copy(&part, day.join("part-zz-new.parquet")).unwrap();
+    let seen = eventually(Duration::from_secs(20), || server.psql_csv("SELECT count(*) FROM pods").is_ok_and(|r| r[1][0].parse::<u64>().unwrap() == before + part_rows));
+    assert!(seen, "the new file never showed up: {:?}", server.psql_csv("SELECT count(*) FROM pods"));
+
+    // `gpuledger ledger` while serving: the derived tables appear.
+    run(&["ledger", "--store", &store.display().to_string(), "--config", &base.display().to_string(), "--progress", "off"], 0);
+    let seen = eventually(Duration::from_secs(20), || server.psql_csv("SELECT count(*) FROM chargeback_monthly").is_ok());
+    assert!(seen, "chargeback_monthly never showed up");
+    let sql = "SELECT month, team, round(total, 6) AS total FROM chargeback_monthly ORDER BY month, team";
+    assert_eq!(numbers_alike(server.psql_csv(sql).unwrap()), numbers_alike(local_csv(&store, sql)));
+}
+
+#[test]
+fn tls_is_spoken_when_a_certificate_is_configured() {
+    let (store, base) = demo_store();
+    let tmp = tempfile::tempdir().unwrap();
+    let (cert, key) = (tmp.path().join("cert.pem"), tmp.path().join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl runs");
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let extra = format!("tls_cert = \"{}\"\ntls_key = \"{}\"", cert.display(), key.display());
+    let server = Server::start(store, &serve_config(tmp.path(), base, &extra));
+    let out = std::process::Command::new("psql")
+        .arg(format!("host=127.0.0.1 port={} user=grafana dbname=datafusion sslmode=require", server.pg_port))
+        .args(["-X", "-c", "\\conninfo", "-c", "SELECT count(*) FROM nodes"])
+        .env("PGPASSWORD", PASSWORD)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("SSL connection"), "{text}");
+
+    // A key that is not a key stops the server at start, in one line naming the file.
+    let bad = tmp.path().join("bad.pem");
+    std::fs::write(&bad, "not a key").unwrap();
+    let extra = format!("tls_cert = \"{}\"\ntls_key = \"{}\"", cert.display(), bad.display());
+    let config = serve_config(tmp.path(), base, &extra);
+    let out = super::util::bin().args(["serve", "--store", &store.display().to_string(), "--config", &config.display().to_string()]).env("TEST_GRAFANA_PASSWORD", PASSWORD).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.pem") && err.lines().count() == 1, "{err}");
+}
