@@ -421,7 +421,6 @@ mod expand_tests {
 /// A simulated store with its derived tables. (Running SQL through `gpuledger serve` adds the
 /// server here: its address and the login psql uses.)
 pub struct Env {
-    pub store: PathBuf,
     /// `gpuledger serve` over the store: panel SQL goes through its PostgreSQL endpoint, as
     /// Grafana's data source sends it. Dropped (killed) before the directory below.
     server: super::serving::Server,
@@ -540,7 +539,7 @@ fn simulated_env() -> Env {
     std::fs::write(&config, CONFIG).unwrap();
     run(&["ledger", "--store", &store.display().to_string(), "--config", &config.display().to_string(), "--progress", "off"], 0);
     let server = super::serving::Server::start(&store, &super::serving::serve_config(dir.path(), &config, ""));
-    Env { store, server, _dir: dir }
+    Env { server, _dir: dir }
 }
 
 // ---------------------------------------------------------------------------------------------
