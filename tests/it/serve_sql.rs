@@ -287,3 +287,40 @@ fn tls_is_spoken_when_a_certificate_is_configured() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad.pem") && err.lines().count() == 1, "{err}");
 }
+
+/// pgbench with one script; (exit code, stdout + stderr).
+fn pgbench(server: &Server, mode: &str, script: &str, dir: &Path) -> (i32, String) {
+    let file = dir.join(format!("script-{mode}.sql"));
+    std::fs::write(&file, script).unwrap();
+    let out = std::process::Command::new("pgbench")
+        .args(["-h", "127.0.0.1", "-p", &server.pg_port.to_string(), "-U", "grafana", "-n", "-M", mode, "-c", "2", "-t", "3", "-f"])
+        .arg(&file)
+        .arg("datafusion")
+        .env("PGPASSWORD", PASSWORD)
+        .output()
+        .expect("pgbench runs (Debian package postgresql-client)");
+    (out.status.code().unwrap_or(-1), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+#[test]
+fn the_extended_protocol_binds_parameters_and_is_read_only_too() {
+    // psql speaks the simple protocol; drivers (Grafana's, JDBC, psycopg) parse, bind and execute.
+    // pgbench does both, with `:m` sent as a bound $1 in extended and prepared mode.
+    let (store, base) = demo_store();
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(store, &serve_config(tmp.path(), base, ""));
+    let threshold = 10;
+    let expected = &local_csv(store, &format!("SELECT count(*) AS n FROM chargeback_monthly WHERE accepted_units > {threshold}"))[1][0];
+    // The script checks the bound query's answer itself and calls a missing function (an
+    // error, so an aborted run) when it differs.
+    let script = format!("\\set m {threshold}\nSELECT count(*) AS n FROM chargeback_monthly WHERE accepted_units > :m \\gset\n\\if :n != {expected}\nSELECT answer_differs();\n\\endif\n");
+    for mode in ["simple", "extended", "prepared"] {
+        let (code, out) = pgbench(&server, mode, &script, tmp.path());
+        assert_eq!(code, 0, "{mode}: {out}");
+        assert!(out.contains("number of transactions actually processed: 6/6"), "{mode}: {out}");
+        let (code, out) = pgbench(&server, mode, "DROP TABLE pods;\n", tmp.path());
+        assert_ne!(code, 0, "{mode}: DROP ran: {out}");
+        assert!(out.contains("read-only"), "{mode}: {out}");
+    }
+    assert_eq!(local_csv(store, "SELECT count(*) AS n FROM pods"), server.psql_csv("SELECT count(*) AS n FROM pods").unwrap());
+}
