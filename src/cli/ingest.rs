@@ -71,7 +71,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 pub fn ingest_with(args: &Args) -> anyhow::Result<IngestSummary> {
-    let mut options = IngestOptions { store: StoreOptions { flush_rows: args.flush_rows.max(1) }, ..IngestOptions::default() };
+    let mut options = IngestOptions { store: StoreOptions { flush_rows: args.flush_rows.max(1), ..StoreOptions::default() }, ..IngestOptions::default() };
     if let Some(t) = args.threads {
         options.threads = t.max(1);
     }

@@ -43,11 +43,15 @@ const LOCK: &str = ".lock";
 pub struct StoreOptions {
     /// A table's buffered rows are written out once they reach this many.
     pub flush_rows: usize,
+    /// ... or once they hold this many bytes. Besides bounding memory, this keeps a flush's
+    /// concatenated string columns under arrow's 2 GiB offset limit: two million Kubernetes
+    /// object versions (whole JSON documents) passed it and failed the ingest.
+    pub flush_bytes: usize,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        StoreOptions { flush_rows: 2_000_000 }
+        StoreOptions { flush_rows: 2_000_000, flush_bytes: 512 << 20 }
     }
 }
 
@@ -68,7 +72,8 @@ pub struct Store {
     options: StoreOptions,
     run_id: String,
     file_seq: u64,
-    buffers: HashMap<&'static str, (&'static Table, Vec<RecordBatch>, usize)>,
+    /// Per table: buffered batches, their rows and their bytes.
+    buffers: HashMap<&'static str, (&'static Table, Vec<RecordBatch>, usize, usize)>,
     keys: HashMap<(&'static str, Option<String>), KeySet>,
     pub stats: StoreStats,
 }
@@ -116,10 +121,11 @@ impl Store {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        let entry = self.buffers.entry(table.name).or_insert_with(|| (table, Vec::new(), 0));
+        let entry = self.buffers.entry(table.name).or_insert_with(|| (table, Vec::new(), 0, 0));
         entry.2 += batch.num_rows();
+        entry.3 += batch.get_array_memory_size();
         entry.1.push(batch);
-        if entry.2 >= self.options.flush_rows {
+        if entry.2 >= self.options.flush_rows || entry.3 >= self.options.flush_bytes {
             self.flush_table(table.name)?;
         }
         Ok(())
@@ -141,7 +147,7 @@ impl Store {
     }
 
     fn flush_table(&mut self, name: &'static str) -> Result<()> {
-        let Some((table, batches, _)) = self.buffers.remove(name) else { return Ok(()) };
+        let Some((table, batches, _, _)) = self.buffers.remove(name) else { return Ok(()) };
         if batches.is_empty() {
             return Ok(());
         }
@@ -408,6 +414,43 @@ mod tests {
         fs::write(dir.path().join("notes.txt"), "mine").unwrap();
         let err = Store::open(dir.path(), StoreOptions::default()).err().unwrap();
         assert!(err.to_string().contains("not a gpuledger store"), "{err}");
+    }
+
+    /// A GPU-samples batch of `n` rows on one day, rows told apart by `offset`.
+    fn samples(n: usize, offset: i64) -> RecordBatch {
+        use arrow::array::{StringArray, TimestampMillisecondArray};
+        let t = &gpuledger_schemas::GPU_SAMPLES;
+        let columns: Vec<ArrayRef> = t
+            .columns
+            .iter()
+            .map(|c| -> ArrayRef {
+                match c.name {
+                    "hostname" => Arc::new(StringArray::from(vec![Some("node-a"); n])),
+                    "uuid" => Arc::new((0..n).map(|i| Some(format!("GPU-{i}"))).collect::<StringArray>()),
+                    "ts" => Arc::new(TimestampMillisecondArray::from(vec![1_790_000_000_000 + offset; n]).with_timezone("UTC")),
+                    _ => arrow::array::new_null_array(&c.ty.data_type(), n),
+                }
+            })
+            .collect();
+        RecordBatch::try_new(t.arrow_schema(), columns).unwrap()
+    }
+
+    #[test]
+    fn buffers_are_flushed_by_bytes_as_well_as_rows() {
+        let write = |flush_bytes: usize| {
+            let dir = tempfile::tempdir().unwrap();
+            let mut store = Store::open(dir.path(), StoreOptions { flush_rows: usize::MAX, flush_bytes }).unwrap();
+            for k in 0..3 {
+                store.append((&gpuledger_schemas::GPU_SAMPLES, samples(200, k * 1000))).unwrap();
+            }
+            let stats = store.finish().unwrap();
+            (stats.files_written, stats.rows_written.values().sum::<u64>())
+        };
+        let one_batch = samples(200, 0).get_array_memory_size();
+        // Each batch reaches the byte limit: three flushes, three files, every row once.
+        assert_eq!(write(one_batch), (3, 600));
+        // Under the limit everything waits for the final flush: one file.
+        assert_eq!(write(usize::MAX), (1, 600));
     }
 
     #[test]
