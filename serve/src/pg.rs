@@ -268,6 +268,29 @@ impl QueryService {
     }
 }
 
+/// Gives DataFusion's errors PostgreSQL's SQLSTATE codes, so clients tell a typo in a column
+/// (42703) or table (42P01) from a query over its memory (53200) instead of seeing every error
+/// as an internal one (XX000).
+fn classify(error: PgWireError) -> PgWireError {
+    use datafusion::common::SchemaError;
+    use datafusion::error::DataFusionError;
+    let PgWireError::ApiError(inner) = &error else { return error };
+    let Some(df) = inner.downcast_ref::<DataFusionError>() else { return error };
+    let root = df.find_root();
+    let code = match root {
+        DataFusionError::SchemaError(e, _) if matches!(**e, SchemaError::FieldNotFound { .. }) => "42703",
+        DataFusionError::SchemaError(..) => "42P01",
+        DataFusionError::Plan(m) if m.contains("table") && m.contains("not found") => "42P01",
+        DataFusionError::Plan(m) if m.contains("Invalid function") => "42883",
+        DataFusionError::Plan(_) | DataFusionError::SQL(..) => "42601",
+        DataFusionError::ResourcesExhausted(_) => "53200",
+        DataFusionError::NotImplemented(_) => "0A000",
+        DataFusionError::Execution(_) | DataFusionError::ArrowError(..) => "22000",
+        _ => return error,
+    };
+    PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), code.into(), root.to_string())))
+}
+
 fn client_user<C: ClientInfo + ?Sized>(client: &C) -> String {
     client.metadata().get(pgwire::api::METADATA_USER).cloned().unwrap_or_default()
 }
@@ -286,7 +309,7 @@ impl SimpleQueryHandler for QueryService {
         let user = client_user(client);
         let service = self.service()?;
         let result = match tokio::time::timeout_at(deadline, SimpleQueryHandler::do_query(&service, client, query)).await {
-            Ok(r) => r.map(|responses| responses.into_iter().map(|r| self.bound(r, deadline)).collect()),
+            Ok(r) => r.map(|responses| responses.into_iter().map(|r| self.bound(r, deadline)).collect()).map_err(classify),
             Err(_) => Err(self.timeout_error()),
         };
         self.finish(&user, query, started, &result);
@@ -315,7 +338,7 @@ impl ExtendedQueryHandler for QueryService {
         let user = client_user(client);
         let service = self.service()?;
         let result = match tokio::time::timeout_at(deadline, ExtendedQueryHandler::do_query(&service, client, portal, max_rows)).await {
-            Ok(r) => r.map(|response| self.bound(response, deadline)),
+            Ok(r) => r.map(|response| self.bound(response, deadline)).map_err(classify),
             Err(_) => Err(self.timeout_error()),
         };
         self.finish(&user, &portal.statement.statement.0, started, &result);

@@ -114,6 +114,13 @@ fn psql_lists_describes_and_reads_every_table() {
     let tables = server.psql_csv("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY table_name").unwrap();
     let names: Vec<String> = tables.into_iter().skip(1).map(|r| r[0].clone()).collect();
     assert_eq!(names, expected);
+
+    // Errors carry PostgreSQL's SQLSTATE codes (psql prints them at VERBOSITY verbose).
+    for (sql, code) in [("SELECT totl FROM chargeback_monthly", "42703"), ("SELECT * FROM no_such_table", "42P01"), ("SELECT no_such_function(1)", "42883"), ("DROP TABLE pods", "42501")] {
+        let (status, _, err) = server.psql_as(PASSWORD, &["-v", "VERBOSITY=verbose", "-c", sql]);
+        assert_ne!(status, 0, "{sql}");
+        assert!(err.contains(&format!("ERROR:  {code}")), "{sql}: {err}");
+    }
 }
 
 #[test]
