@@ -65,6 +65,8 @@ pub struct ServeConfig {
     pub query_timeout: Duration,
     /// Most memory one statement's operators may hold (sorts, joins, aggregates).
     pub memory_limit: u64,
+    /// Most memory all statements together may hold.
+    pub memory_total: u64,
     /// How long a table's file listing is reused before the directory is read again: the delay
     /// after which new Parquet files show up.
     pub refresh_interval: Duration,
@@ -85,6 +87,7 @@ impl Default for ServeConfig {
             http_token: None,
             query_timeout: Duration::from_secs(60),
             memory_limit: 2 << 30,
+            memory_total: 4 << 30,
             refresh_interval: Duration::from_secs(5),
             max_connections: 64,
             users: Vec::new(),
@@ -107,6 +110,7 @@ struct RawServe {
     http_token_env: Option<Spanned<String>>,
     query_timeout: Option<Spanned<String>>,
     memory_limit: Option<Spanned<String>>,
+    memory_total: Option<Spanned<String>>,
     refresh_interval: Option<Spanned<String>>,
     max_connections: Option<Spanned<i64>>,
     tls_cert: Option<Spanned<String>>,
@@ -177,6 +181,16 @@ impl ServeConfig {
             if c.memory_limit < 1 << 20 {
                 return Err(err(v.span(), "memory_limit", format!("{} is below the minimum 1MiB", v.get_ref())));
             }
+        }
+        if let Some(v) = &raw.memory_total {
+            c.memory_total = parse_bytes(v.get_ref()).map_err(|reason| err(v.span(), "memory_total", reason))?;
+        }
+        if raw.memory_total.is_none() {
+            // Unset: at least one statement's worth.
+            c.memory_total = c.memory_total.max(c.memory_limit);
+        } else if c.memory_total < c.memory_limit {
+            let span = raw.memory_total.as_ref().map_or(0..0, Spanned::span);
+            return Err(err(span, "memory_total", format!("{} MiB is less than memory_limit ({} MiB): one statement could never use its limit", c.memory_total >> 20, c.memory_limit >> 20)));
         }
         if let Some(v) = &raw.max_connections {
             c.max_connections = usize::try_from(*v.get_ref()).ok().filter(|n| *n > 0).ok_or_else(|| err(v.span(), "max_connections", format!("{} must be a positive number", v.get_ref())))?;
@@ -253,6 +267,7 @@ http_listen = "127.0.0.1:9090"
 http_token_env = "MY_TOKEN"
 query_timeout = "5s"
 memory_limit = "512MiB"
+memory_total = "1GiB"
 refresh_interval = "1s"
 max_connections = 8
 [[serve.users]]
@@ -268,6 +283,7 @@ password = "inline"
         assert_eq!(c.http_token.unwrap().expose(), "abc");
         assert_eq!(c.query_timeout, Duration::from_secs(5));
         assert_eq!(c.memory_limit, 512 << 20);
+        assert_eq!(c.memory_total, 1 << 30);
         assert_eq!(c.refresh_interval, Duration::from_secs(1));
         assert_eq!(c.max_connections, 8);
         let users: Vec<(&str, &str)> = c.users.iter().map(|u| (u.name.as_str(), u.password.expose())).collect();
@@ -281,7 +297,7 @@ password = "inline"
         let c = ServeConfig::parse(&text, &path, &|name| (name == "GPULEDGER_GRAFANA_PASSWORD").then(|| "pw".to_string())).unwrap();
         let d = ServeConfig::default();
         assert_eq!((c.pg_listen, c.http_listen, &c.http_token_env), (d.pg_listen, d.http_listen, &d.http_token_env));
-        assert_eq!((c.query_timeout, c.memory_limit, c.refresh_interval, c.max_connections), (d.query_timeout, d.memory_limit, d.refresh_interval, d.max_connections));
+        assert_eq!((c.query_timeout, c.memory_limit, c.memory_total, c.refresh_interval, c.max_connections), (d.query_timeout, d.memory_limit, d.memory_total, d.refresh_interval, d.max_connections));
         assert_eq!(c.users.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(), ["grafana"]);
     }
 
@@ -293,6 +309,8 @@ password = "inline"
         assert!(e.starts_with("g.toml:2: serve.memory_limit: ") && e.contains("not a size"), "{e}");
         let e = error("[serve]\n\n[[serve.users]]\nname = \"g\"\npassword_env = \"NOPE\"\n", &[]);
         assert!(e.starts_with("g.toml:5: serve.users[0].password_env: environment variable NOPE is not set"), "{e}");
+        let e = error("[serve]\nmemory_limit = \"4GiB\"\nmemory_total = \"2GiB\"\n", &[]);
+        assert!(e.starts_with("g.toml:3: serve.memory_total: ") && e.contains("less than memory_limit"), "{e}");
         let e = error("[serve]\npg_listen = \"localhost\"\n", &[]);
         assert!(e.starts_with("g.toml:2: serve.pg_listen:"), "{e}");
         let e = error("[serve]\nbogus = 1\n", &[]);

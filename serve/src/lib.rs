@@ -79,7 +79,7 @@ pub async fn run(options: Options, ready: impl FnOnce(Bound), shutdown: impl Fut
     };
     let ledger = Arc::new(open_ledger(&options.store, c).await?);
     let stats = Arc::new(Stats::default());
-    let limits = Limits { timeout: c.query_timeout, memory: c.memory_limit };
+    let limits = Limits::new(c.query_timeout, c.memory_limit, c.memory_total);
 
     let pg_listener = TcpListener::bind(c.pg_listen).await.map_err(|source| ServeError::Listen { addr: c.pg_listen, what: "the SQL endpoint (serve.pg_listen or --pg)", source })?;
     let http_listener = TcpListener::bind(c.http_listen).await.map_err(|source| ServeError::Listen { addr: c.http_listen, what: "the HTTP API (serve.http_listen or --http)", source })?;
@@ -88,12 +88,12 @@ pub async fn run(options: Options, ready: impl FnOnce(Bound), shutdown: impl Fut
         http: http_listener.local_addr().map_err(|source| ServeError::Listen { addr: c.http_listen, what: "the HTTP API", source })?,
     };
 
-    let endpoint = Arc::new(pg::PgEndpoint::new(Arc::new(ledger.context().clone()), &c.users, limits, stats.clone()));
+    let endpoint = Arc::new(pg::PgEndpoint::new(Arc::new(ledger.context().clone()), &c.users, limits.clone(), stats.clone()));
     let api = Arc::new(http::Api { ledger: ledger.clone(), limits, token: c.http_token.clone(), currency: options.currency.clone(), idle_policy: options.idle_policy.clone(), stats });
     if api.token.is_none() {
         log(&format!("http: {} is not set: every API request but /healthz is refused until it is", c.http_token_env));
     }
-    log(&format!("sql on {}, http on http://{} ({} users, query_timeout {}, memory_limit {} MiB)", pg::describe(bound.pg, tls.is_some()), bound.http, c.users.len(), gpuledger_schemas::units::format_duration(c.query_timeout), c.memory_limit >> 20));
+    log(&format!("sql on {}, http on http://{} ({} users, query_timeout {}, memory_limit {} MiB per statement, memory_total {} MiB)", pg::describe(bound.pg, tls.is_some()), bound.http, c.users.len(), gpuledger_schemas::units::format_duration(c.query_timeout), c.memory_limit >> 20, c.memory_total >> 20));
     ready(bound);
 
     // One shutdown signal, fanned out to both servers and the refresher.

@@ -1,7 +1,8 @@
 //! Per-statement limits shared by the SQL endpoint and the HTTP API.
 //!
 //! Every statement runs in its own session cut from the shared one: the same tables and
-//! functions, but its own memory pool of `memory_limit` bytes. The time limit covers planning, execution and the transfer of the result: a slow client
+//! functions, but its own memory pool of `memory_limit` bytes, stacked on the server's pool of
+//! `memory_total` bytes that all statements draw from together. The time limit covers planning, execution and the transfer of the result: a slow client
 //! reading rows holds the query open, so the deadline is checked while rows stream out too.
 
 use std::pin::Pin;
@@ -11,26 +12,35 @@ use std::time::Duration;
 
 use datafusion::error::DataFusionError;
 use datafusion::execution::SessionStateBuilder;
-use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
+use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation, TrackConsumersPool};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::SessionContext;
 use futures::Stream;
 use tokio::time::{Instant, Sleep};
 
-/// The limits of one statement.
-#[derive(Debug, Clone, Copy)]
+/// The limits of one statement, and the pool all statements share.
+#[derive(Debug, Clone)]
 pub struct Limits {
     pub timeout: Duration,
     pub memory: u64,
+    /// The server's pool: a statement's reservation counts against it as well as its own.
+    pub shared: Arc<dyn MemoryPool>,
 }
 
 impl Limits {
+    pub fn new(timeout: Duration, memory: u64, total: u64) -> Limits {
+        let total = usize::try_from(total).unwrap_or(usize::MAX);
+        Limits { timeout, memory, shared: Arc::new(GreedyMemoryPool::new(total)) }
+    }
+
     /// A session for one statement: shares `base`'s tables, functions and file caches, owns
     /// its memory pool. The pool names its three largest consumers when a query runs out.
     pub fn session(&self, base: &SessionContext) -> Result<SessionContext, DataFusionError> {
         let state = base.state();
         let memory = usize::try_from(self.memory).unwrap_or(usize::MAX);
-        let pool = TrackConsumersPool::new(GreedyMemoryPool::new(memory), std::num::NonZeroUsize::new(3).unwrap_or(std::num::NonZeroUsize::MIN));
+        let own: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(memory));
+        let stacked = Stacked { own, shared: self.shared.clone() };
+        let pool = TrackConsumersPool::new(stacked, std::num::NonZeroUsize::new(3).unwrap_or(std::num::NonZeroUsize::MIN));
         let runtime = RuntimeEnvBuilder::from_runtime_env(state.runtime_env()).with_memory_pool(Arc::new(pool)).build_arc()?;
         let state = SessionStateBuilder::new_from_existing(state).with_runtime_env(runtime).build();
         Ok(SessionContext::new_with_state(state))
@@ -41,6 +51,64 @@ impl Limits {
     pub fn deadline(&self, client_timeout: Option<Duration>) -> Instant {
         let t = client_timeout.map_or(self.timeout, |c| c.min(self.timeout));
         Instant::now() + t
+    }
+}
+
+/// A statement's own pool stacked on the server's: memory is granted only when both have it,
+/// so one statement cannot pass `memory_limit` and all of them together cannot pass
+/// `memory_total`.
+#[derive(Debug)]
+struct Stacked {
+    own: Arc<dyn MemoryPool>,
+    shared: Arc<dyn MemoryPool>,
+}
+
+impl std::fmt::Display for Stacked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "statement pool {} within server pool {}", self.own, self.shared)
+    }
+}
+
+impl MemoryPool for Stacked {
+    fn name(&self) -> &str {
+        "gpuledger-statement"
+    }
+
+    fn register(&self, consumer: &MemoryConsumer) {
+        self.own.register(consumer);
+        self.shared.register(consumer);
+    }
+
+    fn unregister(&self, consumer: &MemoryConsumer) {
+        self.own.unregister(consumer);
+        self.shared.unregister(consumer);
+    }
+
+    fn grow(&self, reservation: &MemoryReservation, additional: usize) {
+        self.own.grow(reservation, additional);
+        self.shared.grow(reservation, additional);
+    }
+
+    fn shrink(&self, reservation: &MemoryReservation, shrink: usize) {
+        self.own.shrink(reservation, shrink);
+        self.shared.shrink(reservation, shrink);
+    }
+
+    fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> Result<(), DataFusionError> {
+        self.own.try_grow(reservation, additional)?;
+        if let Err(e) = self.shared.try_grow(reservation, additional) {
+            self.own.shrink(reservation, additional);
+            return Err(DataFusionError::ResourcesExhausted(format!("the server's memory_total is in use by other statements: {e}")));
+        }
+        Ok(())
+    }
+
+    fn reserved(&self) -> usize {
+        self.own.reserved()
+    }
+
+    fn memory_limit(&self) -> MemoryLimit {
+        self.own.memory_limit()
     }
 }
 
@@ -97,14 +165,20 @@ mod tests {
     #[tokio::test]
     async fn a_query_over_the_memory_limit_fails_and_one_under_it_runs() {
         let base = SessionContext::new();
-        let small = Limits { timeout: Duration::from_secs(10), memory: 1 << 20 };
+        let small = Limits::new(Duration::from_secs(10), 1 << 20, 1 << 30);
         // Sorting 2M distinct values needs far more than 1 MiB; spilling is impossible without
         // the rows fitting a batch, so the pool refuses.
         let sql = "SELECT v FROM (SELECT value * 7919 % 2000003 AS v FROM generate_series(1, 2000000)) ORDER BY v DESC LIMIT 5 OFFSET 1000000";
         let err = small.session(&base).unwrap().sql(sql).await.unwrap().collect().await.unwrap_err();
         assert!(err.to_string().contains("Resources exhausted"), "{err}");
-        let big = Limits { timeout: Duration::from_secs(10), memory: 1 << 30 };
+        let big = Limits::new(Duration::from_secs(10), 1 << 30, 1 << 30);
         let rows: usize = big.session(&base).unwrap().sql(sql).await.unwrap().collect().await.unwrap().iter().map(|b| b.num_rows()).sum();
         assert_eq!(rows, 5);
+        // Every statement's memory is back in the server's pool once it is done.
+        assert_eq!(big.shared.reserved(), 0);
+        // A statement within its own limit still fails when the server's pool is short.
+        let crowded = Limits::new(Duration::from_secs(10), 1 << 30, 1 << 20);
+        let err = crowded.session(&base).unwrap().sql(sql).await.unwrap().collect().await.unwrap_err();
+        assert!(err.to_string().contains("memory_total"), "{err}");
     }
 }
