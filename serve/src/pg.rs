@@ -256,6 +256,18 @@ impl QueryService {
         }
     }
 
+    /// Runs `work` until `deadline`, bounds what it returns (its rows stop at the deadline too),
+    /// gives its errors SQLSTATE codes, and counts and logs it.
+    async fn limited<T>(&self, user: &str, what: &str, deadline: tokio::time::Instant, work: impl Future<Output = PgWireResult<T>>, bound: impl FnOnce(T) -> T) -> PgWireResult<T> {
+        let started = std::time::Instant::now();
+        let result = match tokio::time::timeout_at(deadline, work).await {
+            Ok(r) => r.map(bound).map_err(classify),
+            Err(_) => Err(self.timeout_error()),
+        };
+        self.finish(user, what, started, &result);
+        result
+    }
+
     fn finish<T>(&self, user: &str, what: &str, started: std::time::Instant, result: &PgWireResult<T>) {
         self.stats.queries.fetch_add(1, Ordering::Relaxed);
         self.stats.query_micros.fetch_add(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
@@ -304,16 +316,11 @@ impl SimpleQueryHandler for QueryService {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let started = std::time::Instant::now();
         let deadline = self.limits.deadline(datafusion_postgres_timeout(client));
         let user = client_user(client);
         let service = self.service()?;
-        let result = match tokio::time::timeout_at(deadline, SimpleQueryHandler::do_query(&service, client, query)).await {
-            Ok(r) => r.map(|responses| responses.into_iter().map(|r| self.bound(r, deadline)).collect()).map_err(classify),
-            Err(_) => Err(self.timeout_error()),
-        };
-        self.finish(&user, query, started, &result);
-        result
+        let work = SimpleQueryHandler::do_query(&service, client, query);
+        self.limited(&user, query, deadline, work, |responses| responses.into_iter().map(|r| self.bound(r, deadline)).collect()).await
     }
 }
 
@@ -333,16 +340,12 @@ impl ExtendedQueryHandler for QueryService {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let started = std::time::Instant::now();
         let deadline = self.limits.deadline(datafusion_postgres_timeout(client));
         let user = client_user(client);
         let service = self.service()?;
-        let result = match tokio::time::timeout_at(deadline, ExtendedQueryHandler::do_query(&service, client, portal, max_rows)).await {
-            Ok(r) => r.map(|response| self.bound(response, deadline)).map_err(classify),
-            Err(_) => Err(self.timeout_error()),
-        };
-        self.finish(&user, &portal.statement.statement.0, started, &result);
-        result
+        let what = portal.statement.statement.0.clone();
+        let work = ExtendedQueryHandler::do_query(&service, client, portal, max_rows);
+        self.limited(&user, &what, deadline, work, |response| self.bound(response, deadline)).await
     }
 }
 

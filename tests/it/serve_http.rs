@@ -3,8 +3,6 @@
 //! the Prometheus gauges, a real OpenAPI validator and schemathesis for the published contract.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -185,16 +183,7 @@ const PROTECTED: [&str; 10] = [
 
 /// One GET with `authorization` as the raw header value; (status, lower-cased head, body).
 fn get_with_authorization(port: u16, path: &str, authorization: Option<&str>) -> (u16, String, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n").unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (status, head.to_ascii_lowercase(), body.to_owned())
+    super::serving::http_request(port, path, authorization)
 }
 
 /// `/metrics` read with the right token and parsed by an independent parser.

@@ -146,19 +146,25 @@ impl Drop for Server {
 
 /// A minimal HTTP/1.1 GET (Connection: close), so tests do not need an HTTP client crate.
 pub fn http_get(port: u16, path: &str, token: Option<&str>) -> (u16, String, String) {
+    let (status, head, body) = http_request(port, path, token.map(|t| format!("Bearer {t}")).as_deref());
+    let content_type = head.lines().find_map(|l| l.strip_prefix("content-type:").map(|v| v.trim().to_owned())).unwrap_or_default();
+    (status, content_type, body)
+}
+
+/// A GET with `authorization` as the raw header value: (status, lower-cased head, body).
+pub fn http_request(port: u16, path: &str, authorization: Option<&str>) -> (u16, String, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
     write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n").unwrap();
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).unwrap();
     let text = String::from_utf8_lossy(&raw).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let content_type = head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("content-type:").map(|v| v.trim().to_owned())).unwrap_or_default();
-    let chunked = head.to_ascii_lowercase().contains("transfer-encoding: chunked");
-    let body = if chunked { dechunk(body) } else { body.to_owned() };
-    (status, content_type, body)
+    let head = head.to_ascii_lowercase();
+    let body = if head.contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_owned() };
+    (status, head, body)
 }
 
 fn dechunk(mut body: &str) -> String {
