@@ -156,14 +156,12 @@ impl Accounting {
 
     /// The month with the most GPU-hours (all states), the earliest on a tie.
     pub async fn busiest_month(&self) -> Result<Option<String>> {
-        let batches = self.query(crate::monthly::BUSIEST_SQL).await?;
-        Ok(strings(&batches, 0).into_iter().flatten().next())
+        crate::monthly::busiest_month(&self.ctx).await
     }
 
     /// Months that have GPU time, overheads or units, oldest first.
     pub async fn months(&self) -> Result<Vec<String>> {
-        let batches = self.query(crate::monthly::MONTHS_SQL).await?;
-        Ok(strings(&batches, 0).into_iter().flatten().collect())
+        crate::monthly::months(&self.ctx).await
     }
 }
 
@@ -374,8 +372,8 @@ pub(crate) fn strings(batches: &[RecordBatch], i: usize) -> Vec<Option<String>> 
     out
 }
 
-/// Rows of `batches` as maps from column name to JSON value (for building reports).
-pub(crate) fn rows(batches: &[RecordBatch]) -> Result<Vec<BTreeMap<String, serde_json::Value>>> {
+/// Rows of `batches` as maps from column name to JSON value (reports, the HTTP API).
+pub fn rows(batches: &[RecordBatch]) -> Result<Vec<BTreeMap<String, serde_json::Value>>> {
     let mut buf = Vec::new();
     {
         let mut w = arrow::json::ArrayWriter::new(&mut buf);

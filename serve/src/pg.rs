@@ -233,8 +233,7 @@ impl QueryService {
     }
 
     fn timeout_error(&self) -> PgWireError {
-        self.stats.queries_timed_out.fetch_add(1, Ordering::Relaxed);
-        PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), "57014".into(), format!("canceling statement: it ran longer than query_timeout ({})", gpuledger_schemas::units::format_duration(self.limits.timeout)))))
+        timed_out(&self.stats, self.limits.timeout)
     }
 
     /// Makes a response's rows stop at the deadline too.
@@ -243,11 +242,7 @@ impl QueryService {
             Response::Query(q) => {
                 let stats = self.stats.clone();
                 let timeout = self.limits.timeout;
-                let on_timeout = move || {
-                    stats.queries_timed_out.fetch_add(1, Ordering::Relaxed);
-                    PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), "57014".into(), format!("canceling statement: it ran longer than query_timeout ({})", gpuledger_schemas::units::format_duration(timeout)))))
-                };
-                let rows = Deadline::new(q.data_rows, deadline, on_timeout);
+                let rows = Deadline::new(q.data_rows, deadline, move || timed_out(&stats, timeout));
                 let mut bounded = QueryResponse::new(q.row_schema, rows);
                 bounded.set_command_tag(&q.command_tag);
                 Response::Query(bounded)
@@ -278,6 +273,12 @@ impl QueryService {
             log(&format!("sql: {user}: {e} (in: {shown})"));
         }
     }
+}
+
+/// The error of a statement stopped at `query_timeout` (PostgreSQL's query_canceled), counted.
+fn timed_out(stats: &Stats, timeout: Duration) -> PgWireError {
+    stats.queries_timed_out.fetch_add(1, Ordering::Relaxed);
+    PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), "57014".into(), format!("canceling statement: it ran longer than query_timeout ({})", gpuledger_schemas::units::format_duration(timeout)))))
 }
 
 /// Gives DataFusion's errors PostgreSQL's SQLSTATE codes, so clients tell a typo in a column

@@ -455,46 +455,9 @@ fn run_sql(env: &Env, sql: &str) -> Result<Csv, String> {
     parse_csv(&out)
 }
 
-/// RFC 4180 text: quoted fields may hold commas, quotes (doubled) and line breaks.
+/// psql's CSV as a [`Csv`]: the header, then rows as wide as it.
 fn parse_csv(text: &str) -> Result<Csv, String> {
-    let mut records: Vec<Vec<String>> = Vec::new();
-    let mut record: Vec<String> = Vec::new();
-    let mut field = String::new();
-    let mut chars = text.chars().peekable();
-    let mut quoted = false;
-    let mut any = false;
-    while let Some(c) = chars.next() {
-        any = true;
-        if quoted {
-            match c {
-                '"' if chars.peek() == Some(&'"') => {
-                    chars.next();
-                    field.push('"');
-                }
-                '"' => quoted = false,
-                _ => field.push(c),
-            }
-            continue;
-        }
-        match c {
-            '"' => quoted = true,
-            ',' => record.push(std::mem::take(&mut field)),
-            '\r' => {}
-            '\n' => {
-                record.push(std::mem::take(&mut field));
-                records.push(std::mem::take(&mut record));
-                any = false;
-            }
-            _ => field.push(c),
-        }
-    }
-    if quoted {
-        return Err("CSV ends inside a quoted field".into());
-    }
-    if any {
-        record.push(field);
-        records.push(record);
-    }
+    let records = super::serving::csv_records(text)?;
     let mut records = records.into_iter();
     let header = records.next().unwrap_or_default();
     let rows: Vec<Vec<String>> = records.collect();

@@ -17,31 +17,9 @@ use super::util::{query, run};
 fn start() -> (tempfile::TempDir, Server, &'static Path, PathBuf) {
     let (store, demo_config) = demo_store();
     let dir = tempfile::tempdir().unwrap();
-    // The example config the demo copies may carry its own [serve] section (fixed ports, other
-    // users); serve_config appends one, and TOML refuses a table defined twice, so drop it.
-    let base = dir.path().join("demo.toml");
-    std::fs::write(&base, without_serve_section(&std::fs::read_to_string(demo_config).unwrap())).unwrap();
-    let config = serve_config(dir.path(), &base, "");
+    let config = serve_config(dir.path(), demo_config, "");
     let server = Server::start(store, &config);
     (dir, server, store.as_path(), config)
-}
-
-/// `text` without its `[serve]` and `[[serve.users]]` tables (and their subtables).
-fn without_serve_section(text: &str) -> String {
-    let mut keep = true;
-    let mut out = String::new();
-    for line in text.lines() {
-        let t = line.trim_start();
-        if t.starts_with('[') {
-            let name = t.trim_start_matches('[').trim_start();
-            keep = !(name.starts_with("serve]") || name.starts_with("serve.") || name.starts_with("serve ]"));
-        }
-        if keep {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    out
 }
 
 /// A GET with the right token that must answer 200 with JSON.

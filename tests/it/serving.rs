@@ -45,7 +45,8 @@ fn without_serve_sections(base: &str) -> String {
     for line in base.lines() {
         let t = line.trim_start();
         if t.starts_with('[') {
-            keep = !(t.starts_with("[serve") || t.starts_with("[[serve"));
+            let name = t.trim_start_matches('[').trim_start();
+            keep = !(name.starts_with("serve]") || name.starts_with("serve.") || name.starts_with("serve ]"));
         }
         if keep {
             out.push_str(line);
@@ -180,34 +181,52 @@ fn dechunk(mut body: &str) -> String {
     out
 }
 
-/// RFC 4180 CSV as psql --csv writes it.
+/// RFC 4180 CSV as psql --csv writes it; panics on text that is not CSV.
 pub fn parse_csv(text: &str) -> Vec<Vec<String>> {
-    let mut rows = Vec::new();
-    let mut row = Vec::new();
+    csv_records(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// The records of RFC 4180 text: quoted fields may hold commas, quotes (doubled) and line breaks.
+pub fn csv_records(text: &str) -> Result<Vec<Vec<String>>, String> {
+    let mut records: Vec<Vec<String>> = Vec::new();
+    let mut record: Vec<String> = Vec::new();
     let mut field = String::new();
-    let mut quoted = false;
     let mut chars = text.chars().peekable();
+    let mut quoted = false;
+    let mut any = false;
     while let Some(c) = chars.next() {
-        match (c, quoted) {
-            ('"', true) if chars.peek() == Some(&'"') => {
-                field.push('"');
-                chars.next();
+        any = true;
+        if quoted {
+            match c {
+                '"' if chars.peek() == Some(&'"') => {
+                    chars.next();
+                    field.push('"');
+                }
+                '"' => quoted = false,
+                _ => field.push(c),
             }
-            ('"', _) => quoted = !quoted,
-            (',', false) => row.push(std::mem::take(&mut field)),
-            ('\n', false) => {
-                row.push(std::mem::take(&mut field));
-                rows.push(std::mem::take(&mut row));
+            continue;
+        }
+        match c {
+            '"' => quoted = true,
+            ',' => record.push(std::mem::take(&mut field)),
+            '\r' => {}
+            '\n' => {
+                record.push(std::mem::take(&mut field));
+                records.push(std::mem::take(&mut record));
+                any = false;
             }
-            ('\r', false) => {}
-            (c, _) => field.push(c),
+            _ => field.push(c),
         }
     }
-    if !field.is_empty() || !row.is_empty() {
-        row.push(field);
-        rows.push(row);
+    if quoted {
+        return Err("CSV ends inside a quoted field".into());
     }
-    rows
+    if any {
+        record.push(field);
+        records.push(record);
+    }
+    Ok(records)
 }
 
 /// Waits until `f` holds, up to `limit`.
