@@ -6,7 +6,6 @@
 //! query under the same time and memory limits as the SQL endpoint. Bad parameters are 400 with
 //! a JSON `{"error": ...}`; a month without data is 404; a query over its limits is 503/504.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -24,6 +23,7 @@ use datafusion::execution::context::SQLOptions;
 use datafusion::prelude::SessionContext;
 use datafusion::scalar::ScalarValue;
 use gpuledger_ledger::Ledger;
+use gpuledger_ledger::accounting::rows;
 use gpuledger_ledger::monthly::{stored_months, stored_report};
 use gpuledger_ledger::report::html;
 use gpuledger_ledger::report::text::{TextFormat, render};
@@ -155,9 +155,9 @@ impl Api {
         }
     }
 
-    /// Fails with 503 until a `gpuledger ledger` run has written the derived tables.
+    /// Fails with 503 until a `gpuledger ledger` run has written the derived tables (the
+    /// server's refresher registers them within `refresh_interval`).
     async fn need_ledger(&self) -> Result<(), ApiError> {
-        self.ledger.refresh().await?;
         if self.ctx().table_exist("chargeback_monthly").unwrap_or(false) {
             Ok(())
         } else {
@@ -284,7 +284,7 @@ async fn states(State(api): State<Arc<Api>>, Params(p): Params<StateParams>) -> 
          FROM gpu_state_hours {filter} GROUP BY 1, state ORDER BY 1, state"
     );
     let batches = api.run(&sql, params).await?;
-    let points: Vec<Value> = json_rows(&batches)?
+    let points: Vec<Value> = rows(&batches)?
         .into_iter()
         .map(|r| {
             let time = r.get("time").and_then(Value::as_str).map(|t| format!("{}Z", t.trim_end_matches('Z'))).unwrap_or_default();
@@ -312,7 +312,7 @@ async fn queue(State(api): State<Arc<Api>>, Params(p): Params<OptionalMonth>) ->
             ("SELECT * FROM queue_wait_monthly WHERE month = $1 ORDER BY team, cluster_queue".to_owned(), vec![ScalarValue::Utf8(Some(month))])
         }
     };
-    let rows = json_rows(&api.run(&sql, params).await?)?;
+    let rows = rows(&api.run(&sql, params).await?)?;
     Ok(axum::Json(json!({ "month": p.month, "queues": rows })).into_response())
 }
 
@@ -331,31 +331,18 @@ async fn failures(State(api): State<Arc<Api>>, Params(p): Params<FailureParams>)
     };
     let month = api.month(p.month.as_deref()).await?;
     let params = || vec![ScalarValue::Utf8(Some(month.clone()))];
-    let causes = json_rows(&api.run("SELECT * FROM failure_causes WHERE month = $1 ORDER BY cost DESC, gpu_hours DESC, cause", params()).await?)?;
-    let runs = json_rows(&api.run(&format!("SELECT * FROM run_failures WHERE to_char(ended_at, '%Y-%m') = $1 ORDER BY cost DESC LIMIT {limit}"), params()).await?)?;
+    let causes = rows(&api.run("SELECT * FROM failure_causes WHERE month = $1 ORDER BY cost DESC, gpu_hours DESC, cause", params()).await?)?;
+    let runs = rows(&api.run(&format!("SELECT * FROM run_failures WHERE to_char(ended_at, '%Y-%m') = $1 ORDER BY cost DESC LIMIT {limit}"), params()).await?)?;
     Ok(axum::Json(json!({ "month": month, "currency": api.currency, "causes": causes, "runs": runs })).into_response())
 }
 
 /// `GET /metrics`: the ledger as gauges, plus the server's counters.
 async fn prometheus(State(api): State<Arc<Api>>) -> Result<Response, ApiError> {
-    api.ledger.refresh().await?;
     let chargeback = if api.ctx().table_exist("chargeback_monthly").unwrap_or(false) { Some(api.run(metrics::CHARGEBACK_SQL, vec![]).await?) } else { None };
     let text = metrics::render(chargeback.as_deref(), &api.currency, &api.stats);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
 }
 
-/// Rows as JSON objects, column by column as arrow's JSON writer spells them.
-fn json_rows(batches: &[RecordBatch]) -> Result<Vec<BTreeMap<String, Value>>, ApiError> {
-    let mut buf = Vec::new();
-    let mut writer = arrow::json::ArrayWriter::new(&mut buf);
-    let refs: Vec<&RecordBatch> = batches.iter().collect();
-    writer.write_batches(&refs).map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    writer.finish().map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    if buf.is_empty() {
-        return Ok(Vec::new());
-    }
-    serde_json::from_slice(&buf).map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
-}
 
 #[cfg(test)]
 mod tests {

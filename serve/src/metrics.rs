@@ -7,8 +7,8 @@
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use arrow::array::{Array, AsArray};
-use arrow::datatypes::Float64Type;
+use arrow::array::{Array, AsArray, Float64Array};
+use arrow::datatypes::{DataType, Float64Type};
 use arrow::record_batch::RecordBatch;
 
 /// Counters of the SQL endpoint and the HTTP API.
@@ -42,6 +42,8 @@ const COMPONENTS: [&str; 8] = ["compute", "network", "storage", "support", "idle
 pub fn render(chargeback: Option<&[RecordBatch]>, currency: &str, stats: &Stats) -> String {
     let mut out = String::new();
     if let Some(batches) = chargeback {
+        let batches: Vec<Numbers<'_>> = batches.iter().map(Numbers::new).collect();
+        let batches = batches.as_slice();
         gauge_header(&mut out, "gpuledger_gpu_hours", "GPU-hours in the month by team and state (from the stored ledger).");
         each_row(batches, |row| {
             for (state, column) in STATES {
@@ -105,29 +107,47 @@ fn escape(v: &str) -> String {
     v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-struct Row<'a> {
+/// A batch with its numeric columns cast to f64 once, however many gauges read them.
+struct Numbers<'a> {
     batch: &'a RecordBatch,
+    columns: Vec<(String, Float64Array)>,
+}
+
+impl<'a> Numbers<'a> {
+    fn new(batch: &'a RecordBatch) -> Numbers<'a> {
+        let columns = batch
+            .schema()
+            .fields()
+            .iter()
+            .zip(batch.columns())
+            .filter(|(f, _)| f.data_type().is_numeric())
+            .filter_map(|(f, c)| arrow::compute::cast(c, &DataType::Float64).ok().map(|a| (f.name().clone(), a.as_primitive::<Float64Type>().clone())))
+            .collect();
+        Numbers { batch, columns }
+    }
+}
+
+struct Row<'a> {
+    numbers: &'a Numbers<'a>,
     i: usize,
 }
 
 impl Row<'_> {
     fn number(&self, column: &str) -> Option<f64> {
-        let col = self.batch.column_by_name(column)?;
-        let col = arrow::compute::cast(col, &arrow::datatypes::DataType::Float64).ok()?;
-        let col = col.as_primitive::<Float64Type>();
+        let (_, col) = self.numbers.columns.iter().find(|(name, _)| name == column)?;
         (!col.is_null(self.i)).then(|| col.value(self.i))
     }
 
     fn text(&self, column: &str) -> String {
-        let Some(col) = self.batch.column_by_name(column) else { return String::new() };
+        let Some(col) = self.numbers.batch.column_by_name(column) else { return String::new() };
         arrow::util::display::array_value_to_string(col, self.i).unwrap_or_default()
     }
 }
 
-fn each_row(batches: &[RecordBatch], mut f: impl FnMut(Row<'_>)) {
-    for batch in batches {
-        for i in 0..batch.num_rows() {
-            f(Row { batch, i });
+fn each_row(batches: &[Numbers<'_>], mut f: impl FnMut(Row<'_>)) {
+    for numbers in batches {
+        for i in 0..numbers.batch.num_rows() {
+            f(Row { numbers, i });
         }
     }
 }
