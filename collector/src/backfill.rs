@@ -33,7 +33,7 @@
 //! then reported and counted; the run goes on with the next chunk and leaves no marker for it.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, SecondsFormat};
@@ -43,6 +43,7 @@ use crate::diag::Diagnostics;
 use crate::ingest::Progress;
 use crate::sources::prometheus_api::{self, ApiStats};
 use crate::store::{Store, StoreOptions, StoreStats};
+use gpuledger_schemas::location::StoreLocation;
 use crate::tables::samples::SampleTables;
 
 /// The selector used when none is given: every DCGM exporter field.
@@ -69,7 +70,7 @@ pub struct BackfillOptions {
     pub chunk: Duration,
     /// PromQL series selector (or any expression returning a matrix).
     pub selector: String,
-    pub store: PathBuf,
+    pub store: StoreLocation,
     pub store_options: StoreOptions,
     /// Limit for one HTTP request, answer included.
     pub request_timeout: Duration,
@@ -80,7 +81,7 @@ pub struct BackfillOptions {
 impl BackfillOptions {
     /// Options with the defaults: step 30 s, chunk 1 h, [`DEFAULT_MATCH`], 60 s per request,
     /// three retries after 1, 2 and 4 seconds.
-    pub fn new(prometheus: impl Into<String>, from_ms: i64, to_ms: i64, store: impl Into<PathBuf>) -> Self {
+    pub fn new(prometheus: impl Into<String>, from_ms: i64, to_ms: i64, store: StoreLocation) -> Self {
         BackfillOptions {
             prometheus: prometheus.into(),
             from_ms,
@@ -88,7 +89,7 @@ impl BackfillOptions {
             step: Duration::from_secs(30),
             chunk: Duration::from_secs(3600),
             selector: DEFAULT_MATCH.to_string(),
-            store: store.into(),
+            store,
             store_options: StoreOptions::default(),
             request_timeout: Duration::from_secs(60),
             retry_delays: backoff(Duration::from_secs(1), 3),
@@ -129,13 +130,6 @@ pub enum BackfillError {
     /// Opening or writing the store failed.
     #[error(transparent)]
     Store(#[from] crate::Error),
-    /// Reading or writing a chunk marker failed.
-    #[error("{}: {source}", path.display())]
-    Marker {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
 }
 
 /// A run of grid instants, both ends included (unix milliseconds).
@@ -367,8 +361,8 @@ pub async fn backfill_reporting(opts: &BackfillOptions, progress: &dyn Progress,
     let endpoint = query_range_url(&opts.prometheus)?;
     let client = reqwest::Client::builder().user_agent(concat!("gpuledger/", env!("CARGO_PKG_VERSION"))).build().map_err(BackfillError::Client)?;
     let mut store = Store::open(&opts.store, opts.store_options.clone())?;
-    let marker_dir = store.root().join(MARKER_DIR).join(&plan.key);
-    let mut done = read_markers(&marker_dir)?;
+    let marker_dir = format!("{MARKER_DIR}/{}", plan.key);
+    let mut done = read_markers(&store, &marker_dir)?;
 
     let mut summary = BackfillSummary { key: plan.key.clone(), chunks: plan.chunks.len() as u64, ..BackfillSummary::default() };
     let n = summary.chunks;
@@ -386,7 +380,7 @@ pub async fn backfill_reporting(opts: &BackfillOptions, progress: &dyn Progress,
                 Ok(answer) => {
                     store.write_named(&format!("backfill-{}-{}", plan.key, range_name(piece)), answer.batches)?;
                     // The marker comes last: until it exists, a rerun asks for the chunk again.
-                    write_marker(&marker_dir, piece)?;
+                    write_marker(&store, &marker_dir, piece)?;
                     done.push(piece);
                     summary.series += answer.stats.series;
                     summary.max_series = summary.max_series.max(answer.stats.series);
@@ -517,38 +511,18 @@ fn describe(e: reqwest::Error, timeout: Duration) -> String {
     s
 }
 
-fn read_markers(dir: &Path) -> Result<Vec<TimeRange>, BackfillError> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => return Err(BackfillError::Marker { path: dir.to_path_buf(), source }),
-    };
-    let mut out = Vec::new();
-    for e in entries {
-        let e = e.map_err(|source| BackfillError::Marker { path: dir.to_path_buf(), source })?;
-        // Temporaries (`.<name>.tmp`) and anything else not named like a marker mean nothing.
-        if let Some(r) = parse_range_name(&e.file_name().to_string_lossy()) {
-            out.push(r);
-        }
-    }
+fn read_markers(store: &Store, dir: &str) -> Result<Vec<TimeRange>, BackfillError> {
+    // Temporaries (`.<name>.tmp`) and anything else not named like a marker mean nothing.
+    let mut out: Vec<TimeRange> = store.list_names(dir)?.iter().filter_map(|n| parse_range_name(n)).collect();
     out.sort();
     Ok(out)
 }
 
-/// Creates the empty marker of `range` atomically (a temporary name, then a rename). It is not
-/// fsynced: a marker lost in a power cut only makes a rerun ask for its chunk again, while the
-/// Parquet files it vouches for were synced before it was created.
-fn write_marker(dir: &Path, range: TimeRange) -> Result<(), BackfillError> {
-    let err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| BackfillError::Marker { path, source }
-    };
-    std::fs::create_dir_all(dir).map_err(err(dir))?;
-    let name = range_name(range);
-    let tmp = dir.join(format!(".{name}.tmp"));
-    std::fs::File::create(&tmp).map_err(err(&tmp))?;
-    let path = dir.join(&name);
-    std::fs::rename(&tmp, &path).map_err(err(&path))
+/// Creates the empty marker of `range` so that it appears whole. It is not fsynced: a marker
+/// lost in a power cut only makes a rerun ask for its chunk again, while the Parquet files it
+/// vouches for were synced before it was created.
+fn write_marker(store: &Store, dir: &str, range: TimeRange) -> Result<(), BackfillError> {
+    Ok(store.put_small(&format!("{dir}/{}", range_name(range)), b"")?)
 }
 
 #[cfg(test)]
@@ -606,7 +580,7 @@ mod tests {
         let e = plan_chunks(DAY + H, DAY, M, H).unwrap_err();
         assert_eq!(e.to_string(), "--to 2026-10-30T00:00:00Z is before --from 2026-10-30T01:00:00Z");
         assert!(matches!(plan_chunks(-1, DAY, M, H), Err(BackfillError::BeforeEpoch { .. })));
-        let mut o = BackfillOptions::new("http://p:9090", DAY, DAY + H, "/s");
+        let mut o = BackfillOptions::new("http://p:9090", DAY, DAY + H, StoreLocation::Local("/s".into()));
         o.step = Duration::from_micros(1500);
         assert!(matches!(plan(&o), Err(BackfillError::BadDuration { flag: "step", .. })));
     }
@@ -642,7 +616,7 @@ mod tests {
         assert_ne!(k, backfill_key(DEFAULT_MATCH, 30_000, 5_280));
         assert_ne!(k, backfill_key(r#"{__name__=~"DCGM_.*",cluster="b"}"#, 30_000, 0));
         // Same selector and step, other --from on the same grid: same key, so runs share markers.
-        let o = |from| BackfillOptions::new("http://p:9090", from, from + H, "/s");
+        let o = |from| BackfillOptions::new("http://p:9090", from, from + H, StoreLocation::Local("/s".into()));
         assert_eq!(plan(&o(DAY)).unwrap().key, plan(&o(DAY + 7 * H)).unwrap().key);
     }
 

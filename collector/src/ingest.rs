@@ -146,13 +146,13 @@ enum Message {
 /// Rows a worker gathers before handing a batch to the writer.
 const WORKER_BATCH_ROWS: usize = 256 * 1024;
 
-/// Reads every file under `paths` into the store at `store_root`.
-pub fn ingest(paths: &[PathBuf], store_root: &Path, options: &IngestOptions, progress: &dyn Progress) -> Result<IngestSummary> {
+/// Reads every file under `paths` into the store at `store`.
+pub fn ingest(paths: &[PathBuf], store: &gpuledger_schemas::location::StoreLocation, options: &IngestOptions, progress: &dyn Progress) -> Result<IngestSummary> {
     let started = Instant::now();
     let files = list_inputs(paths)?;
     let total_bytes: u64 = files.iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).sum();
     progress.start(files.len() as u64, total_bytes);
-    let mut store = Store::open(store_root, options.store.clone())?;
+    let mut store = Store::open(store, options.store.clone())?;
     let mut summary = IngestSummary::default();
     let next = AtomicUsize::new(0);
     let threads = options.threads.max(1).min(files.len().max(1));

@@ -8,7 +8,7 @@
 //! only rows of that day. The object steps run once before, the monthly steps once after.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use gpuledger_schemas::location::StoreLocation;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
@@ -73,7 +73,7 @@ pub type DayProgress<'a> = &'a mut dyn FnMut(usize, usize, &str);
 impl Accounting {
     /// Runs every step of the accounting over the store behind `ctx` (a session from
     /// [`crate::Ledger::accounting_session`]).
-    pub async fn run(ctx: SessionContext, store: &Path, config: &Config, options: &RunOptions, progress: DayProgress<'_>) -> Result<Accounting> {
+    pub async fn run(ctx: SessionContext, store: &StoreLocation, config: &Config, options: &RunOptions, progress: DayProgress<'_>) -> Result<Accounting> {
         crate::udf::register(&ctx);
         register_config(&ctx, config, options)?;
 
@@ -87,8 +87,8 @@ impl Accounting {
         let samples = ctx
             .deregister_table("gpu_samples")
             .map_err(|source| Error::Query { sql: "deregister gpu_samples".into(), source })?
-            .ok_or_else(|| Error::Store { path: store.to_path_buf(), reason: "table gpu_samples is not registered".into() })?;
-        let days = sample_days(store)?;
+            .ok_or_else(|| Error::Store { path: store.join("").into(), reason: "table gpu_samples is not registered".into() })?;
+        let days = sample_days(store).await?;
         let mut state_hours: Vec<RecordBatch> = Vec::new();
         let mut unobserved: Vec<RecordBatch> = Vec::new();
         let mut state_schema: Option<SchemaRef> = None;
@@ -332,22 +332,12 @@ impl Drop for Timer {
 }
 
 /// The `date=` partitions of `gpu_samples`, oldest first.
-fn sample_days(store: &Path) -> Result<Vec<String>> {
-    let dir = store.join("gpu_samples");
-    let mut days = Vec::new();
-    if !dir.is_dir() {
-        return Ok(days);
-    }
-    let entries = std::fs::read_dir(&dir).map_err(|e| Error::Store { path: dir.clone(), reason: e.to_string() })?;
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::Store { path: dir.clone(), reason: e.to_string() })?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if let Some(day) = name.strip_prefix("date=")
-            && NaiveDate::parse_from_str(day, "%Y-%m-%d").is_ok()
-        {
-            days.push(day.to_string());
-        }
-    }
+async fn sample_days(location: &StoreLocation) -> Result<Vec<String>> {
+    let mut days: Vec<String> = crate::store::list_names(location, "gpu_samples")
+        .await?
+        .into_iter()
+        .filter_map(|name| name.strip_prefix("date=").filter(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").is_ok()).map(str::to_string))
+        .collect();
     days.sort();
     Ok(days)
 }

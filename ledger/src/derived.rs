@@ -1,11 +1,10 @@
 //! The ledger's derived tables in the store: `<store>/ledger/<table>.parquet`.
 //!
 //! One file per table, so any Parquet reader finds them without gpuledger. A rerun replaces
-//! each file atomically: the new one is written under a hidden temporary name, fsynced and
-//! renamed over the old, so a reader sees the old table or the new one, never half of one.
+//! each file atomically (a synced temporary file renamed over the old, or one PUT in object
+//! storage), so a reader sees the old table or the new one, never half of one.
 
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
@@ -19,41 +18,36 @@ use parquet::file::properties::WriterProperties;
 
 use crate::accounting::DERIVED_TABLES;
 use crate::error::{Error, Result};
+use crate::store;
+use gpuledger_schemas::location::StoreLocation;
 
 /// The directory of derived tables inside a store.
 pub const DIR: &str = "ledger";
 
-pub fn path(store: &Path, table: &str) -> PathBuf {
-    store.join(DIR).join(format!("{table}.parquet"))
+/// The store path of a derived table.
+pub fn rel(table: &str) -> String {
+    format!("{DIR}/{table}.parquet")
 }
 
 /// Writes one derived table; returns the bytes written.
-pub fn write(store: &Path, table: &str, schema: SchemaRef, batches: &[RecordBatch]) -> Result<u64> {
-    let dir = store.join(DIR);
-    let io = |p: &Path, e: std::io::Error| Error::Store { path: p.to_path_buf(), reason: e.to_string() };
-    fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
-    let target = path(store, table);
-    crate::atomic::write_file(
-        &target,
-        |file| {
-            let props = WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::default())).build();
-            let parquet_err = |e: parquet::errors::ParquetError| Error::Store { path: target.clone(), reason: e.to_string() };
-            let mut writer = ArrowWriter::try_new(file, schema, Some(props)).map_err(parquet_err)?;
-            for b in batches {
-                writer.write(b).map_err(parquet_err)?;
-            }
-            writer.close().map_err(parquet_err)?;
-            Ok(())
-        },
-        io,
-    )?;
-    Ok(fs::metadata(&target).map_err(|e| io(&target, e))?.len())
+pub async fn write(location: &StoreLocation, table: &str, schema: SchemaRef, batches: &[RecordBatch]) -> Result<u64> {
+    let rel = rel(table);
+    let parquet_err = |e: parquet::errors::ParquetError| Error::Store { path: PathBuf::from(location.join(&rel)), reason: e.to_string() };
+    let props = WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::default())).build();
+    let mut writer = ArrowWriter::try_new(Vec::new(), schema, Some(props)).map_err(parquet_err)?;
+    for b in batches {
+        writer.write(b).map_err(parquet_err)?;
+    }
+    let bytes = writer.into_inner().map_err(parquet_err)?;
+    let len = bytes.len() as u64;
+    store::write_whole(location, &rel, bytes).await?;
+    Ok(len)
 }
 
 /// Registers the derived tables present in the store under their names.
-pub async fn register(ctx: &SessionContext, store: &Path) -> Result<()> {
+pub async fn register(ctx: &SessionContext, location: &StoreLocation) -> Result<()> {
     for (table, _) in DERIVED_TABLES {
-        register_one(ctx, store, table).await?;
+        register_one(ctx, location, table).await?;
     }
     Ok(())
 }
@@ -61,23 +55,23 @@ pub async fn register(ctx: &SessionContext, store: &Path) -> Result<()> {
 /// Registers the derived tables present in the store but not yet in `ctx` (written since it
 /// was opened); returns how many. A table already registered keeps reading its file, which a
 /// later `gpuledger ledger` run replaces in place.
-pub async fn register_missing(ctx: &SessionContext, store: &Path) -> Result<usize> {
+pub async fn register_missing(ctx: &SessionContext, location: &StoreLocation) -> Result<usize> {
     let mut n = 0;
     for (table, _) in DERIVED_TABLES {
-        if !ctx.table_exist(*table).unwrap_or(false) && register_one(ctx, store, table).await? {
+        if !ctx.table_exist(*table).unwrap_or(false) && register_one(ctx, location, table).await? {
             n += 1;
         }
     }
     Ok(n)
 }
 
-async fn register_one(ctx: &SessionContext, store: &Path, table: &'static str) -> Result<bool> {
-    let file = path(store, table);
-    if !file.is_file() {
+async fn register_one(ctx: &SessionContext, location: &StoreLocation, table: &'static str) -> Result<bool> {
+    let rel = rel(table);
+    if !store::has_file(location, &rel).await? {
         return Ok(false);
     }
     let err = |source| Error::Register { table, source };
-    let url = ListingTableUrl::parse(file.to_string_lossy().as_ref()).map_err(err)?;
+    let url = ListingTableUrl::parse(location.join(&rel)).map_err(err)?;
     let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
     let config = ListingTableConfig::new(url).with_listing_options(options).infer_schema(&ctx.state()).await.map_err(err)?;
     let listing = ListingTable::try_new(config).map_err(err)?;

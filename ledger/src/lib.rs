@@ -19,9 +19,9 @@ pub mod monthly;
 pub mod error;
 pub mod output;
 pub mod report;
+pub mod store;
 pub mod udf;
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema};
@@ -30,6 +30,7 @@ use datafusion::datasource::MemTable;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
 use datafusion::prelude::SessionContext;
+use gpuledger_schemas::location::StoreLocation;
 use gpuledger_schemas::{PARTITION_KEY, TABLES, Table};
 
 pub use error::{Error, Result};
@@ -37,37 +38,37 @@ pub use error::{Error, Result};
 /// A query session over one store.
 pub struct Ledger {
     ctx: SessionContext,
-    root: PathBuf,
+    location: StoreLocation,
 }
 
 impl Ledger {
-    /// Opens the store at `root` and registers every table (an empty one for a table never
-    /// written, so queries over it return no rows instead of failing).
-    pub async fn open(root: &Path) -> Result<Ledger> {
-        Self::open_in(SessionContext::new(), root).await
+    /// Opens the store at `location` and registers every table (an empty one for a table
+    /// never written, so queries over it return no rows instead of failing).
+    pub async fn open(location: &StoreLocation) -> Result<Ledger> {
+        Self::open_in(SessionContext::new(), location).await
     }
 
     /// Like [`Ledger::open`], in a session the caller configured (a server sets its memory pool
     /// and how long file listings are cached, so that new files show up).
-    pub async fn open_in(ctx: SessionContext, root: &Path) -> Result<Ledger> {
-        let ctx = Self::store_session(ctx, root).await?;
-        derived::register(&ctx, root).await?;
-        Ok(Ledger { ctx, root: root.to_path_buf() })
+    pub async fn open_in(ctx: SessionContext, location: &StoreLocation) -> Result<Ledger> {
+        let ctx = Self::store_session(ctx, location).await?;
+        derived::register(&ctx, location).await?;
+        Ok(Ledger { ctx, location: location.clone() })
     }
 
     /// A fresh session with the store's tables only (no derived tables, which the accounting
     /// itself defines as views) and the ledger's SQL functions.
-    pub async fn accounting_session(root: &Path) -> Result<SessionContext> {
-        Self::store_session(SessionContext::new(), root).await
+    pub async fn accounting_session(location: &StoreLocation) -> Result<SessionContext> {
+        Self::store_session(SessionContext::new(), location).await
     }
 
-    async fn store_session(ctx: SessionContext, root: &Path) -> Result<SessionContext> {
-        if !root.is_dir() {
-            return Err(Error::Store { path: root.to_path_buf(), reason: "no such directory (run `gpuledger ingest` first)".into() });
-        }
+    /// Registers the store's tables in `ctx` (and, for object storage, the store's client).
+    pub async fn store_session(ctx: SessionContext, location: &StoreLocation) -> Result<SessionContext> {
+        store::check(location).await?;
+        store::register_client(&ctx, location);
         udf::register(&ctx);
         for table in TABLES {
-            register(&ctx, root, table).await?;
+            register(&ctx, location, table).await?;
         }
         Ok(ctx)
     }
@@ -85,12 +86,12 @@ impl Ledger {
                 .await
                 .map(|p| p.is::<MemTable>())
                 .unwrap_or(true);
-            if is_empty_placeholder && self.root.join(table.name).is_dir() {
-                register(&self.ctx, &self.root, table).await?;
+            if is_empty_placeholder && store::has_dir(&self.location, table.name).await? {
+                register(&self.ctx, &self.location, table).await?;
                 registered += 1;
             }
         }
-        registered += derived::register_missing(&self.ctx, &self.root).await?;
+        registered += derived::register_missing(&self.ctx, &self.location).await?;
         Ok(registered)
     }
 
@@ -98,8 +99,8 @@ impl Ledger {
         &self.ctx
     }
 
-    pub fn root(&self) -> &Path {
-        &self.root
+    pub fn location(&self) -> &StoreLocation {
+        &self.location
     }
 
     /// Runs one SQL statement and collects its result.
@@ -115,12 +116,10 @@ pub(crate) fn first_line(sql: &str) -> String {
     if line.len() > 80 { format!("{}...", &line[..line.floor_char_boundary(80)]) } else { line.to_string() }
 }
 
-async fn register(ctx: &SessionContext, root: &Path, table: &'static Table) -> Result<()> {
-    let dir = root.join(table.name);
+async fn register(ctx: &SessionContext, location: &StoreLocation, table: &'static Table) -> Result<()> {
     let file_schema = table.arrow_schema();
-    let result = if dir.is_dir() {
-        let dir_str = format!("{}/", dir.display());
-        let url = ListingTableUrl::parse(&dir_str).map_err(|source| Error::Register { table: table.name, source })?;
+    let result = if store::has_dir(location, table.name).await? {
+        let url = ListingTableUrl::parse(location.join(&format!("{}/", table.name))).map_err(|source| Error::Register { table: table.name, source })?;
         let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
             .with_file_extension(".parquet")
             .with_table_partition_cols(vec![(PARTITION_KEY.to_string(), DataType::Utf8)]);

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 mod k8s;
+pub mod location;
 pub mod units;
 mod samples;
 

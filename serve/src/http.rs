@@ -161,7 +161,7 @@ impl Api {
         if self.ctx().table_exist("chargeback_monthly").unwrap_or(false) {
             Ok(())
         } else {
-            Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, format!("the store has no ledger yet: run `gpuledger ledger --store {}`", self.ledger.root().display())))
+            Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, format!("the store has no ledger yet: run `gpuledger ledger --store {}`", self.ledger.location())))
         }
     }
 

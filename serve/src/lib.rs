@@ -21,8 +21,9 @@ pub mod metrics;
 pub mod pg;
 mod pgcompat;
 
+use gpuledger_schemas::location::StoreLocation;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
@@ -52,7 +53,7 @@ pub enum ServeError {
 
 /// What `gpuledger serve` was asked to do.
 pub struct Options {
-    pub store: PathBuf,
+    pub store: StoreLocation,
     pub config: ServeConfig,
     /// From the ledger configuration: reports name it and its idle policy.
     pub currency: String,
@@ -137,7 +138,7 @@ pub async fn run(options: Options, ready: impl FnOnce(Bound), shutdown: impl Fut
 
 /// The shared session: the store's tables and derived tables (as `gpuledger query` sees them),
 /// `pg_catalog` for clients' catalog queries, and file listings cached for `refresh_interval`.
-async fn open_ledger(store: &Path, c: &ServeConfig) -> Result<Ledger, ServeError> {
+async fn open_ledger(store: &StoreLocation, c: &ServeConfig) -> Result<Ledger, ServeError> {
     let runtime = RuntimeEnvBuilder::new().with_object_list_cache_ttl(Some(c.refresh_interval)).build_arc().map_err(|e| ServeError::Session(e.to_string()))?;
     // information_schema backs psql's and Grafana's catalog queries.
     let session = SessionConfig::new().with_information_schema(true).with_default_catalog_and_schema("datafusion", "public");

@@ -1,8 +1,8 @@
 //! `gpuledger backfill`: DCGM history from a Prometheus server into the store, chunk by chunk,
 //! resumable, with a summary of what was asked, stored and given up.
 
+use gpuledger_schemas::location::StoreLocation;
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -72,9 +72,9 @@ pub struct Args {
     /// PromQL series selector of what to copy (exporter 1.x: '{__name__=~"DCGM_.*|dcgm_.*"}').
     #[arg(long = "match", value_name = "SELECTOR", default_value = DEFAULT_MATCH)]
     pub selector: String,
-    /// Store directory (created if missing).
-    #[arg(long, env = "GPULEDGER_STORE")]
-    pub store: PathBuf,
+    /// Store: a directory, or an object-store URL (s3://bucket/prefix, gs://..., az://...); created if missing.
+    #[arg(long, env = "GPULEDGER_STORE", value_parser = super::store_location)]
+    pub store: StoreLocation,
     /// Limit for one query, answer included.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration_arg)]
     pub timeout: Duration,
@@ -118,7 +118,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let on_failure = |f: &ChunkFailure| progress.message(&format!("gpuledger: {f}"));
     let summary = super::runtime()?
         .block_on(backfill::backfill_reporting(&options, &progress, &on_failure))
-        .with_context(|| format!("backfilling {} into {}", args.prometheus, args.store.display()))?;
+        .with_context(|| format!("backfilling {} into {}", args.prometheus, args.store))?;
     super::ingest::print_problems(&summary.diagnostics, args.verbose, "rejected samples");
     match args.format {
         SummaryFormat::Text => print!("{}", summary_text(&summary, &options)),

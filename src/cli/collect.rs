@@ -1,5 +1,6 @@
 //! `gpuledger collect`: the live collector (Kubernetes watches + DCGM scrapes -> WAL -> store).
 
+use gpuledger_schemas::location::StoreLocation;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -24,9 +25,9 @@ pub struct Args {
     /// Configuration file; its [collector] section is read (absent: every default).
     #[arg(long, env = "GPULEDGER_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Store directory (created if missing).
-    #[arg(long, env = "GPULEDGER_STORE")]
-    pub store: PathBuf,
+    /// Store: a directory, or an object-store URL (s3://bucket/prefix, gs://..., az://...); created if missing.
+    #[arg(long, env = "GPULEDGER_STORE", value_parser = super::store_location)]
+    pub store: StoreLocation,
     /// Overrides [collector] listen.
     #[arg(long)]
     pub listen: Option<std::net::SocketAddr>,
@@ -41,7 +42,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         cfg.listen = l;
     }
     let rt = super::runtime()?;
-    let summary = rt.block_on(live::run(cfg, &args.store, shutdown_signal())).with_context(|| format!("collecting into {}", args.store.display()))?;
+    let summary = rt.block_on(live::run(cfg, &args.store, shutdown_signal())).with_context(|| format!("collecting into {}", args.store))?;
     let rows: u64 = summary.writer.rows_written.values().sum();
     let per_table: Vec<String> = summary.writer.rows_written.iter().map(|(t, n)| format!("{t} {n}")).collect();
     live::log::info(format!("stopped after {:.1}s: {rows} rows written to the store ({})", summary.elapsed.as_secs_f64(), per_table.join(", ")));

@@ -2,6 +2,7 @@
 //! into a store, run the ledger, print the busiest month's chargeback and write the HTML and
 //! FOCUS reports.
 
+use gpuledger_schemas::location::StoreLocation;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -33,11 +34,11 @@ const DEMO_CONFIG: &str = include_str!("../../examples/gpuledger.toml");
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let capture = args.dir.join("capture");
-    let store = args.dir.join("store");
+    let store = StoreLocation::Local(args.dir.join("store"));
     eprintln!("gpuledger: simulating {} GPUs for {} days into {}", args.gpus, args.days, capture.display());
     let sim = simulate::Args { out: capture.clone(), gpus: args.gpus, days: args.days, seed: 42, scrape_interval: 60, start: "2026-10-30T00:00:00Z".parse()? };
     let s = simulate::simulate_with(&sim)?;
-    eprintln!("gpuledger: {} files, {} samples written; ingesting into {}", s.files, s.samples, store.display());
+    eprintln!("gpuledger: {} files, {} samples written; ingesting into {store}", s.files, s.samples);
     let ingest_args = ingest::Args {
         paths: vec![capture],
         store: store.clone(),
@@ -52,7 +53,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     print!("{}", ingest::summary_text(&summary));
     let config = args.dir.join("gpuledger.toml");
     report::write_atomically(&config, DEMO_CONFIG.as_bytes())?;
-    eprintln!("gpuledger: running the ledger over {} with {}", store.display(), config.display());
+    eprintln!("gpuledger: running the ledger over {store} with {}", config.display());
     // One accounting run serves both the derived tables and the report.
     let loaded = ledger::load_config(Some(&config))?;
     let started = std::time::Instant::now();
@@ -69,7 +70,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     println!("  {}  (open in a browser: charts, failure causes, queue waits)", html_path.display());
     println!("  {} and {}  (FinOps FOCUS 1.2, {} rows)", focus.csv.display(), focus.parquet.display(), focus.rows);
     println!("\nNext:");
-    let st = store.display();
+    let st = store.to_string();
     let cf = config.display();
     println!("  gpuledger report --store {st} --config {cf} --month {} --format csv", report.month);
     println!("  gpuledger ledger --store {st} --config {cf}      # derived tables into {st}/ledger/");

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use gpuledger_schemas::location::StoreLocation;
 use clap::ValueEnum;
 use gpuledger_collector::ingest::{self, IngestOptions, IngestSummary};
 use gpuledger_collector::Diagnostics;
@@ -33,9 +34,9 @@ pub struct Args {
     /// Files or directories to read (directories recursively; hidden entries are skipped).
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
-    /// Store directory (created if missing).
-    #[arg(long, env = "GPULEDGER_STORE")]
-    pub store: PathBuf,
+    /// Store: a directory, or an object-store URL (s3://bucket/prefix, gs://..., az://...); created if missing.
+    #[arg(long, env = "GPULEDGER_STORE", value_parser = super::store_location)]
+    pub store: StoreLocation,
     /// Exit with code 1 when any input was rejected.
     #[arg(long)]
     pub strict: bool,
@@ -76,7 +77,7 @@ pub fn ingest_with(args: &Args) -> anyhow::Result<IngestSummary> {
         options.threads = t.max(1);
     }
     let reporter = Reporter::new(args.progress);
-    ingest::ingest(&args.paths, &args.store, &options, &reporter).with_context(|| format!("ingesting into {}", args.store.display()))
+    ingest::ingest(&args.paths, &args.store, &options, &reporter).with_context(|| format!("ingesting into {}", args.store))
 }
 
 fn print_diagnostics(s: &IngestSummary, verbose: bool) {

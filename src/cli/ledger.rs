@@ -1,5 +1,6 @@
 //! `gpuledger ledger`: run the accounting in queries/ and write its derived tables to the store.
 
+use gpuledger_schemas::location::StoreLocation;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -19,9 +20,9 @@ use super::progress::ProgressMode;
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Example:\n  gpuledger ledger --store ./store --config gpuledger.toml\n  duckdb -c \"SELECT * FROM 'store/ledger/chargeback_monthly.parquet'\"")]
 pub struct Args {
-    /// Store directory (written by `gpuledger ingest`).
-    #[arg(long, env = "GPULEDGER_STORE")]
-    pub store: PathBuf,
+    /// Store: a directory, or an object-store URL (s3://bucket/prefix, gs://..., az://...), written by `gpuledger ingest`.
+    #[arg(long, env = "GPULEDGER_STORE", value_parser = super::store_location)]
+    pub store: StoreLocation,
     /// Configuration file (TOML: [accounting], [prices], [[overheads]], [units]); see
     /// examples/gpuledger.toml. Without one, every GPU-hour costs 2.0 USD and nothing else is set.
     #[arg(long, env = "GPULEDGER_CONFIG")]
@@ -42,14 +43,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Writes the derived tables of a finished run to the store and says what was written.
-pub async fn write_derived(accounting: &Accounting, store: &Path, started: Instant) -> anyhow::Result<()> {
+pub async fn write_derived(accounting: &Accounting, store: &StoreLocation, started: Instant) -> anyhow::Result<()> {
     let mut written = Vec::new();
     for (table, schema, batches) in accounting.derived_tables().await? {
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-        let bytes = gpuledger_ledger::derived::write(store, table, schema, &batches)?;
+        let bytes = gpuledger_ledger::derived::write(store, table, schema, &batches).await?;
         written.push((table, rows, bytes));
     }
-    println!("ledger: {} days of samples accounted in {:.1} s; tables written to {}:", accounting.days.len(), started.elapsed().as_secs_f64(), store.join("ledger").display());
+    println!("ledger: {} days of samples accounted in {:.1} s; tables written to {}:", accounting.days.len(), started.elapsed().as_secs_f64(), store.join("ledger/"));
     for (table, rows, bytes) in written {
         println!("  {table:<24} {rows:>9} rows {:>10.1} KiB", bytes as f64 / 1024.0);
     }
@@ -68,7 +69,7 @@ pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
 }
 
 /// Runs the accounting with progress lines on stderr.
-pub async fn run_accounting(store: &Path, config: &Config, options: &RunOptions, progress: ProgressMode) -> anyhow::Result<Accounting> {
+pub async fn run_accounting(store: &StoreLocation, config: &Config, options: &RunOptions, progress: ProgressMode) -> anyhow::Result<Accounting> {
     let ctx = Ledger::accounting_session(store).await?;
     let terminal = std::io::stderr().is_terminal();
     let show = match progress {
@@ -92,5 +93,5 @@ pub async fn run_accounting(store: &Path, config: &Config, options: &RunOptions,
             last_line = Instant::now();
         }
     };
-    Accounting::run(ctx, store, config, options, &mut report).await.with_context(|| format!("accounting over {}", store.display()))
+    Accounting::run(ctx, store, config, options, &mut report).await.with_context(|| format!("accounting over {store}"))
 }

@@ -79,6 +79,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 /// A tokio runtime for the async ledger calls.
+/// `--store`: a path, or an object-store URL; credentials come from the environment.
+pub(crate) fn store_location(text: &str) -> Result<gpuledger_schemas::location::StoreLocation, String> {
+    gpuledger_schemas::location::StoreLocation::parse(text).map_err(|e| e.to_string())
+}
+
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
 }

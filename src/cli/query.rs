@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use gpuledger_schemas::location::StoreLocation;
 use clap::ValueEnum;
 use gpuledger_ledger::Ledger;
 use gpuledger_ledger::output::{OutputFormat, format_batches};
@@ -21,9 +22,9 @@ enum Format {
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Example:\n  gpuledger query --store ./store \"SELECT date, count(*) FROM gpu_samples GROUP BY date ORDER BY date\"")]
 pub struct Args {
-    /// Store directory.
-    #[arg(long, env = "GPULEDGER_STORE")]
-    store: PathBuf,
+    /// Store: a directory, or an object-store URL (s3://bucket/prefix, gs://..., az://...).
+    #[arg(long, env = "GPULEDGER_STORE", value_parser = super::store_location)]
+    store: StoreLocation,
     /// The SQL statement (or use -f).
     sql: Option<String>,
     /// Read the SQL from this file.

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use gpuledger_schemas::location::StoreLocation;
 use clap::ValueEnum;
 use gpuledger_ledger::accounting::{Accounting, RunOptions};
 use gpuledger_ledger::config::{Config, IdlePolicy};
@@ -49,9 +50,9 @@ Examples:
   gpuledger report --store ./store --config gpuledger.toml --month 2026-10 --format html --out oct.html
   gpuledger report --store ./store --config gpuledger.toml --month 2026-10 --format focus --out focus-2026-10")]
 pub struct Args {
-    /// Store directory (written by `gpuledger ingest`).
-    #[arg(long, env = "GPULEDGER_STORE")]
-    pub store: PathBuf,
+    /// Store: a directory, or an object-store URL (s3://bucket/prefix, gs://..., az://...), written by `gpuledger ingest`.
+    #[arg(long, env = "GPULEDGER_STORE", value_parser = super::store_location)]
+    pub store: StoreLocation,
     /// Configuration file (prices, overheads, idle policy); see examples/gpuledger.toml.
     #[arg(long, env = "GPULEDGER_CONFIG")]
     pub config: Option<PathBuf>,
@@ -109,7 +110,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Runs the accounting and reads one month out of it (the busiest month when none is named).
-pub fn build(store: &Path, config: Option<&Path>, month: Option<&str>, idle_policy: Option<IdlePolicy>, progress: ProgressMode) -> anyhow::Result<Report> {
+pub fn build(store: &StoreLocation, config: Option<&Path>, month: Option<&str>, idle_policy: Option<IdlePolicy>, progress: ProgressMode) -> anyhow::Result<Report> {
     let config = load_config(config)?;
     let options = RunOptions { idle_policy };
     super::runtime()?.block_on(async {
@@ -119,18 +120,18 @@ pub fn build(store: &Path, config: Option<&Path>, month: Option<&str>, idle_poli
 }
 
 /// One month of a finished accounting run (the busiest month when none is named).
-pub async fn month_report(accounting: &Accounting, store: &Path, config: &Config, month: Option<&str>, idle_policy: Option<IdlePolicy>) -> anyhow::Result<Report> {
+pub async fn month_report(accounting: &Accounting, store: &StoreLocation, config: &Config, month: Option<&str>, idle_policy: Option<IdlePolicy>) -> anyhow::Result<Report> {
     let policy = idle_policy.unwrap_or(config.accounting.idle_policy);
     let months = accounting.months().await?;
     let month = match month {
         Some(m) => {
             if !months.iter().any(|x| x == m) {
                 let have = if months.is_empty() { "none".to_string() } else { months.join(", ") };
-                bail!("no data for month {m} in {} (months with data: {have})", store.display());
+                bail!("no data for month {m} in {store} (months with data: {have})");
             }
             m.to_string()
         }
-        None => accounting.busiest_month().await?.with_context(|| format!("no GPU samples, overheads or units in {}", store.display()))?,
+        None => accounting.busiest_month().await?.with_context(|| format!("no GPU samples, overheads or units in {store}"))?,
     };
     Ok(accounting.report(&month, &config.accounting.currency, policy.as_str()).await?)
 }

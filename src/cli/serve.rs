@@ -1,5 +1,6 @@
 //! `gpuledger serve`: the store and its ledger over the PostgreSQL wire protocol and HTTP.
 
+use gpuledger_schemas::location::StoreLocation;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -41,9 +42,9 @@ The [serve] section (see examples/gpuledger.toml):
   name = \"grafana\"
   password_env = \"GPULEDGER_GRAFANA_PASSWORD\"")]
 pub struct Args {
-    /// Store directory (run `gpuledger ledger` on it for the derived tables).
-    #[arg(long, env = "GPULEDGER_STORE")]
-    store: PathBuf,
+    /// Store: a directory, or an object-store URL (s3://bucket/prefix, gs://..., az://...); run `gpuledger ledger` on it for the derived tables.
+    #[arg(long, env = "GPULEDGER_STORE", value_parser = super::store_location)]
+    store: StoreLocation,
     /// Configuration file: its [serve] section, and [accounting] for the currency.
     #[arg(long, env = "GPULEDGER_CONFIG")]
     config: PathBuf,
@@ -64,8 +65,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(a) = args.http {
         config.http_listen = a;
     }
-    if !args.store.is_dir() {
-        anyhow::bail!("store {} does not exist (run `gpuledger ingest` or `gpuledger demo` first)", args.store.display());
+    if let Some(dir) = args.store.local()
+        && !dir.is_dir()
+    {
+        anyhow::bail!("store {} does not exist (run `gpuledger ingest` or `gpuledger demo` first)", dir.display());
     }
     let options = Options {
         store: args.store.clone(),
@@ -81,6 +84,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     super::runtime()?
         .block_on(gpuledger_serve::run(options, ready, super::collect::shutdown_signal()))
-        .with_context(|| format!("serving {}", args.store.display()))?;
+        .with_context(|| format!("serving {}", args.store))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -8,6 +8,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use gpuledger_schemas::location::StoreLocation;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -153,9 +154,15 @@ impl CollectorConfig {
         Ok(c)
     }
 
-    /// The WAL directory: `wal_dir` under the store unless absolute.
-    pub fn wal_path(&self, store: &Path) -> PathBuf {
-        if self.wal_dir.is_absolute() { self.wal_dir.clone() } else { store.join(&self.wal_dir) }
+    /// The WAL directory: `wal_dir` under the store unless absolute. A store in object
+    /// storage has no local directory, so there a relative `wal_dir` is taken from the
+    /// current directory.
+    pub fn wal_path(&self, store: &StoreLocation) -> PathBuf {
+        match store.local() {
+            _ if self.wal_dir.is_absolute() => self.wal_dir.clone(),
+            Some(root) => root.join(&self.wal_dir),
+            None => self.wal_dir.clone(),
+        }
     }
 
     /// Exporters are looked up through the API server only when both are enabled.
@@ -218,8 +225,11 @@ mod tests {
         assert_eq!(c.dcgm_port, 9401);
         assert_eq!(c.listen.port(), 9999);
         assert_eq!(c.flush_interval, Duration::from_secs(120));
-        assert_eq!(c.wal_path(Path::new("/store")), PathBuf::from("/var/wal"));
-        assert_eq!(CollectorConfig::default().wal_path(Path::new("/store")), PathBuf::from("/store/wal"));
+        let local = StoreLocation::Local(PathBuf::from("/store"));
+        assert_eq!(c.wal_path(&local), PathBuf::from("/var/wal"));
+        assert_eq!(CollectorConfig::default().wal_path(&local), PathBuf::from("/store/wal"));
+        let remote = StoreLocation::parse("memory://wal-test/p").unwrap();
+        assert_eq!(CollectorConfig::default().wal_path(&remote), PathBuf::from("wal"));
     }
 
     #[test]

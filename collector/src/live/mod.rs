@@ -22,7 +22,7 @@ pub mod writer;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::Path;
+use gpuledger_schemas::location::StoreLocation;
 use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
 use std::time::{Duration, Instant};
@@ -95,7 +95,7 @@ pub mod log {
 
 /// Collects into the store at `store_root` until `shutdown` resolves, then flushes everything
 /// received into the store and returns.
-pub async fn run(cfg: CollectorConfig, store_root: &Path, shutdown: impl std::future::Future<Output = ()>) -> Result<LiveSummary, LiveError> {
+pub async fn run(cfg: CollectorConfig, store: &StoreLocation, shutdown: impl std::future::Future<Output = ()>) -> Result<LiveSummary, LiveError> {
     let started = Instant::now();
     let metrics = Arc::new(Metrics::default());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -113,19 +113,19 @@ pub async fn run(cfg: CollectorConfig, store_root: &Path, shutdown: impl std::fu
     };
 
     // Open the store and replay what a crash left in the WAL, before anything new arrives.
-    let wal_dir = cfg.wal_path(store_root);
-    let root = store_root.to_path_buf();
+    let wal_dir = cfg.wal_path(store);
+    let location = store.clone();
     let m = Arc::clone(&metrics);
     let (flush_interval, flush_rows, kubernetes) = (cfg.flush_interval, cfg.flush_rows, cfg.kubernetes);
     let (writer, positions, mut heads) = tokio::task::spawn_blocking(move || -> Result<_, LiveError> {
-        let store = crate::store::Store::open(&root, crate::store::StoreOptions::default())?;
+        let store = crate::store::Store::open(&location, crate::store::StoreOptions::default())?;
+        let heads = if kubernetes { store.object_heads()? } else { Default::default() };
         let (writer, positions) = Writer::open(store, &wal_dir, m, flush_interval, flush_rows)?;
-        let heads = if kubernetes { crate::store::object_heads(&root)? } else { Default::default() };
         Ok((writer, positions, heads))
     })
     .await
     .map_err(|e| LiveError::Internal(e.to_string()))??;
-    log::info(format!("store {} open, WAL in {}", writer.store_root().display(), cfg.wal_path(store_root).display()));
+    log::info(format!("store {} open, WAL in {}", writer.store_root().display(), cfg.wal_path(store).display()));
 
     let (tx, rx) = mpsc::channel::<Msg>(1024);
     let (done_tx, mut done_rx) = oneshot::channel();

@@ -148,7 +148,7 @@ impl Writer {
         }
         flusher.flush_pending()?;
         let positions = flusher.saved.clone();
-        let store_root = flusher.store.root().to_path_buf();
+        let store_root = flusher.store.display("");
         let w = Writer { wal, flusher: Some(flusher), store_root, metrics, positions: positions.clone(), flush_interval, flush_rows: flush_rows as u64, last_flush: Instant::now(), rows_appended: BTreeMap::new() };
         Ok((w, positions))
     }

@@ -1,15 +1,14 @@
 //! Key hashes of stored rows: how the writer recognises a fact it already has.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch};
 use arrow::row::{RowConverter, SortField};
 use gpuledger_schemas::Table;
-use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use rustc_hash::FxHashSet;
 
+use super::ParquetSource;
 use crate::error::{Error, Result};
 
 /// 128-bit hashes of the keys of stored rows. At 128 bits an accidental collision (which would
@@ -24,33 +23,10 @@ impl KeySet {
         KeySet { hashes: FxHashSet::default() }
     }
 
-    /// Reads the key columns of every Parquet file under `dirs`.
-    pub fn load(table: &'static Table, dirs: &[PathBuf]) -> Result<KeySet> {
-        let mut set = KeySet { hashes: FxHashSet::default() };
-        for dir in dirs {
-            for file in parquet_files(dir)? {
-                set.load_file(table, &file)?;
-            }
-        }
-        Ok(set)
-    }
-
-    fn load_file(&mut self, table: &'static Table, path: &Path) -> Result<()> {
-        let pq = |source| Error::Parquet { path: path.to_path_buf(), source };
-        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-        let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(pq)?;
-        let file_schema = Arc::clone(builder.schema());
-        let mut roots = Vec::new();
-        for k in table.key {
-            let i = file_schema.index_of(k).map_err(|_| Error::Store {
-                path: path.to_path_buf(),
-                reason: format!("file lacks key column {k} of table {}", table.name),
-            })?;
-            roots.push(i);
-        }
-        let mask = ProjectionMask::roots(builder.parquet_schema(), roots.iter().copied());
-        let reader = builder.with_projection(mask).build().map_err(pq)?;
-        for batch in reader {
+    /// Adds the keys of the rows of one stored file.
+    pub(crate) fn load(&mut self, table: &'static Table, source: ParquetSource) -> Result<()> {
+        let name = source.name.clone();
+        for batch in source.read_columns(table.key)? {
             let batch = batch.map_err(|source| Error::Arrow { table: table.name, source })?;
             // The projection keeps file order; pick the key columns in key order.
             let cols: Vec<ArrayRef> = table
@@ -58,7 +34,7 @@ impl KeySet {
                 .iter()
                 .map(|k| batch.column_by_name(k).cloned())
                 .collect::<Option<_>>()
-                .ok_or_else(|| Error::Store { path: path.to_path_buf(), reason: "key column missing after projection".into() })?;
+                .ok_or_else(|| Error::Store { path: name.clone(), reason: "key column missing after projection".into() })?;
             for h in hash_rows(table, &cols)? {
                 self.hashes.insert(h);
             }
@@ -85,9 +61,4 @@ fn hash_rows(table: &'static Table, cols: &[ArrayRef]) -> Result<Vec<u128>> {
     let conv = RowConverter::new(fields).map_err(|source| Error::Arrow { table: table.name, source })?;
     let rows = conv.convert_columns(cols).map_err(|source| Error::Arrow { table: table.name, source })?;
     Ok(rows.iter().map(|r| xxhash_rust::xxh3::xxh3_128(r.as_ref())).collect())
-}
-
-/// Visible `.parquet` files of a directory, sorted (missing directory: none).
-pub fn parquet_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    super::entries_named(dir, |name| !name.starts_with('.') && name.ends_with(".parquet"))
 }

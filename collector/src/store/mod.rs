@@ -12,26 +12,35 @@
 //!   partitions a run touches are loaded from the files already there, so re-ingesting the same
 //!   input, or rerunning an ingest a crash interrupted, writes nothing twice and loses nothing.
 //! - **One writer.** An exclusive lock on `<root>/.lock` keeps two writers apart.
+//!
+//! A store in object storage (`s3://bucket/prefix`, see `gpuledger_schemas::location`) has the
+//! same layout and the first two guarantees: an object appears whole when its PUT (or
+//! multipart upload) completes, so there is no temporary name. Object stores have no locks:
+//! keeping to one writer per prefix is the operator's part there (README, "Object storage").
 
 mod heads;
 mod keys;
 mod parquet_file;
+mod remote;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
 use arrow::compute::{concat_batches, take_record_batch};
 use arrow::datatypes::TimestampMillisecondType;
 use chrono::{DateTime, NaiveDate};
+use gpuledger_schemas::location::StoreLocation;
 use gpuledger_schemas::{DedupScope, PARTITION_KEY, Table};
 
 use crate::error::{Error, Result};
 use crate::tables::TableBatch;
 use keys::KeySet;
+use remote::Remote;
 
-pub use heads::{ObjectHead, object_heads};
+pub use heads::ObjectHead;
 pub use parquet_file::write_properties;
 
 /// Name of the marker file that says a directory is a gpuledger store.
@@ -67,8 +76,8 @@ pub struct StoreStats {
 
 /// An open store, writable by this process only.
 pub struct Store {
-    root: PathBuf,
-    _lock: File,
+    location: StoreLocation,
+    backing: Backing,
     options: StoreOptions,
     run_id: String,
     file_seq: u64,
@@ -78,9 +87,40 @@ pub struct Store {
     pub stats: StoreStats,
 }
 
+/// Where the files go.
+enum Backing {
+    /// A directory, locked against a second writer.
+    Local { root: PathBuf, _lock: File },
+    Remote(Remote),
+}
+
 impl Store {
-    /// Opens (creating if needed) the store at `root` for writing.
-    pub fn open(root: &Path, options: StoreOptions) -> Result<Store> {
+    /// Opens (creating if needed) the store at `location` for writing.
+    pub fn open(location: &StoreLocation, options: StoreOptions) -> Result<Store> {
+        let backing = match location {
+            StoreLocation::Local(root) => Self::open_local(root)?,
+            StoreLocation::Remote(r) => Self::open_remote(Remote::new(r.clone())?)?,
+        };
+        let now = chrono::Utc::now();
+        let run_id = format!("{}-{}", now.format("%Y%m%dT%H%M%S%6f"), std::process::id());
+        Ok(Store { location: location.clone(), backing, options, run_id, file_seq: 0, buffers: HashMap::new(), keys: HashMap::new(), stats: StoreStats::default() })
+    }
+
+    /// A prefix that holds objects but no marker is someone else's: refused, as for a directory.
+    fn open_remote(remote: Remote) -> Result<Backing> {
+        if !remote.exists(MARKER)? {
+            if !remote.is_empty()? {
+                return Err(Error::Store {
+                    path: remote.name(""),
+                    reason: format!("holds objects but no {MARKER} marker: not a gpuledger store, refusing to write into it"),
+                });
+            }
+            remote.put(MARKER, format!("{{\"schema_version\":{}}}\n", gpuledger_schemas::SCHEMA_VERSION).into_bytes())?;
+        }
+        Ok(Backing::Remote(remote))
+    }
+
+    fn open_local(root: &Path) -> Result<Backing> {
         if root.exists() {
             let is_store = root.join(MARKER).exists();
             let empty = fs::read_dir(root).map_err(|e| Error::io(root, e))?.next().is_none();
@@ -107,13 +147,50 @@ impl Store {
             Err(fs::TryLockError::Error(e)) => return Err(Error::io(&lock_path, e)),
         }
         parquet_file::remove_stale_temporaries(root)?;
-        let now = chrono::Utc::now();
-        let run_id = format!("{}-{}", now.format("%Y%m%dT%H%M%S%6f"), std::process::id());
-        Ok(Store { root: root.to_path_buf(), _lock: lock, options, run_id, file_seq: 0, buffers: HashMap::new(), keys: HashMap::new(), stats: StoreStats::default() })
+        Ok(Backing::Local { root: root.to_path_buf(), _lock: lock })
     }
 
-    pub fn root(&self) -> &Path {
-        &self.root
+    pub fn location(&self) -> &StoreLocation {
+        &self.location
+    }
+
+    /// Names (not paths) of the entries directly under `rel_dir`, a `/`-separated directory
+    /// inside the store, sorted; none if it does not exist.
+    pub fn list_names(&self, rel_dir: &str) -> Result<Vec<String>> {
+        match &self.backing {
+            Backing::Local { root, .. } => {
+                let paths = entries_named(&root.join(rel_dir), |_| true)?;
+                Ok(paths.iter().filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())).collect())
+            }
+            Backing::Remote(r) => {
+                let (mut dirs, files) = r.list(rel_dir)?;
+                dirs.extend(files);
+                dirs.sort();
+                Ok(dirs)
+            }
+        }
+    }
+
+    /// Writes a small file (a marker, a note) at `rel` so that it appears whole. Not fsynced:
+    /// callers use it for what a rerun can recreate.
+    pub fn put_small(&self, rel: &str, bytes: &[u8]) -> Result<()> {
+        match &self.backing {
+            Backing::Local { root, .. } => {
+                let path = root.join(rel);
+                let dir = path.parent().unwrap_or(root);
+                fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+                let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                let tmp = dir.join(format!(".{name}.tmp"));
+                fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
+                fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))
+            }
+            Backing::Remote(r) => r.put(rel, bytes.to_vec()),
+        }
+    }
+
+    /// The name of `rel` in messages: a path, or a URL.
+    pub fn display(&self, rel: &str) -> PathBuf {
+        PathBuf::from(self.location.join(rel))
     }
 
     /// Buffers a batch; writes the table out when enough rows are buffered.
@@ -184,21 +261,21 @@ impl Store {
     fn write_partitions(&mut self, table: &'static Table, all: &RecordBatch, named: Option<&str>) -> Result<()> {
         for (day, indices) in partition_rows(table, all)? {
             let date = day_to_date(day);
-            let dir = partition_dir(&self.root, table.name, &date);
-            let file = match named {
-                Some(name) => dir.join(format!("part-{name}.parquet")),
+            let file_name = match named {
+                Some(name) => format!("part-{name}.parquet"),
                 None => {
                     self.file_seq += 1;
-                    dir.join(format!("part-{}-{:05}.parquet", self.run_id, self.file_seq))
+                    format!("part-{}-{:05}.parquet", self.run_id, self.file_seq)
                 }
             };
+            let rel = format!("{}/{file_name}", partition_rel(table.name, &date));
             // One day in the batch (the live collector's case): no copy.
             let part = if indices.len() == all.num_rows() {
                 all.clone()
             } else {
                 take_record_batch(all, &UInt32Array::from(indices)).map_err(|source| Error::Arrow { table: table.name, source })?
             };
-            if named.is_some() && file.exists() {
+            if named.is_some() && self.exists(&rel)? {
                 *self.stats.duplicates.entry(table.name).or_default() += part.num_rows() as u64;
                 continue;
             }
@@ -226,7 +303,15 @@ impl Store {
                 part
             };
             let sorted = sort_batch(table, &part)?;
-            let bytes = parquet_file::write_atomically(table, &file, &sorted)?;
+            let bytes = match &self.backing {
+                Backing::Local { root, .. } => parquet_file::write_atomically(table, &root.join(&rel), &sorted)?,
+                Backing::Remote(r) => {
+                    let encoded = parquet_file::encode(table, &sorted).map_err(|source| Error::Parquet { path: r.name(&rel), source })?;
+                    let len = encoded.len() as u64;
+                    r.put(&rel, encoded)?;
+                    len
+                }
+            };
             self.stats.files_written += 1;
             self.stats.bytes_written += bytes;
             *self.stats.rows_written.entry(table.name).or_default() += kept as u64;
@@ -234,35 +319,110 @@ impl Store {
         Ok(())
     }
 
-    /// The key hashes of a partition (or a whole table), loaded from disk on first use.
+    fn exists(&self, rel: &str) -> Result<bool> {
+        match &self.backing {
+            Backing::Local { root, .. } => Ok(root.join(rel).exists()),
+            Backing::Remote(r) => r.exists(rel),
+        }
+    }
+
+    /// The key hashes of a partition (or a whole table), loaded from the store on first use.
     fn keyset(&mut self, table: &'static Table, scope: Option<String>) -> Result<&mut KeySet> {
         let k = (table.name, scope);
         if !self.keys.contains_key(&k) {
             let dirs = match &k.1 {
-                Some(date) => vec![partition_dir(&self.root, table.name, date)],
-                None => partition_dirs(&self.root, table.name)?,
+                Some(date) => vec![partition_rel(table.name, date)],
+                None => self.partition_rels(table.name)?,
             };
-            let set = KeySet::load(table, &dirs)?;
+            let mut set = KeySet::empty();
+            for file in self.parquet_files(&dirs)? {
+                self.read_parquet(&file, |reader| set.load(table, reader))?;
+            }
             self.keys.insert(k.clone(), set);
         }
-        self.keys.get_mut(&k).ok_or_else(|| Error::Store { path: self.root.clone(), reason: "key set vanished (bug)".into() })
+        let path = self.display("");
+        self.keys.get_mut(&k).ok_or_else(|| Error::Store { path, reason: "key set vanished (bug)".into() })
+    }
+
+    /// `<table>/date=…` of every day partition of a table.
+    fn partition_rels(&self, table: &str) -> Result<Vec<String>> {
+        let prefix = format!("{PARTITION_KEY}=");
+        Ok(self.list_names(table)?.into_iter().filter(|n| n.starts_with(&prefix)).map(|n| format!("{table}/{n}")).collect())
+    }
+
+    /// Visible `.parquet` files under the partitions `dirs`, as store paths.
+    fn parquet_files(&self, dirs: &[String]) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for dir in dirs {
+            for name in self.list_names(dir)? {
+                if !name.starts_with('.') && name.ends_with(".parquet") {
+                    out.push(format!("{dir}/{name}"));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Opens one stored Parquet file and hands a reader builder to `f`.
+    fn read_parquet<T>(&self, rel: &str, f: impl FnOnce(ParquetSource) -> Result<T>) -> Result<T> {
+        match &self.backing {
+            Backing::Local { root, .. } => {
+                let path = root.join(rel);
+                let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
+                f(ParquetSource { name: path, file: SourceData::File(file) })
+            }
+            Backing::Remote(r) => f(ParquetSource { name: r.name(rel), file: SourceData::Bytes(r.get(rel)?) }),
+        }
+    }
+
+    /// The last stored version of every Kubernetes object (see [`heads`]).
+    pub fn object_heads(&self) -> Result<HashMap<String, HashMap<String, ObjectHead>>> {
+        let dirs = self.partition_rels(gpuledger_schemas::K8S_OBJECTS.name)?;
+        let mut heads = HashMap::new();
+        for file in self.parquet_files(&dirs)? {
+            self.read_parquet(&file, |source| heads::read_heads(source, &mut heads))?;
+        }
+        Ok(heads)
     }
 }
 
-/// `<root>/<table>`.
-pub fn table_dir(root: &Path, table: &str) -> PathBuf {
-    root.join(table)
+/// A stored Parquet file being read: a local file, or an object fetched whole.
+pub(crate) struct ParquetSource {
+    pub name: PathBuf,
+    pub file: SourceData,
 }
 
-/// `<root>/<table>/date=YYYY-MM-DD`.
-pub fn partition_dir(root: &Path, table: &str, date: &str) -> PathBuf {
-    table_dir(root, table).join(format!("{PARTITION_KEY}={date}"))
+pub(crate) enum SourceData {
+    File(File),
+    Bytes(bytes::Bytes),
 }
 
-/// Every `date=` directory of a table (none when the table has never been written).
-pub fn partition_dirs(root: &Path, table: &str) -> Result<Vec<PathBuf>> {
-    let prefix = format!("{PARTITION_KEY}=");
-    entries_named(&table_dir(root, table), |name| name.starts_with(&prefix))
+impl ParquetSource {
+    /// A reader of the columns `columns` (all must exist) of the file.
+    pub(crate) fn read_columns(self, columns: &[&str]) -> Result<parquet::arrow::arrow_reader::ParquetRecordBatchReader> {
+        fn build<R: parquet::file::reader::ChunkReader + 'static>(name: &Path, r: R, columns: &[&str]) -> Result<parquet::arrow::arrow_reader::ParquetRecordBatchReader> {
+            use parquet::arrow::ProjectionMask;
+            use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+            let pq = |source| Error::Parquet { path: name.to_path_buf(), source };
+            let builder = ParquetRecordBatchReaderBuilder::try_new(r).map_err(pq)?;
+            let schema = Arc::clone(builder.schema());
+            let mut roots = Vec::new();
+            for c in columns {
+                roots.push(schema.index_of(c).map_err(|_| Error::Store { path: name.to_path_buf(), reason: format!("file lacks column {c}") })?);
+            }
+            let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+            builder.with_projection(mask).build().map_err(pq)
+        }
+        match self.file {
+            SourceData::File(f) => build(&self.name, f, columns),
+            SourceData::Bytes(b) => build(&self.name, b, columns),
+        }
+    }
+}
+
+/// `<table>/date=YYYY-MM-DD`, the store path of a day partition.
+pub fn partition_rel(table: &str, date: &str) -> String {
+    format!("{table}/{PARTITION_KEY}={date}")
 }
 
 /// Entries of `dir` whose names pass `keep`, sorted; a missing directory has none.
@@ -412,7 +572,7 @@ mod tests {
     fn refuses_a_directory_that_is_not_a_store() {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("notes.txt"), "mine").unwrap();
-        let err = Store::open(dir.path(), StoreOptions::default()).err().unwrap();
+        let err = Store::open(&StoreLocation::Local(dir.path().to_path_buf()), StoreOptions::default()).err().unwrap();
         assert!(err.to_string().contains("not a gpuledger store"), "{err}");
     }
 
@@ -439,7 +599,7 @@ mod tests {
     fn buffers_are_flushed_by_bytes_as_well_as_rows() {
         let write = |flush_bytes: usize| {
             let dir = tempfile::tempdir().unwrap();
-            let mut store = Store::open(dir.path(), StoreOptions { flush_rows: usize::MAX, flush_bytes }).unwrap();
+            let mut store = Store::open(&StoreLocation::Local(dir.path().to_path_buf()), StoreOptions { flush_rows: usize::MAX, flush_bytes }).unwrap();
             for k in 0..3 {
                 store.append((&gpuledger_schemas::GPU_SAMPLES, samples(200, k * 1000))).unwrap();
             }
@@ -454,10 +614,37 @@ mod tests {
     }
 
     #[test]
+    fn an_object_store_keeps_the_layout_and_skips_what_it_has() {
+        let location = StoreLocation::parse("memory://store-unit-test/fleet/a").unwrap();
+        let write = || {
+            let mut store = Store::open(&location, StoreOptions::default()).unwrap();
+            store.append((&gpuledger_schemas::GPU_SAMPLES, samples(50, 0))).unwrap();
+            store.finish().unwrap()
+        };
+        let first = write();
+        assert_eq!((first.files_written, first.rows_written.values().sum::<u64>()), (1, 50));
+        // The second run loads the stored keys from the objects and writes nothing.
+        let second = write();
+        assert_eq!((second.files_written, second.duplicates.values().sum::<u64>()), (0, 50));
+        let store = Store::open(&location, StoreOptions::default()).unwrap();
+        let days = store.list_names("gpu_samples").unwrap();
+        assert_eq!(days, vec!["date=2026-09-21".to_string()]);
+        let files = store.list_names(&format!("gpu_samples/{}", days[0])).unwrap();
+        assert!(files.len() == 1 && files[0].starts_with("part-") && files[0].ends_with(".parquet"), "{files:?}");
+        assert_eq!(store.list_names("").unwrap(), vec![MARKER.to_string(), "gpu_samples".to_string()]);
+
+        // A prefix holding someone else's objects is not written into.
+        let StoreLocation::Remote(r) = StoreLocation::parse("memory://store-unit-test/other").unwrap() else { panic!("remote") };
+        futures::executor::block_on(r.put("notes.txt", b"mine".to_vec())).unwrap();
+        let err = Store::open(&StoreLocation::Remote(r), StoreOptions::default()).err().unwrap();
+        assert!(err.to_string().contains("not a gpuledger store"), "{err}");
+    }
+
+    #[test]
     fn a_second_writer_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let _first = Store::open(dir.path(), StoreOptions::default()).unwrap();
-        let err = Store::open(dir.path(), StoreOptions::default()).err().unwrap();
+        let _first = Store::open(&StoreLocation::Local(dir.path().to_path_buf()), StoreOptions::default()).unwrap();
+        let err = Store::open(&StoreLocation::Local(dir.path().to_path_buf()), StoreOptions::default()).err().unwrap();
         assert!(err.to_string().contains("another gpuledger process"), "{err}");
     }
 }

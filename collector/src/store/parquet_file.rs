@@ -33,6 +33,13 @@ pub fn write_properties(table: &Table) -> WriterProperties {
     b.build()
 }
 
+/// `batch` as the bytes of one Parquet file (for object storage, where the PUT is atomic).
+pub fn encode(table: &Table, batch: &RecordBatch) -> std::result::Result<Vec<u8>, parquet::errors::ParquetError> {
+    let mut w = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(write_properties(table)))?;
+    w.write(batch)?;
+    w.into_inner()
+}
+
 /// Writes `batch` to `path` through a temporary file, fsyncs it and renames it into place.
 /// Returns the file's size.
 pub fn write_atomically(table: &Table, path: &Path, batch: &RecordBatch) -> Result<u64> {
