@@ -16,6 +16,8 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use chrono::NaiveDate;
 use datafusion::catalog::TableProvider;
 use datafusion::datasource::MemTable;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
 use datafusion::prelude::{SessionContext, col, lit};
 
 use crate::config::{Config, IdlePolicy};
@@ -57,6 +59,22 @@ pub const DERIVED_TABLES: &[(&str, &str)] = &[
 pub struct RunOptions {
     /// Overrides the configuration's idle policy (`report --idle-policy`).
     pub idle_policy: Option<IdlePolicy>,
+    /// Where the tables the run computes once and reads many times are kept.
+    pub intermediates: Intermediates,
+}
+
+/// Where a run keeps its intermediate tables (the configuration, the object steps' results,
+/// the per-day results).
+#[derive(Debug, Clone, Default)]
+pub enum Intermediates {
+    /// In this process's memory. The sample steps then run one day at a time, so memory is
+    /// bounded by a day of samples.
+    #[default]
+    Memory,
+    /// As Parquet files in a scratch directory of the store, readable by every process of a
+    /// cluster (Ballista's executors do not share the client's memory). The sample steps run
+    /// once over every day: the cluster, not one process, holds the data.
+    Store(StoreLocation),
 }
 
 /// A finished accounting run: a session in which every step's view (and the derived tables)
@@ -65,6 +83,15 @@ pub struct Accounting {
     ctx: SessionContext,
     /// Day partitions of `gpu_samples` that were processed.
     pub days: Vec<String>,
+    /// The scratch directory of [`Intermediates::Store`], removed by [`Accounting::clean_up`].
+    scratch: Option<Scratch>,
+}
+
+/// Intermediate tables as Parquet under `<store>/ledger/.work-<run>/`.
+#[derive(Debug, Clone)]
+struct Scratch {
+    location: StoreLocation,
+    dir: String,
 }
 
 /// Progress of the per-day steps: (days done, days in all, the day just done).
@@ -75,12 +102,54 @@ impl Accounting {
     /// [`crate::Ledger::accounting_session`]).
     pub async fn run(ctx: SessionContext, store: &StoreLocation, config: &Config, options: &RunOptions, progress: DayProgress<'_>) -> Result<Accounting> {
         crate::udf::register(&ctx);
-        register_config(&ctx, config, options)?;
+        let scratch = match &options.intermediates {
+            Intermediates::Memory => None,
+            Intermediates::Store(location) => {
+                let run = format!("{}-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S%6f"), std::process::id());
+                Some(Scratch { location: location.clone(), dir: format!("{}/.work-{run}", crate::derived::DIR) })
+            }
+        };
+        let result = Self::run_steps(ctx, store, config, options, progress, scratch.as_ref()).await;
+        if let (Err(_), Some(s)) = (&result, &scratch) {
+            // Best effort: the run's own error is the one to report.
+            let _ = crate::store::remove_dir(&s.location, &s.dir).await;
+        }
+        result
+    }
+
+    async fn run_steps(ctx: SessionContext, store: &StoreLocation, config: &Config, options: &RunOptions, progress: DayProgress<'_>, scratch: Option<&Scratch>) -> Result<Accounting> {
+        register_config(&ctx, config, options, scratch).await?;
+        if let Some(s) = scratch {
+            // The store's never-written tables are empty in-memory tables: files, for the cluster.
+            for table in gpuledger_schemas::TABLES {
+                if let Ok(p) = ctx.table_provider(table.name).await
+                    && p.is::<MemTable>()
+                {
+                    keep_table(&ctx, table.name, p.schema(), Vec::new(), Some(s)).await?;
+                }
+            }
+        }
 
         exec_file(&ctx, "10_objects.sql").await?;
         exec_file(&ctx, "20_runs.sql").await?;
         for table in OBJECT_TABLES {
-            materialise(&ctx, table, &format!("SELECT * FROM {table}")).await?;
+            materialise(&ctx, table, &format!("SELECT * FROM {table}"), scratch).await?;
+        }
+
+        let days = sample_days(store).await?;
+        if let Some(s) = scratch {
+            // The sample steps once, over every day.
+            exec_file(&ctx, "30_spans.sql").await?;
+            materialise(&ctx, "sample_spans", "SELECT * FROM sample_spans", Some(s)).await?;
+            exec_file(&ctx, "40_states.sql").await?;
+            for view in ["gpu_state_hours", "unobserved_gpu_hours"] {
+                materialise(&ctx, view, &format!("SELECT * FROM {view}"), Some(s)).await?;
+            }
+            progress(days.len(), days.len(), days.last().map_or("", String::as_str));
+            for file in ["50_units.sql", "60_chargeback.sql", "70_queue.sql", "80_failures.sql"] {
+                exec_file(&ctx, file).await?;
+            }
+            return Ok(Accounting { ctx, days, scratch: Some(s.clone()) });
         }
 
         // The sample steps, one day partition at a time.
@@ -88,7 +157,6 @@ impl Accounting {
             .deregister_table("gpu_samples")
             .map_err(|source| Error::Query { sql: "deregister gpu_samples".into(), source })?
             .ok_or_else(|| Error::Store { path: store.join("").into(), reason: "table gpu_samples is not registered".into() })?;
-        let days = sample_days(store).await?;
         let mut state_hours: Vec<RecordBatch> = Vec::new();
         let mut unobserved: Vec<RecordBatch> = Vec::new();
         let mut state_schema: Option<SchemaRef> = None;
@@ -110,7 +178,7 @@ impl Accounting {
                 Some(d) => format!("SELECT * FROM sample_spans WHERE date = '{d}'"),
                 None => "SELECT * FROM sample_spans".to_string(),
             };
-            materialise(&ctx, "sample_spans", &keep).await?;
+            materialise(&ctx, "sample_spans", &keep, None).await?;
             exec_file(&ctx, "40_states.sql").await?;
             let (schema, batches) = collect(&ctx, "SELECT * FROM gpu_state_hours").await?;
             state_schema.get_or_insert(schema);
@@ -131,7 +199,16 @@ impl Accounting {
         for file in ["50_units.sql", "60_chargeback.sql", "70_queue.sql", "80_failures.sql"] {
             exec_file(&ctx, file).await?;
         }
-        Ok(Accounting { ctx, days })
+        Ok(Accounting { ctx, days, scratch: None })
+    }
+
+    /// Removes the run's scratch files, if it kept its intermediates in the store. The
+    /// session cannot answer queries over them afterwards.
+    pub async fn clean_up(&mut self) -> Result<()> {
+        match self.scratch.take() {
+            Some(s) => crate::store::remove_dir(&s.location, &s.dir).await,
+            None => Ok(()),
+        }
     }
 
     /// The session holding every view of the run.
@@ -166,7 +243,7 @@ impl Accounting {
 }
 
 /// The configuration as small tables the SQL joins against.
-fn register_config(ctx: &SessionContext, config: &Config, options: &RunOptions) -> Result<()> {
+async fn register_config(ctx: &SessionContext, config: &Config, options: &RunOptions, scratch: Option<&Scratch>) -> Result<()> {
     let a = &config.accounting;
     let policy = options.idle_policy.unwrap_or(a.idle_policy);
     let settings = batch(vec![
@@ -213,7 +290,7 @@ fn register_config(ctx: &SessionContext, config: &Config, options: &RunOptions) 
         ("accepted_units", float(u.iter().map(|r| r.accepted_units).collect())),
     ])?;
     for (name, b) in [("settings", settings), ("price_by_node_label", by_label), ("price_by_model", by_model), ("overheads", overheads), ("extra_units", extra_units)] {
-        replace_table(ctx, name, mem_table(b.schema(), vec![b])?)?;
+        keep_table(ctx, name, b.schema(), vec![b], scratch).await?;
     }
     Ok(())
 }
@@ -306,9 +383,23 @@ pub(crate) async fn collect(ctx: &SessionContext, sql: &str) -> Result<(SchemaRe
 }
 
 /// Replaces the view `name` with a table holding the result of `sql`.
-async fn materialise(ctx: &SessionContext, name: &str, sql: &str) -> Result<()> {
+async fn materialise(ctx: &SessionContext, name: &str, sql: &str, scratch: Option<&Scratch>) -> Result<()> {
     let (schema, batches) = collect(ctx, sql).await?;
-    replace_table(ctx, name, mem_table(schema, batches)?)
+    keep_table(ctx, name, schema, batches, scratch).await
+}
+
+/// Registers `batches` as the table `name`: in memory, or as a scratch Parquet file.
+async fn keep_table(ctx: &SessionContext, name: &str, schema: SchemaRef, batches: Vec<RecordBatch>, scratch: Option<&Scratch>) -> Result<()> {
+    let Some(s) = scratch else {
+        return replace_table(ctx, name, mem_table(schema, batches)?);
+    };
+    let rel = format!("{}/{name}.parquet", s.dir);
+    crate::derived::write_parquet(&s.location, &rel, schema.clone(), &batches).await?;
+    let err = |source| Error::Query { sql: format!("register {name}"), source };
+    let url = ListingTableUrl::parse(s.location.join(&rel)).map_err(err)?;
+    let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+    let config = ListingTableConfig::new(url).with_listing_options(options).with_schema(schema);
+    replace_table(ctx, name, Arc::new(ListingTable::try_new(config).map_err(err)?))
 }
 
 /// With `GPULEDGER_TIMINGS` set, each step's wall time goes to stderr (to see where time goes).

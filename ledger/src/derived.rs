@@ -31,8 +31,12 @@ pub fn rel(table: &str) -> String {
 
 /// Writes one derived table; returns the bytes written.
 pub async fn write(location: &StoreLocation, table: &str, schema: SchemaRef, batches: &[RecordBatch]) -> Result<u64> {
-    let rel = rel(table);
-    let parquet_err = |e: parquet::errors::ParquetError| Error::Store { path: PathBuf::from(location.join(&rel)), reason: e.to_string() };
+    write_parquet(location, &rel(table), schema, batches).await
+}
+
+/// Writes `batches` as the Parquet file `rel` of the store, whole; returns its size.
+pub async fn write_parquet(location: &StoreLocation, rel: &str, schema: SchemaRef, batches: &[RecordBatch]) -> Result<u64> {
+    let parquet_err = |e: parquet::errors::ParquetError| Error::Store { path: PathBuf::from(location.join(rel)), reason: e.to_string() };
     let props = WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::default())).build();
     let mut writer = ArrowWriter::try_new(Vec::new(), schema, Some(props)).map_err(parquet_err)?;
     for b in batches {
@@ -40,7 +44,7 @@ pub async fn write(location: &StoreLocation, table: &str, schema: SchemaRef, bat
     }
     let bytes = writer.into_inner().map_err(parquet_err)?;
     let len = bytes.len() as u64;
-    store::write_whole(location, &rel, bytes).await?;
+    store::write_whole(location, rel, bytes).await?;
     Ok(len)
 }
 

@@ -23,6 +23,9 @@ pub enum Error {
         #[source]
         source: datafusion::error::DataFusionError,
     },
+    /// A Ballista scheduler or executor could not start or stopped.
+    #[error("ballista {0}")]
+    Engine(String),
     /// Formatting results failed.
     #[error("formatting results: {0}")]
     Output(#[from] arrow::error::ArrowError),

@@ -13,8 +13,10 @@
 
 pub mod accounting;
 pub mod atomic;
+pub mod ballista;
 pub mod config;
 pub mod derived;
+pub mod engine;
 pub mod monthly;
 pub mod error;
 pub mod output;

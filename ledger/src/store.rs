@@ -98,3 +98,40 @@ pub async fn write_whole(location: &StoreLocation, rel: &str, bytes: Vec<u8>) ->
         StoreLocation::Remote(r) => r.put(rel, bytes).await.map_err(|e| remote_err(location, rel, e)),
     }
 }
+
+/// Removes the store directory `rel` and everything under it (a missing one is fine).
+pub async fn remove_dir(location: &StoreLocation, rel: &str) -> Result<()> {
+    match location {
+        StoreLocation::Local(root) => match std::fs::remove_dir_all(root.join(rel)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::Store { path: root.join(rel), reason: e.to_string() }),
+        },
+        StoreLocation::Remote(r) => {
+            use futures::TryStreamExt;
+            let prefix = r.key(rel);
+            let objects: Vec<_> = r.store.list(Some(&prefix)).map_ok(|o| o.location).try_collect().await.map_err(|e| remote_err(location, rel, e))?;
+            for key in objects {
+                object_store::ObjectStoreExt::delete(r.store.as_ref(), &key).await.map_err(|e| remote_err(location, rel, e))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn removes_a_directory_of_objects_and_only_it() {
+        let location = StoreLocation::parse("memory://ledger-store-test/p").unwrap();
+        for rel in ["ledger/.work-1/a.parquet", "ledger/.work-1/b.parquet", "ledger/chargeback_monthly.parquet"] {
+            write_whole(&location, rel, b"x".to_vec()).await.unwrap();
+        }
+        assert_eq!(list_names(&location, "ledger").await.unwrap(), vec![".work-1".to_string(), "chargeback_monthly.parquet".to_string()]);
+        remove_dir(&location, "ledger/.work-1").await.unwrap();
+        assert_eq!(list_names(&location, "ledger").await.unwrap(), vec!["chargeback_monthly.parquet".to_string()]);
+        assert!(has_file(&location, "ledger/chargeback_monthly.parquet").await.unwrap());
+    }
+}

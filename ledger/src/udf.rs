@@ -19,9 +19,14 @@ use datafusion::prelude::SessionContext;
 
 /// Registers `label`, `epoch_ms` and `mig_sevenths` with `ctx`.
 pub fn register(ctx: &SessionContext) {
-    ctx.register_udf(label_udf());
-    ctx.register_udf(epoch_ms_udf());
-    ctx.register_udf(mig_sevenths_udf());
+    for f in all() {
+        ctx.register_udf(f);
+    }
+}
+
+/// The ledger's functions, for sessions built by hand (Ballista's scheduler and executors).
+pub fn all() -> Vec<ScalarUDF> {
+    vec![label_udf(), epoch_ms_udf(), mig_sevenths_udf()]
 }
 
 fn label_udf() -> ScalarUDF {

@@ -58,7 +58,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let loaded = ledger::load_config(Some(&config))?;
     let started = std::time::Instant::now();
     let report = super::runtime()?.block_on(async {
-        let accounting = ledger::run_accounting(&store, &loaded, &RunOptions::default(), ProgressMode::Auto).await?;
+        let (accounting, _) = ledger::run_accounting(&store, &loaded, &RunOptions::default(), &Default::default(), ProgressMode::Auto).await?;
         ledger::write_derived(&accounting, &store, started).await?;
         report::month_report(&accounting, &store, &loaded, None, None).await
     })?;

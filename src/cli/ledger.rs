@@ -10,15 +10,25 @@ use anyhow::Context;
 use gpuledger_ledger::Ledger;
 use gpuledger_ledger::accounting::{Accounting, RunOptions};
 use gpuledger_ledger::config::Config;
+use gpuledger_ledger::engine::{Engine, MemoryStats};
 
 use super::progress::ProgressMode;
 
 /// Run the accounting (queries/*.sql) over the store and write the derived tables to
 /// <STORE>/ledger/<table>.parquet, each replaced atomically: gpu_state_hours, chargeback_monthly,
 /// accepted_units_monthly, run_segments, run_failures, failure_causes, queue_waits,
-/// queue_wait_summary, unobserved_gpu_hours.
+/// queue_wait_summary, queue_wait_monthly, unobserved_gpu_hours, pod_runs.
+///
+/// In process (the default) the sample steps run one day at a time, so memory follows a day of
+/// samples, not the month; --memory-limit caps what sorts, joins and aggregations hold and makes
+/// them spill to disk beyond it. With --engine ballista the same SQL runs on a Ballista cluster
+/// (`gpuledger ballista scheduler|executor`) over the whole month at once.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Example:\n  gpuledger ledger --store ./store --config gpuledger.toml\n  duckdb -c \"SELECT * FROM 'store/ledger/chargeback_monthly.parquet'\"")]
+#[command(after_help = "Examples:
+  gpuledger ledger --store ./store --config gpuledger.toml
+  gpuledger ledger --store ./store --config gpuledger.toml --memory-limit 2GiB --spill-dir /scratch
+  gpuledger ledger --store s3://bucket/fleet --config gpuledger.toml --engine ballista --scheduler df://10.0.0.5:50050
+  duckdb -c \"SELECT * FROM 'store/ledger/chargeback_monthly.parquet'\"")]
 pub struct Args {
     /// Store: a directory, or an object-store URL (s3://bucket/prefix, gs://..., az://...), written by `gpuledger ingest`.
     #[arg(long, env = "GPULEDGER_STORE", value_parser = super::store_location)]
@@ -30,14 +40,56 @@ pub struct Args {
     /// Progress lines on stderr, one per day of samples.
     #[arg(long, value_enum, default_value = "auto")]
     pub progress: ProgressMode,
+    /// Where the accounting runs.
+    #[arg(long, value_enum, default_value = "in-process")]
+    pub engine: EngineKind,
+    /// The Ballista scheduler, df://HOST:PORT (with --engine ballista).
+    #[arg(long, env = "GPULEDGER_SCHEDULER", required_if_eq("engine", "ballista"))]
+    pub scheduler: Option<String>,
+    /// Memory the in-process engine's operators may hold (e.g. 2GiB); beyond it they spill to
+    /// disk. Default: no limit.
+    #[arg(long, value_parser = super::byte_size)]
+    pub memory_limit: Option<u64>,
+    /// Directory for spill files (default: the system's temporary directory).
+    #[arg(long)]
+    pub spill_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineKind {
+    /// DataFusion in this process.
+    InProcess,
+    /// A Ballista cluster (--scheduler).
+    Ballista,
+}
+
+impl Args {
+    fn engine(&self) -> anyhow::Result<Engine> {
+        Ok(match self.engine {
+            EngineKind::InProcess => Engine::InProcess { memory_limit: self.memory_limit.map(|m| m as usize), spill_dir: self.spill_dir.clone() },
+            EngineKind::Ballista => {
+                if self.memory_limit.is_some() || self.spill_dir.is_some() {
+                    anyhow::bail!("--memory-limit and --spill-dir are for --engine in-process; give executors theirs (`gpuledger ballista executor --memory-limit`)");
+                }
+                Engine::Ballista { scheduler: self.scheduler.clone().context("--engine ballista needs --scheduler df://HOST:PORT")? }
+            }
+        })
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let config = load_config(args.config.as_deref())?;
+    let engine = args.engine()?;
     let started = Instant::now();
     super::runtime()?.block_on(async {
-        let accounting = run_accounting(&args.store, &config, &RunOptions::default(), args.progress).await?;
-        write_derived(&accounting, &args.store, started).await
+        let (mut accounting, memory) = run_accounting(&args.store, &config, &RunOptions::default(), &engine, args.progress).await?;
+        write_derived(&accounting, &args.store, started).await?;
+        accounting.clean_up().await?;
+        if let Some(m) = memory {
+            let limit = m.limit.map_or("no limit".to_string(), |l| format!("limit {:.2} GiB", l as f64 / GIB));
+            println!("  memory: operators held at most {:.2} GiB at once ({limit})", m.peak_reserved as f64 / GIB);
+        }
+        anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
 }
@@ -68,9 +120,14 @@ pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
     }
 }
 
-/// Runs the accounting with progress lines on stderr.
-pub async fn run_accounting(store: &StoreLocation, config: &Config, options: &RunOptions, progress: ProgressMode) -> anyhow::Result<Accounting> {
-    let ctx = Ledger::accounting_session(store).await?;
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// Runs the accounting on `engine` with progress lines on stderr; also returns what the
+/// in-process memory pool saw.
+pub async fn run_accounting(store: &StoreLocation, config: &Config, options: &RunOptions, engine: &Engine, progress: ProgressMode) -> anyhow::Result<(Accounting, Option<MemoryStats>)> {
+    let session = engine.session().await?;
+    let ctx = Ledger::store_session(session.ctx.clone(), store).await?;
+    let options = RunOptions { intermediates: engine.intermediates(store), ..options.clone() };
     let terminal = std::io::stderr().is_terminal();
     let show = match progress {
         ProgressMode::Off => false,
@@ -93,5 +150,6 @@ pub async fn run_accounting(store: &StoreLocation, config: &Config, options: &Ru
             last_line = Instant::now();
         }
     };
-    Accounting::run(ctx, store, config, options, &mut report).await.with_context(|| format!("accounting over {store}"))
+    let accounting = Accounting::run(ctx, store, config, &options, &mut report).await.with_context(|| format!("accounting over {store}"))?;
+    Ok((accounting, session.memory()))
 }

@@ -1,6 +1,7 @@
 //! Command-line definitions: one module per subcommand, each with its arguments and `run`.
 
 mod backfill;
+mod ballista;
 mod collect;
 mod demo;
 mod ingest;
@@ -28,6 +29,7 @@ Examples:
   gpuledger ingest ./capture --store ./store
   gpuledger query --store ./store \"SELECT hostname, count(*) FROM gpu_samples GROUP BY 1\"
   gpuledger ledger --store ./store --config gpuledger.toml
+  gpuledger ledger --store s3://bucket/fleet --engine ballista --scheduler df://127.0.0.1:50050
   gpuledger report --store ./store --config gpuledger.toml --month 2026-10 --format html --out oct.html
   gpuledger schema gpu_samples
   gpuledger collect --config gpuledger.toml --store ./store   live: watches + DCGM scrapes
@@ -51,6 +53,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     Backfill(backfill::Args),
+    #[command(subcommand)]
+    Ballista(ballista::Command),
     Collect(collect::Args),
     Ingest(ingest::Args),
     Query(query::Args),
@@ -66,6 +70,7 @@ enum Command {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Backfill(a) => backfill::run(a),
+        Command::Ballista(c) => ballista::run(c),
         Command::Collect(a) => collect::run(a),
         Command::Ingest(a) => ingest::run(a),
         Command::Query(a) => query::run(a),
@@ -78,11 +83,17 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// A tokio runtime for the async ledger calls.
 /// `--store`: a path, or an object-store URL; credentials come from the environment.
 pub(crate) fn store_location(text: &str) -> Result<gpuledger_schemas::location::StoreLocation, String> {
     gpuledger_schemas::location::StoreLocation::parse(text).map_err(|e| e.to_string())
 }
+
+/// A size flag: `512MiB`, `4GiB`, `1.5G`, or bytes.
+pub(crate) fn byte_size(text: &str) -> Result<u64, String> {
+    gpuledger_schemas::units::parse_bytes(text)
+}
+
+/// A tokio runtime for the async ledger calls.
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)

@@ -112,9 +112,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// Runs the accounting and reads one month out of it (the busiest month when none is named).
 pub fn build(store: &StoreLocation, config: Option<&Path>, month: Option<&str>, idle_policy: Option<IdlePolicy>, progress: ProgressMode) -> anyhow::Result<Report> {
     let config = load_config(config)?;
-    let options = RunOptions { idle_policy };
+    let options = RunOptions { idle_policy, ..RunOptions::default() };
     super::runtime()?.block_on(async {
-        let accounting = run_accounting(store, &config, &options, progress).await?;
+        let (accounting, _) = run_accounting(store, &config, &options, &Default::default(), progress).await?;
         month_report(&accounting, store, &config, month, idle_policy).await
     })
 }

@@ -5,6 +5,7 @@ mod backfill;
 mod cli;
 mod dashboards;
 mod deploy;
+mod fleet;
 mod fixtures;
 mod ingest;
 mod ledger;

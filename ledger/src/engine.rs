@@ -1,0 +1,167 @@
+//! Where the accounting runs: in this process, within a memory limit, or on a Ballista cluster.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use datafusion::error::Result as DfResult;
+use datafusion::execution::memory_pool::{FairSpillPool, MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use gpuledger_schemas::location::StoreLocation;
+
+use crate::accounting::Intermediates;
+use crate::error::{Error, Result};
+
+/// The engine of one accounting run.
+#[derive(Debug, Clone)]
+pub enum Engine {
+    /// DataFusion in this process. With a memory limit, sorts, joins and aggregations spill
+    /// to `spill_dir` (the system's temporary directory by default) instead of growing.
+    InProcess { memory_limit: Option<usize>, spill_dir: Option<PathBuf> },
+    /// A Ballista cluster, reached through its scheduler (`df://host:port`).
+    Ballista { scheduler: String },
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Engine::InProcess { memory_limit: None, spill_dir: None }
+    }
+}
+
+/// What the memory pool of an in-process run saw.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStats {
+    pub limit: Option<usize>,
+    /// The most the query operators held at once.
+    pub peak_reserved: usize,
+}
+
+/// A session for one run, and (in process) the pool's watch.
+pub struct EngineSession {
+    pub ctx: SessionContext,
+    pool: Option<Arc<PeakPool>>,
+    limit: Option<usize>,
+}
+
+impl EngineSession {
+    pub fn memory(&self) -> Option<MemoryStats> {
+        self.pool.as_ref().map(|p| MemoryStats { limit: self.limit, peak_reserved: p.peak.load(Ordering::Relaxed) })
+    }
+}
+
+impl Engine {
+    /// A fresh session of this engine (the store's tables are not registered yet).
+    pub async fn session(&self) -> Result<EngineSession> {
+        match self {
+            Engine::InProcess { memory_limit, spill_dir } => {
+                let err = |source| Error::Query { sql: "setting up the session".into(), source };
+                let pool = Arc::new(PeakPool::new(*memory_limit));
+                let mut rt = RuntimeEnvBuilder::new().with_memory_pool(Arc::clone(&pool) as Arc<dyn MemoryPool>);
+                if let Some(dir) = spill_dir {
+                    rt = rt.with_temp_file_path(dir.clone());
+                }
+                let runtime = rt.build_arc().map_err(err)?;
+                let ctx = SessionContext::new_with_config_rt(session_config(), runtime);
+                Ok(EngineSession { ctx, pool: Some(pool), limit: *memory_limit })
+            }
+            Engine::Ballista { scheduler } => Ok(EngineSession { ctx: crate::ballista::client_session(scheduler).await?, pool: None, limit: None }),
+        }
+    }
+
+    /// Where a run on this engine keeps its intermediate tables.
+    pub fn intermediates(&self, store: &StoreLocation) -> Intermediates {
+        match self {
+            Engine::InProcess { .. } => Intermediates::Memory,
+            Engine::Ballista { .. } => Intermediates::Store(store.clone()),
+        }
+    }
+}
+
+/// The in-process session's settings: Parquet filters are evaluated while decoding (so a
+/// day's filter skips pages and rows, not just files), on top of partition and row-group
+/// statistics pruning, which DataFusion does by default.
+pub fn session_config() -> SessionConfig {
+    let mut c = SessionConfig::new();
+    let p = &mut c.options_mut().execution.parquet;
+    p.pushdown_filters = true;
+    p.reorder_filters = true;
+    c
+}
+
+/// A pool that spills beyond `limit` (or never refuses without one) and remembers the most
+/// it held at once.
+#[derive(Debug)]
+struct PeakPool {
+    inner: Arc<dyn MemoryPool>,
+    peak: AtomicUsize,
+}
+
+impl PeakPool {
+    fn new(limit: Option<usize>) -> PeakPool {
+        let inner: Arc<dyn MemoryPool> = match limit {
+            Some(l) => Arc::new(FairSpillPool::new(l)),
+            None => Arc::new(datafusion::execution::memory_pool::UnboundedMemoryPool::default()),
+        };
+        PeakPool { inner, peak: AtomicUsize::new(0) }
+    }
+
+    fn note(&self) {
+        self.peak.fetch_max(self.inner.reserved(), Ordering::Relaxed);
+    }
+}
+
+impl fmt::Display for PeakPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.inner)
+    }
+}
+
+impl MemoryPool for PeakPool {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn register(&self, consumer: &MemoryConsumer) {
+        self.inner.register(consumer)
+    }
+    fn unregister(&self, consumer: &MemoryConsumer) {
+        self.inner.unregister(consumer)
+    }
+    fn grow(&self, reservation: &MemoryReservation, additional: usize) {
+        self.inner.grow(reservation, additional);
+        self.note();
+    }
+    fn shrink(&self, reservation: &MemoryReservation, shrink: usize) {
+        self.inner.shrink(reservation, shrink)
+    }
+    fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> DfResult<()> {
+        self.inner.try_grow(reservation, additional)?;
+        self.note();
+        Ok(())
+    }
+    fn reserved(&self) -> usize {
+        self.inner.reserved()
+    }
+    fn memory_limit(&self) -> MemoryLimit {
+        self.inner.memory_limit()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pool_remembers_its_peak_and_refuses_past_the_limit() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(PeakPool::new(Some(1000)));
+        let mut a = MemoryConsumer::new("a").with_can_spill(true).register(&pool);
+        a.try_grow(600).unwrap();
+        a.shrink(500);
+        a.try_grow(300).unwrap();
+        assert!(a.try_grow(500).is_err(), "past the limit");
+        let peak = pool.downcast_ref::<PeakPool>().unwrap().peak.load(Ordering::Relaxed);
+        assert_eq!(peak, 600);
+        assert_eq!(pool.reserved(), 400);
+    }
+}

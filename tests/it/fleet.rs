@@ -1,0 +1,258 @@
+//! Fleet scale: the store in S3 (a real `moto` S3 server on loopback), the accounting on a
+//! Ballista cluster (scheduler and executor processes on loopback), and the in-process ledger
+//! under a memory limit. Each must give the chargeback the plain local run gives.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::replay::{free_port, wait_for};
+use super::util::bin;
+
+/// Any secret works with moto; this one is looked for in every output, where it must not be.
+const SECRET: &str = "fleet-test-s3cret-never-print";
+const BUCKET: &str = "gpuledger-fleet";
+
+fn example_config() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gpuledger.toml")
+}
+
+/// A `moto` S3 server on a free loopback port, with one bucket; killed on drop.
+struct Moto {
+    child: Child,
+    endpoint: String,
+}
+
+impl Moto {
+    fn start(log: &Path) -> Moto {
+        let port = free_port();
+        let logf = std::fs::File::create(log).unwrap();
+        let child = Command::new("moto_server")
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(logf.try_clone().unwrap())
+            .stderr(logf)
+            .spawn()
+            .unwrap_or_else(|e| panic!("moto_server (pip install 'moto[server]') does not start: {e}"));
+        let moto = Moto { child, endpoint: format!("http://127.0.0.1:{port}") };
+        wait_for("moto to listen", Duration::from_secs(30), || TcpStream::connect(("127.0.0.1", port)).is_ok());
+        // Create the bucket: an unsigned PUT is enough for moto.
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        write!(s, "PUT /{BUCKET} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "creating the bucket: {answer}");
+        moto
+    }
+
+    /// A `gpuledger` command with the store's credentials in its environment.
+    fn command(&self) -> Command {
+        let mut c = bin();
+        c.env("AWS_ACCESS_KEY_ID", "fleet-test").env("AWS_SECRET_ACCESS_KEY", SECRET).env("AWS_REGION", "us-east-1").env("AWS_ENDPOINT_URL", &self.endpoint);
+        c
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `cmd` with `args`; panics with its output unless it succeeds; checks that no output
+/// carries the secret.
+fn ok(mut cmd: Command, args: &[&str]) -> Output {
+    let out = cmd.args(args).output().expect("binary runs");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "gpuledger {args:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}");
+    assert!(!stdout.contains(SECRET) && !stderr.contains(SECRET), "gpuledger {args:?} printed the secret key");
+    out
+}
+
+fn local(args: &[&str]) -> Output {
+    ok(bin(), args)
+}
+
+/// `SELECT ... ORDER BY` over a store, as JSON rows.
+fn rows(cmd: Command, store: &str, sql: &str) -> Vec<Value> {
+    let out = ok(cmd, &["query", "--store", store, "--format", "json", sql]);
+    serde_json::from_slice::<Vec<Value>>(&out.stdout).unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// Equal rows, numbers within a relative 1e-9 (parallel sums differ in the last bits).
+fn assert_same_rows(got: &[Value], want: &[Value], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: row count");
+    assert!(!want.is_empty(), "{what}: no rows to compare");
+    for (g, w) in got.iter().zip(want) {
+        let (g, w) = (g.as_object().unwrap(), w.as_object().unwrap());
+        assert_eq!(g.keys().collect::<Vec<_>>(), w.keys().collect::<Vec<_>>(), "{what}: columns");
+        for (k, wv) in w {
+            let gv = &g[k];
+            match (gv.as_f64(), wv.as_f64()) {
+                (Some(a), Some(b)) => assert!((a - b).abs() <= 1e-9 * b.abs().max(1.0), "{what}: {k} = {a}, want {b} in {w:?}"),
+                _ => assert_eq!(gv, wv, "{what}: {k} in {w:?}"),
+            }
+        }
+    }
+}
+
+/// What the comparisons read: every chargeback row, and state hours summed per team and state.
+const CHARGEBACK: &str = "SELECT * FROM chargeback_monthly ORDER BY month, team";
+const STATES: &str = "SELECT month, team, state, sum(gpu_hours) AS gpu_hours, sum(cost) AS cost, count(*) AS n FROM gpu_state_hours GROUP BY 1, 2, 3 ORDER BY 1, 2, 3";
+const SEGMENTS: &str = "SELECT team, outcome, count(*) AS n, sum(gpu_hours) AS gpu_hours FROM run_segments GROUP BY 1, 2 ORDER BY 1, 2";
+
+fn simulate(dir: &Path, gpus: u32, days: u32, interval: &str, start: &str) -> PathBuf {
+    let capture = dir.join("capture");
+    local(&["simulate", "--out", &capture.display().to_string(), "--gpus", &gpus.to_string(), "--days", &days.to_string(), "--scrape-interval", interval, "--start", start, "--seed", "11"]);
+    capture
+}
+
+#[test]
+fn a_store_in_s3_gives_the_chargeback_of_a_local_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let moto = Moto::start(&tmp.path().join("moto.log"));
+    let capture = simulate(tmp.path(), 8, 2, "60s", "2026-10-30T12:00:00Z");
+    let (cap, config) = (capture.display().to_string(), example_config().display().to_string());
+    let local_store = tmp.path().join("store").display().to_string();
+    let s3 = format!("s3://{BUCKET}/fleet/eu-1");
+
+    let ingest = |cmd: Command, store: &str| -> Value {
+        serde_json::from_slice(&ok(cmd, &["ingest", &cap, "--store", store, "--format", "json", "--progress", "off"]).stdout).unwrap()
+    };
+    let l = ingest(bin(), &local_store);
+    let r = ingest(moto.command(), &s3);
+    assert_eq!(r["rows_written"], l["rows_written"], "the same rows reach S3 as a directory");
+    assert_eq!(r["files_written"], l["files_written"]);
+    // A second ingest finds every key in the objects it wrote and writes nothing.
+    let again = ingest(moto.command(), &s3);
+    assert_eq!(again["files_written"], 0, "{again}");
+    assert_eq!(again["duplicates_skipped"], l["rows_written"], "every row is recognised as stored");
+
+    local(&["ledger", "--store", &local_store, "--config", &config, "--progress", "off"]);
+    let out = ok(moto.command(), &["ledger", "--store", &s3, "--config", &config, "--progress", "off"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("{s3}/ledger/")), "names where the tables went");
+
+    for sql in [CHARGEBACK, STATES, SEGMENTS, "SELECT date, count(*) AS n FROM gpu_samples GROUP BY date ORDER BY date"] {
+        assert_same_rows(&rows(moto.command(), &s3, sql), &rows(bin(), &local_store, sql), sql);
+    }
+    // The report (which reruns the accounting over S3) is the local one, byte for byte.
+    for month in ["2026-10", "2026-11"] {
+        let args = |store: &str| vec!["report".to_string(), "--store".into(), store.into(), "--config".into(), config.clone(), "--month".into(), month.into(), "--format".into(), "csv".into(), "--progress".into(), "off".into()];
+        let want = local(&args(&local_store).iter().map(String::as_str).collect::<Vec<_>>()).stdout;
+        let got = ok(moto.command(), &args(&s3).iter().map(String::as_str).collect::<Vec<_>>()).stdout;
+        assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(&want), "report {month}");
+    }
+
+    // Not a store: a prefix holding other objects is refused, with the URL and the reason.
+    let err = moto.command().args(["ingest", &cap, "--store", &format!("s3://{BUCKET}/fleet/eu-1/gpu_samples"), "--progress", "off"]).output().unwrap();
+    assert_eq!(err.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&err.stderr);
+    assert!(text.contains("not a gpuledger store") && text.contains("s3://gpuledger-fleet/fleet/eu-1/gpu_samples"), "{text}");
+    // A query of a prefix with nothing there names it instead of answering with empty tables.
+    let err = moto.command().args(["query", "--store", &format!("s3://{BUCKET}/nothing"), "SELECT 1"]).output().unwrap();
+    assert_eq!(err.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&err.stderr).contains("no gpuledger store here"), "{}", String::from_utf8_lossy(&err.stderr));
+}
+
+/// A Ballista process killed on drop.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn ballista(moto: &Moto, args: &[&str], log: &Path) -> Process {
+    let logf = std::fs::File::create(log).unwrap();
+    let child = moto.command().arg("ballista").args(args).stdout(Stdio::null()).stderr(logf).spawn().unwrap();
+    Process(child)
+}
+
+#[test]
+fn ballista_gives_the_in_process_chargeback_of_a_month() {
+    let tmp = tempfile::tempdir().unwrap();
+    let moto = Moto::start(&tmp.path().join("moto.log"));
+    // A month (November has 30 days) plus a day of October: two months, every outcome.
+    let capture = simulate(tmp.path(), 6, 31, "600s", "2026-10-31T00:00:00Z");
+    let (cap, config) = (capture.display().to_string(), example_config().display().to_string());
+    let local_store = tmp.path().join("store").display().to_string();
+    let s3 = format!("s3://{BUCKET}/fleet/month");
+    local(&["ingest", &cap, "--store", &local_store, "--progress", "off"]);
+    ok(moto.command(), &["ingest", &cap, "--store", &s3, "--progress", "off"]);
+    local(&["ledger", "--store", &local_store, "--config", &config, "--progress", "off"]);
+
+    let (sched_port, exec_port) = (free_port(), free_port());
+    let scheduler = format!("127.0.0.1:{sched_port}");
+    let _scheduler = ballista(&moto, &["scheduler", "--listen", &scheduler], &tmp.path().join("scheduler.log"));
+    wait_for("the scheduler to listen", Duration::from_secs(30), || TcpStream::connect(("127.0.0.1", sched_port)).is_ok());
+    let work = tmp.path().join("executor-work");
+    std::fs::create_dir_all(&work).unwrap();
+    let _executor = ballista(
+        &moto,
+        &["executor", "--scheduler", &scheduler, "--listen", &format!("127.0.0.1:{exec_port}"), "--concurrency", "2", "--work-dir", &work.display().to_string()],
+        &tmp.path().join("executor.log"),
+    );
+    wait_for("the executor to listen", Duration::from_secs(30), || TcpStream::connect(("127.0.0.1", exec_port)).is_ok());
+
+    let out = ok(moto.command(), &["ledger", "--store", &s3, "--config", &config, "--engine", "ballista", "--scheduler", &format!("df://{scheduler}"), "--progress", "off"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("chargeback_monthly"), "{text}");
+    // The executor did the work: its shuffle files are under its work directory.
+    assert!(walk(&work) > 0, "the executor wrote no shuffle files");
+    for sql in [CHARGEBACK, STATES, SEGMENTS, "SELECT * FROM queue_wait_summary ORDER BY 1, 2", "SELECT * FROM failure_causes ORDER BY 1, 2, 3"] {
+        assert_same_rows(&rows(moto.command(), &s3, sql), &rows(bin(), &local_store, sql), sql);
+    }
+    // The scratch tables of the run are gone; only the derived tables stay under ledger/.
+    let left = rows(moto.command(), &s3, "SELECT count(*) AS n FROM chargeback_monthly");
+    assert!(left[0]["n"].as_i64().unwrap() > 0);
+}
+
+/// Files under `dir`, recursively.
+fn walk(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries.flatten().map(|e| if e.path().is_dir() { walk(&e.path()) } else { 1 }).sum()
+    })
+}
+
+#[test]
+fn a_memory_limit_smaller_than_the_store_is_kept_and_changes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let capture = simulate(tmp.path(), 16, 2, "30s", "2026-11-10T00:00:00Z");
+    let config = example_config().display().to_string();
+    let (a, b) = (tmp.path().join("a").display().to_string(), tmp.path().join("b").display().to_string());
+    for store in [&a, &b] {
+        local(&["ingest", &capture.display().to_string(), "--store", store, "--progress", "off"]);
+    }
+    let store_bytes = du(Path::new(&a));
+    let peak = |out: &Output| -> f64 {
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = text.lines().find(|l| l.contains("operators held at most")).unwrap_or_else(|| panic!("no memory line in {text}"));
+        line.split_whitespace().skip_while(|w| *w != "most").nth(1).unwrap().parse::<f64>().unwrap() * (1u64 << 30) as f64
+    };
+    let free = local(&["ledger", "--store", &a, "--config", &config, "--progress", "off"]);
+    let unlimited_peak = peak(&free);
+    // A limit under both the store and what the run holds unlimited: operators must spill.
+    let limit = (store_bytes.min(unlimited_peak as u64) / 2).max(4 << 20);
+    assert!((limit as f64) < unlimited_peak && limit < store_bytes, "limit {limit} vs peak {unlimited_peak} and store {store_bytes}");
+    let spill = tmp.path().join("spill");
+    std::fs::create_dir_all(&spill).unwrap();
+    let limited = local(&["ledger", "--store", &b, "--config", &config, "--progress", "off", "--memory-limit", &limit.to_string(), "--spill-dir", &spill.display().to_string()]);
+    let limited_peak = peak(&limited);
+    assert!(limited_peak <= limit as f64 * 1.01, "peak {limited_peak} over the limit {limit}");
+    for sql in [CHARGEBACK, STATES, SEGMENTS] {
+        assert_same_rows(&rows(bin(), &b, sql), &rows(bin(), &a, sql), sql);
+    }
+}
+
+/// Bytes of the files under `dir`.
+fn du(dir: &Path) -> u64 {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries.flatten().map(|e| if e.path().is_dir() { du(&e.path()) } else { e.metadata().map_or(0, |m| m.len()) }).sum()
+    })
+}
