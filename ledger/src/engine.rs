@@ -1,12 +1,13 @@
 //! Where the accounting runs: in this process, within a memory limit, or on a Ballista cluster.
 
 use std::fmt;
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use datafusion::error::Result as DfResult;
-use datafusion::execution::memory_pool::{FairSpillPool, MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation};
+use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation, TrackConsumersPool};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use gpuledger_schemas::location::StoreLocation;
@@ -63,7 +64,7 @@ impl Engine {
                     rt = rt.with_temp_file_path(dir.clone());
                 }
                 let runtime = rt.build_arc().map_err(err)?;
-                let ctx = SessionContext::new_with_config_rt(session_config(), runtime);
+                let ctx = SessionContext::new_with_config_rt(session_config(*memory_limit), runtime);
                 Ok(EngineSession { ctx, pool: Some(pool), limit: *memory_limit })
             }
             Engine::Ballista { scheduler } => Ok(EngineSession { ctx: crate::ballista::client_session(scheduler).await?, pool: None, limit: None }),
@@ -82,11 +83,18 @@ impl Engine {
 /// The in-process session's settings: Parquet filters are evaluated while decoding (so a
 /// day's filter skips pages and rows, not just files), on top of partition and row-group
 /// statistics pruning, which DataFusion does by default.
-pub fn session_config() -> SessionConfig {
+///
+/// Under a memory limit, each sort keeps less memory aside for merging its spill files:
+/// DataFusion's 10 MiB per sort, times the accounting's window sorts running at once, took a
+/// 100 MiB pool before any data was sorted.
+pub fn session_config(memory_limit: Option<usize>) -> SessionConfig {
     let mut c = SessionConfig::new();
-    let p = &mut c.options_mut().execution.parquet;
-    p.pushdown_filters = true;
-    p.reorder_filters = true;
+    let e = &mut c.options_mut().execution;
+    e.parquet.pushdown_filters = true;
+    e.parquet.reorder_filters = true;
+    if let Some(limit) = memory_limit {
+        e.sort_spill_reservation_bytes = (limit / 64).clamp(256 << 10, e.sort_spill_reservation_bytes);
+    }
     c
 }
 
@@ -101,7 +109,11 @@ struct PeakPool {
 impl PeakPool {
     fn new(limit: Option<usize>) -> PeakPool {
         let inner: Arc<dyn MemoryPool> = match limit {
-            Some(l) => Arc::new(FairSpillPool::new(l)),
+            // First come, first served, as DataFusion's own memory_limit: a fair split gave each
+            // of the hundred-odd spillable operators of an accounting plan (every window sort,
+            // every repartition) too little to sort even one batch. Running out, the error names
+            // the five biggest holders: what a user needs to pick a limit.
+            Some(l) => Arc::new(TrackConsumersPool::new(GreedyMemoryPool::new(l), NonZeroUsize::new(5).unwrap_or(NonZeroUsize::MIN))),
             None => Arc::new(datafusion::execution::memory_pool::UnboundedMemoryPool::default()),
         };
         PeakPool { inner, peak: AtomicUsize::new(0) }

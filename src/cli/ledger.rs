@@ -86,8 +86,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         write_derived(&accounting, &args.store, started).await?;
         accounting.clean_up().await?;
         if let Some(m) = memory {
-            let limit = m.limit.map_or("no limit".to_string(), |l| format!("limit {:.2} GiB", l as f64 / GIB));
-            println!("  memory: operators held at most {:.2} GiB at once ({limit})", m.peak_reserved as f64 / GIB);
+            let limit = m.limit.map_or("no limit".to_string(), |l| format!("limit {:.1} MiB", l as f64 / MIB));
+            println!("  memory: operators held at most {:.1} MiB at once ({limit})", m.peak_reserved as f64 / MIB);
         }
         anyhow::Ok(())
     })?;
@@ -120,7 +120,7 @@ pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
     }
 }
 
-const GIB: f64 = (1u64 << 30) as f64;
+const MIB: f64 = (1u64 << 20) as f64;
 
 /// Runs the accounting on `engine` with progress lines on stderr; also returns what the
 /// in-process memory pool saw.

@@ -220,39 +220,40 @@ fn walk(dir: &Path) -> usize {
     })
 }
 
+/// Bytes of the store's Parquet data once decoded (uncompressed column chunks), as DuckDB
+/// reads them from the files' metadata.
+fn uncompressed_bytes(store: &str) -> u64 {
+    let script = format!("import duckdb; print(duckdb.sql(\"SELECT sum(total_uncompressed_size) FROM parquet_metadata('{store}/*/*/*.parquet')\").fetchone()[0])");
+    let out = Command::new("python3").args(["-c", &script]).output().expect("python3 runs");
+    assert!(out.status.success(), "DuckDB (python3 -m pip install duckdb): {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
 #[test]
 fn a_memory_limit_smaller_than_the_store_is_kept_and_changes_nothing() {
+    const LIMIT: u64 = 48 << 20;
     let tmp = tempfile::tempdir().unwrap();
-    let capture = simulate(tmp.path(), 16, 2, "30s", "2026-11-10T00:00:00Z");
+    let capture = simulate(tmp.path(), 8, 4, "30s", "2026-11-10T00:00:00Z");
     let config = example_config().display().to_string();
     let (a, b) = (tmp.path().join("a").display().to_string(), tmp.path().join("b").display().to_string());
     for store in [&a, &b] {
         local(&["ingest", &capture.display().to_string(), "--store", store, "--progress", "off"]);
     }
-    let store_bytes = du(Path::new(&a));
+    let data = uncompressed_bytes(&a);
+    assert!(data > LIMIT, "the store holds {data} bytes of data, not more than the limit {LIMIT}");
     let peak = |out: &Output| -> f64 {
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let line = text.lines().find(|l| l.contains("operators held at most")).unwrap_or_else(|| panic!("no memory line in {text}"));
-        line.split_whitespace().skip_while(|w| *w != "most").nth(1).unwrap().parse::<f64>().unwrap() * (1u64 << 30) as f64
+        line.split_whitespace().skip_while(|w| *w != "most").nth(1).unwrap().parse::<f64>().unwrap() * (1u64 << 20) as f64
     };
     let free = local(&["ledger", "--store", &a, "--config", &config, "--progress", "off"]);
-    let unlimited_peak = peak(&free);
-    // A limit under both the store and what the run holds unlimited: operators must spill.
-    let limit = (store_bytes.min(unlimited_peak as u64) / 2).max(4 << 20);
-    assert!((limit as f64) < unlimited_peak && limit < store_bytes, "limit {limit} vs peak {unlimited_peak} and store {store_bytes}");
+    // Unlimited, the run holds more than the limit at some point: the limit is binding.
+    assert!(peak(&free) > LIMIT as f64, "unlimited peak {} is under the limit", peak(&free));
     let spill = tmp.path().join("spill");
     std::fs::create_dir_all(&spill).unwrap();
-    let limited = local(&["ledger", "--store", &b, "--config", &config, "--progress", "off", "--memory-limit", &limit.to_string(), "--spill-dir", &spill.display().to_string()]);
-    let limited_peak = peak(&limited);
-    assert!(limited_peak <= limit as f64 * 1.01, "peak {limited_peak} over the limit {limit}");
+    let limited = local(&["ledger", "--store", &b, "--config", &config, "--progress", "off", "--memory-limit", "48MiB", "--spill-dir", &spill.display().to_string()]);
+    assert!(peak(&limited) <= LIMIT as f64, "peak {} over the limit", peak(&limited));
     for sql in [CHARGEBACK, STATES, SEGMENTS] {
         assert_same_rows(&rows(bin(), &b, sql), &rows(bin(), &a, sql), sql);
     }
-}
-
-/// Bytes of the files under `dir`.
-fn du(dir: &Path) -> u64 {
-    std::fs::read_dir(dir).map_or(0, |entries| {
-        entries.flatten().map(|e| if e.path().is_dir() { du(&e.path()) } else { e.metadata().map_or(0, |m| m.len()) }).sum()
-    })
 }
