@@ -13,39 +13,48 @@
 -- `provisional`: it is restated when a later ledger run sees the outcome.
 
 -- The covered spans cut at UTC midnight: piece 0 up to the first midnight after t, piece 1 after
--- it (a covered span is at most max_gap long, far below a day at any sane scrape interval).
+-- it (a covered span is at most max_gap long, far below a day at any sane scrape interval, and
+-- only spans that cross midnight have a piece 1).
 -- For MIG instances, `gpu_sevenths` is what all instances of the same GPU hold at that instant,
--- and `instances` how many there are, to hand out the parent GPU's leftover share.
+-- and `instances` how many there are, to hand out the parent GPU's leftover share. Whole GPUs
+-- (most rows) skip that window: it would sort every row for nothing.
 CREATE OR REPLACE VIEW sample_pieces AS
+WITH pieces AS (
+    SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, engine_active, gpu_util, xid_error,
+           sevenths, t, t AS piece_start, LEAST(covered_end, (t / 86400000 + 1) * 86400000) AS piece_end
+    FROM sample_spans
+    UNION ALL
+    SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, engine_active, gpu_util, xid_error,
+           sevenths, t, (t / 86400000 + 1) * 86400000 AS piece_start, covered_end AS piece_end
+    FROM sample_spans
+    WHERE covered_end > (t / 86400000 + 1) * 86400000
+)
+SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, engine_active, gpu_util, xid_error,
+       sevenths, t, piece_start, piece_end - piece_start AS piece_ms, CAST(7 AS BIGINT) AS gpu_sevenths, CAST(1 AS BIGINT) AS instances
+FROM pieces
+WHERE mig_instance IS NULL AND piece_end > piece_start
+UNION ALL
 SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, engine_active, gpu_util, xid_error,
        sevenths, t, piece_start, piece_end - piece_start AS piece_ms,
-       CASE WHEN mig_instance IS NULL THEN 7
-            ELSE SUM(sevenths) OVER (PARTITION BY hostname, uuid, t, piece_start) END AS gpu_sevenths,
-       CASE WHEN mig_instance IS NULL THEN 1
-            ELSE COUNT(*) OVER (PARTITION BY hostname, uuid, t, piece_start) END AS instances
-FROM (
-    SELECT sp.*,
-           CASE WHEN k = 0 THEN t ELSE (t / 86400000 + 1) * 86400000 END AS piece_start,
-           CASE WHEN k = 0 THEN LEAST(covered_end, (t / 86400000 + 1) * 86400000) ELSE covered_end END AS piece_end
-    FROM (VALUES (0), (1)) AS piece(k)
-    CROSS JOIN sample_spans sp
-) WHERE piece_end > piece_start;
+       CAST(SUM(sevenths) OVER (PARTITION BY hostname, uuid, t, piece_start) AS BIGINT) AS gpu_sevenths,
+       COUNT(*) OVER (PARTITION BY hostname, uuid, t, piece_start) AS instances
+FROM pieces
+WHERE mig_instance IS NOT NULL AND piece_end > piece_start;
 
 -- Each piece with its state, run and team. A pod the Kubernetes capture does not know is its
 -- own run with an unknown (so provisional) outcome, its team taken from its namespace.
--- A MIG piece also yields the parent GPU's leftover (`share = 'leftover'`): unallocated, split
--- evenly between the instances seen at that instant.
+-- A MIG piece also yields the parent GPU's leftover (the second part of the union):
+-- unallocated, split evenly between the instances seen at that instant.
 CREATE OR REPLACE VIEW gpu_state_pieces AS
 SELECT sp.date, sp.hostname AS node, sp.uuid, sp.model_name, sp.piece_start, sp.xid_error,
-       CASE WHEN sh.share = 'leftover' THEN 'platform'
-            WHEN sp.pod IS NULL OR sp.namespace IS NULL THEN 'platform'
+       CASE WHEN sp.pod IS NULL OR sp.namespace IS NULL THEN 'platform'
             ELSE COALESCE(r.team, n.team_label, sp.namespace) END AS team,
-       CASE WHEN sh.share = 'own' AND sp.pod IS NOT NULL AND sp.namespace IS NOT NULL THEN sp.namespace END AS namespace,
-       CASE WHEN sh.share = 'own' AND sp.pod IS NOT NULL AND sp.namespace IS NOT NULL THEN COALESCE(r.run, 'pod/' || sp.pod) END AS run,
-       CASE WHEN sh.share = 'own' AND sp.pod IS NOT NULL AND sp.namespace IS NOT NULL THEN COALESCE(r.segment, 1) END AS segment,
-       CASE WHEN sh.share = 'own' AND sp.pod IS NOT NULL AND sp.namespace IS NOT NULL THEN COALESCE(r.outcome, 'unknown') END AS outcome,
+       CASE WHEN sp.pod IS NOT NULL AND sp.namespace IS NOT NULL THEN sp.namespace END AS namespace,
+       CASE WHEN sp.pod IS NOT NULL AND sp.namespace IS NOT NULL THEN COALESCE(r.run, 'pod/' || sp.pod) END AS run,
+       CASE WHEN sp.pod IS NOT NULL AND sp.namespace IS NOT NULL THEN COALESCE(r.segment, 1) END AS segment,
+       CASE WHEN sp.pod IS NOT NULL AND sp.namespace IS NOT NULL THEN COALESCE(r.outcome, 'unknown') END AS outcome,
        CASE
-           WHEN sh.share = 'leftover' OR sp.pod IS NULL OR sp.namespace IS NULL THEN 'unallocated'
+           WHEN sp.pod IS NULL OR sp.namespace IS NULL THEN 'unallocated'
            WHEN r.outcome = 'failed' THEN 'failed'
            WHEN r.outcome = 'preempted' THEN 'preempted'
            WHEN CASE WHEN sp.engine_active IS NOT NULL THEN sp.engine_active >= s.active_threshold_engine
@@ -53,14 +62,18 @@ SELECT sp.date, sp.hostname AS node, sp.uuid, sp.model_name, sp.piece_start, sp.
            ELSE 'allocated_idle'
        END AS state,
        -- GPU-milliseconds x 7 (sevenths of a GPU), exact until the final division.
-       CASE WHEN sh.share = 'own' THEN CAST(sp.piece_ms * sp.sevenths AS DOUBLE)
-            ELSE CAST(sp.piece_ms * (7 - sp.gpu_sevenths) AS DOUBLE) / sp.instances END AS gpu_ms7
+       CAST(sp.piece_ms * sp.sevenths AS DOUBLE) AS gpu_ms7
 FROM settings s
-CROSS JOIN (VALUES ('own'), ('leftover')) AS sh(share)
 CROSS JOIN sample_pieces sp
 LEFT JOIN pod_runs r ON r.namespace = sp.namespace AND r.pod = sp.pod
 LEFT JOIN namespaces_latest n ON n.namespace = sp.namespace
-WHERE sh.share = 'own' OR (sp.mig_instance IS NOT NULL AND sp.gpu_sevenths < 7);
+UNION ALL
+SELECT sp.date, sp.hostname AS node, sp.uuid, sp.model_name, sp.piece_start, sp.xid_error,
+       'platform' AS team, CAST(NULL AS VARCHAR) AS namespace, CAST(NULL AS VARCHAR) AS run,
+       CAST(NULL AS BIGINT) AS segment, CAST(NULL AS VARCHAR) AS outcome, 'unallocated' AS state,
+       CAST(sp.piece_ms * (7 - sp.gpu_sevenths) AS DOUBLE) / sp.instances AS gpu_ms7
+FROM sample_pieces sp
+WHERE sp.mig_instance IS NOT NULL AND sp.gpu_sevenths < 7;
 
 -- GPU-hours by day, node, GPU model, team, run segment and state: the ledger's base table.
 -- `date` is the day of the samples (the store partition they came from); `day` is the UTC day

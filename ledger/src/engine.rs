@@ -80,7 +80,7 @@ impl Engine {
     }
 }
 
-/// The in-process session's settings: Parquet filters are evaluated while decoding (so a
+/// The settings of every in-process session (ledger, query, serve): Parquet filters are evaluated while decoding (so a
 /// day's filter skips pages and rows, not just files), on top of partition and row-group
 /// statistics pruning, which DataFusion does by default.
 ///
@@ -92,6 +92,10 @@ pub fn session_config(memory_limit: Option<usize>) -> SessionConfig {
     let e = &mut c.options_mut().execution;
     e.parquet.pushdown_filters = true;
     e.parquet.reorder_filters = true;
+    // Files are sorted by GPU and time (the table's declared order): keep that order through
+    // repartitioning rather than sorting again.
+    c.options_mut().optimizer.prefer_existing_sort = true;
+    let e = &mut c.options_mut().execution;
     if let Some(limit) = memory_limit {
         e.sort_spill_reservation_bytes = (limit / 64).clamp(256 << 10, e.sort_spill_reservation_bytes);
     }

@@ -47,7 +47,7 @@ impl Ledger {
     /// Opens the store at `location` and registers every table (an empty one for a table
     /// never written, so queries over it return no rows instead of failing).
     pub async fn open(location: &StoreLocation) -> Result<Ledger> {
-        Self::open_in(SessionContext::new(), location).await
+        Self::open_in(SessionContext::new_with_config(engine::session_config(None)), location).await
     }
 
     /// Like [`Ledger::open`], in a session the caller configured (a server sets its memory pool
@@ -122,9 +122,14 @@ async fn register(ctx: &SessionContext, location: &StoreLocation, table: &'stati
     let file_schema = table.arrow_schema();
     let result = if store::has_dir(location, table.name).await? {
         let url = ListingTableUrl::parse(location.join(&format!("{}/", table.name))).map_err(|source| Error::Register { table: table.name, source })?;
+        // Every file is written sorted by the table's sort columns (ascending, nulls first):
+        // told so, DataFusion merges the files of a day instead of sorting them again for the
+        // windows that follow a GPU's samples in time.
+        let order: Vec<datafusion::logical_expr::SortExpr> = table.sort_by.iter().map(|c| datafusion::prelude::col(*c).sort(true, true)).collect();
         let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
             .with_file_extension(".parquet")
-            .with_table_partition_cols(vec![(PARTITION_KEY.to_string(), DataType::Utf8)]);
+            .with_table_partition_cols(vec![(PARTITION_KEY.to_string(), DataType::Utf8)])
+            .with_file_sort_order(if order.is_empty() { vec![] } else { vec![order] });
         let config = ListingTableConfig::new(url).with_listing_options(options).with_schema(file_schema);
         let listing = ListingTable::try_new(config).map_err(|source| Error::Register { table: table.name, source })?;
         ctx.register_table(table.name, Arc::new(listing))

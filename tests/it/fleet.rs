@@ -231,7 +231,7 @@ fn uncompressed_bytes(store: &str) -> u64 {
 
 #[test]
 fn a_memory_limit_smaller_than_the_store_is_kept_and_changes_nothing() {
-    const LIMIT: u64 = 48 << 20;
+    const LIMIT: u64 = 24 << 20;
     let tmp = tempfile::tempdir().unwrap();
     let capture = simulate(tmp.path(), 8, 4, "30s", "2026-11-10T00:00:00Z");
     let config = example_config().display().to_string();
@@ -251,7 +251,7 @@ fn a_memory_limit_smaller_than_the_store_is_kept_and_changes_nothing() {
     assert!(peak(&free) > LIMIT as f64, "unlimited peak {} is under the limit", peak(&free));
     let spill = tmp.path().join("spill");
     std::fs::create_dir_all(&spill).unwrap();
-    let limited = local(&["ledger", "--store", &b, "--config", &config, "--progress", "off", "--memory-limit", "48MiB", "--spill-dir", &spill.display().to_string()]);
+    let limited = local(&["ledger", "--store", &b, "--config", &config, "--progress", "off", "--memory-limit", "24MiB", "--spill-dir", &spill.display().to_string()]);
     assert!(peak(&limited) <= LIMIT as f64, "peak {} over the limit", peak(&limited));
     for sql in [CHARGEBACK, STATES, SEGMENTS] {
         assert_same_rows(&rows(bin(), &b, sql), &rows(bin(), &a, sql), sql);

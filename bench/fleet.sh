@@ -1,0 +1,367 @@
+#!/usr/bin/env bash
+# Fleet scaling benchmark (README, "Benchmarks"): the ledger over a simulated month at several
+# fleet sizes, to see how time and memory grow with the number of GPU-sample rows and to project
+# them to 1,024 and 10,000 GPUs. For each size G of SIZES, in $W/G:
+#   1. simulate G GPUs x DAYS days at a SCRAPE scrape, ingest (timed), delete the capture;
+#   2. store facts: gpu_samples rows, bytes of its Parquet files per row and per metric sample;
+#   3. gpuledger ledger in process (wall time, peak RSS, the operators' peak memory);
+#   4. the same with --memory-limit LIMIT --spill-dir $W/G/spill (is the limit kept?);
+#   5. DuckDB (PyPI) running the ledger's sample path (bench/ledger_duckdb.sql, as bench/ledger.sh),
+#      its GPU-hours by month/team/state compared with the ledger's;
+#   6. gpuledger ledger --engine ballista on a loopback cluster of a scheduler and EXECUTORS
+#      executors (concurrency 1 each); peak memory = scheduler + executors (VmHWM) + client, and
+#      its chargeback compared with the in-process one.
+# Each size's figures go to $W/G/result.json; bench/fleet_report.py then prints the table and a
+# least-squares projection (seconds = a + b * rows per engine) and writes $W/report.md.
+#
+#   bash bench/fleet.sh                 # SIZES="64 128 256" DAYS=30 SCRAPE=5m, release build
+#   SIZES="2 4" DAYS=2 SCRAPE=10m BIN=target/debug/gpuledger BENCH_DIR=/tmp/fleet bash bench/fleet.sh
+#
+# Knobs: SIZES (GPU counts), DAYS, SCRAPE (the simulator's scrape interval), START (first day,
+# UTC; November 2026 has overheads in examples/gpuledger.toml), SEED (42), LIMIT (the limited
+# run's --memory-limit, 1GiB), EXECUTORS (2), BENCH_DIR (bench-data/fleet), BIN (the binary,
+# target/release/gpuledger; when BIN is not set the release build is brought up to date first
+# unless SKIP_BUILD=1), REUSE=0 (re-simulate and re-ingest even when $W/G/params matches),
+# INGEST_FLUSH_ROWS (ingest's --flush-rows, its default 2000000).
+#
+# Disk: the simulated text is ~7.4 KB per GPU per scrape plus ~1 MB per GPU-day of Kubernetes
+# objects, so a month of 256 GPUs at 5m is ~22-24 GB; only one capture exists at a time (each is
+# deleted once ingested), the stores stay (REUSE).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SIZES=${SIZES:-64 128 256}
+DAYS=${DAYS:-30}
+SCRAPE=${SCRAPE:-5m}
+START=${START:-2026-11-01T00:00:00Z}
+SEED=${SEED:-42}
+LIMIT=${LIMIT:-1GiB}
+EXECUTORS=${EXECUTORS:-2}
+REUSE=${REUSE:-1}
+CONFIG=examples/gpuledger.toml
+W=${BENCH_DIR:-bench-data/fleet}
+mkdir -p "$W"
+W=$(cd "$W" && pwd)
+say() { echo "fleet bench: $*" >&2; }
+
+if [ -z "${BIN:-}" ]; then
+  BIN=target/release/gpuledger
+  # Waits for the cargo lock when another release build is running, then finds it up to date.
+  [ -n "${SKIP_BUILD:-}" ] || cargo build --release --bin gpuledger >&2
+fi
+[ -x "$BIN" ] || { say "no binary at $BIN (build it, or set BIN=...)"; exit 2; }
+BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+python3 -c 'import duckdb' 2>/dev/null || { say "python3 cannot import duckdb (python3 -m pip install duckdb)"; exit 2; }
+[ -x /usr/bin/time ] || { say "/usr/bin/time is missing (apt-get install time)"; exit 2; }
+
+# Background processes (the Ballista cluster): killed on any exit.
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# timed NAME STDOUT CMD...: runs CMD under /usr/bin/time into $D/NAME.time (wall seconds and
+# peak RSS in KiB on its last line), stdout to STDOUT, stderr to $D/NAME.err, exit status to
+# $D/NAME.rc; returns that status.
+timed() {
+  local name=$1 out=$2 rc=0; shift 2
+  /usr/bin/time -f '%e %M' -o "$D/$name.time" "$@" > "$out" 2> "$D/$name.err" || rc=$?
+  echo "$rc" > "$D/$name.rc"
+  if [ "$rc" != 0 ]; then
+    say "$name failed (exit $rc); the end of $D/$name.err:"
+    tail -n 20 "$D/$name.err" | sed 's/^/    /' >&2
+  fi
+  return "$rc"
+}
+
+# wait_port PORT PID WHAT: until 127.0.0.1:PORT accepts a connection (60 s), while PID lives.
+wait_port() {
+  local port=$1 pid=$2 what=$3
+  for _ in $(seq 300); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+    kill -0 "$pid" 2>/dev/null || { say "$what (pid $pid) exited before listening on $port"; return 1; }
+    sleep 0.2
+  done
+  say "$what (pid $pid) is not listening on $port after 60 s"
+  return 1
+}
+
+# stop PID...: TERM, then KILL after 10 s.
+stop() {
+  local p
+  for p in "$@"; do kill -TERM "$p" 2>/dev/null || true; done
+  for _ in $(seq 50); do
+    local alive=0
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 1 ] || break
+    sleep 0.2
+  done
+  for p in "$@"; do kill -KILL "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+}
+
+say "sizes $SIZES GPUs x $DAYS days at $SCRAPE from $START; limit $LIMIT; $EXECUTORS Ballista executors; $BIN; work in $W"
+say "$(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+
+for G in $SIZES; do
+  D=$W/$G
+  mkdir -p "$D"
+  PARAMS="$G $DAYS $SCRAPE $START $SEED"
+  # Figures of an earlier run of this size go, the store (and its ingest figures) may stay.
+  rm -rf "$D/spill" "$D"/exec-* "$D/result.json" "$D"/inproc_*.parquet "$D"/duckdb* "$D"/ledger* "$D"/limited* "$D"/ballista* "$D"/scheduler* "$D"/executor-*
+
+  # 1. simulate + ingest, unless the store of these parameters is there.
+  if [ "$REUSE" = 1 ] && [ -f "$D/store/.gpuledger-store" ] && [ -f "$D/ingest.json" ] && [ -f "$D/ingest.time" ] \
+     && [ "$(cat "$D/params" 2>/dev/null)" = "$PARAMS" ]; then
+    say "[$G GPUs] reusing the store in $D/store ($PARAMS; REUSE=0 rebuilds it)"
+    echo 1 > "$D/reused"
+  else
+    rm -rf "$D/capture" "$D/store" "$D/params" "$D/reused" "$D"/simulate.* "$D"/ingest.* "$D/capture_bytes"
+    python3 - "$D" "$G" "$DAYS" "$SCRAPE" <<'PY'
+import os, re, sys
+d, gpus, days, scrape = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+m = re.fullmatch(r"(\d+)([smh]?)", scrape)
+if not m:
+    sys.exit(f"fleet bench: SCRAPE={scrape}: give seconds, minutes or hours (30s, 5m, 1h)")
+secs = int(m[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[m[2]]
+need = gpus * days * (86400 / secs * 7.4e3 + 1e6)
+st = os.statvfs(d)
+free = st.f_bavail * st.f_frsize
+print(f"fleet bench: [{gpus} GPUs] the capture needs about {need / 1e9:.1f} GB of text; {free / 1e9:.1f} GB free", file=sys.stderr)
+if need * 1.1 > free:
+    sys.exit(f"fleet bench: [{gpus} GPUs] not enough disk for the capture: raise SCRAPE (e.g. SCRAPE=10m) or lower SIZES/DAYS")
+PY
+    say "[$G GPUs] simulating $DAYS days at a $SCRAPE scrape..."
+    timed simulate "$D/simulate.out" "$BIN" simulate --out "$D/capture" --gpus "$G" --days "$DAYS" \
+      --scrape-interval "$SCRAPE" --start "$START" --seed "$SEED"
+    du -sb "$D/capture" | cut -f1 > "$D/capture_bytes"
+    say "[$G GPUs] ingesting $(( $(cat "$D/capture_bytes") / 1000000 )) MB of capture..."
+    timed ingest "$D/ingest.json" "$BIN" ingest "$D/capture" --store "$D/store" --progress off --format json \
+      --flush-rows "${INGEST_FLUSH_ROWS:-2000000}"
+    rm -rf "$D/capture"   # disk: the store is what every engine reads
+    echo "$PARAMS" > "$D/params"
+    echo 0 > "$D/reused"
+  fi
+  S=$D/store
+
+  # 2. store facts.
+  "$BIN" query --store "$S" --format csv "SELECT count(*) AS n FROM gpu_samples" | tail -1 > "$D/rows"
+  du -sb "$S/gpu_samples" | cut -f1 > "$D/gpu_samples_bytes"
+  say "[$G GPUs] $(cat "$D/rows") gpu_samples rows, $(( $(cat "$D/gpu_samples_bytes") / 1024 )) KiB of gpu_samples Parquet"
+
+  # 3. in process, no limit. Its derived tables are kept aside for the comparisons.
+  say "[$G GPUs] ledger in process..."
+  timed ledger "$D/ledger.out" "$BIN" ledger --store "$S" --config "$CONFIG" --progress off
+  cp "$S/ledger/chargeback_monthly.parquet" "$D/inproc_chargeback.parquet"
+  cp "$S/ledger/gpu_state_hours.parquet" "$D/inproc_gpu_state_hours.parquet"
+
+  # 4. in process with a memory limit (spilling to $D/spill).
+  say "[$G GPUs] ledger in process with --memory-limit $LIMIT..."
+  mkdir -p "$D/spill"
+  if timed limited "$D/limited.out" "$BIN" ledger --store "$S" --config "$CONFIG" --progress off \
+       --memory-limit "$LIMIT" --spill-dir "$D/spill"; then
+    cp "$S/ledger/chargeback_monthly.parquet" "$D/limited_chargeback.parquet"
+  fi
+  rm -rf "$D/spill"
+
+  # 5. DuckDB: the sample path of bench/ledger_duckdb.sql over the same Parquet (pod_runs from
+  # the ledger's derived table, as bench/ledger.sh).
+  say "[$G GPUs] DuckDB..."
+  sed "s#@STORE@#$S#g" bench/ledger_duckdb.sql > "$D/duckdb.sql"
+  timed duckdb "$D/duckdb.out" python3 - "$D" <<'PY' || true
+import duckdb, sys
+d = sys.argv[1]
+con = duckdb.connect()
+con.execute(open(f"{d}/duckdb.sql").read())
+con.execute(f"COPY result TO '{d}/duckdb_result.parquet' (FORMAT parquet)")
+PY
+
+  # 6. Ballista on loopback: a scheduler on P, executors on Q (Flight) and Q+1 (gRPC).
+  say "[$G GPUs] Ballista, $EXECUTORS executors..."
+  read -r P QS < <(python3 - "$EXECUTORS" <<'PY'
+import socket, sys
+n, held, found = int(sys.argv[1]), [], []
+def grab(port=0):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        s.close()
+        return None
+    held.append(s)
+    return s.getsockname()[1]
+sched = grab()
+while len(found) < n:
+    q = grab()
+    if q is not None and q < 65535 and grab(q + 1) is not None:
+        found.append(q)
+print(sched, ",".join(map(str, found)))
+for s in held:
+    s.close()
+PY
+)
+  IFS=, read -r -a QPORTS <<< "$QS"
+  ok=1
+  "$BIN" ballista scheduler --listen "127.0.0.1:$P" > "$D/scheduler.log" 2>&1 &
+  sched=$!; pids+=("$sched")
+  wait_port "$P" "$sched" scheduler || ok=0
+  execs=()
+  if [ "$ok" = 1 ]; then
+    for i in $(seq "$EXECUTORS"); do
+      q=${QPORTS[$((i - 1))]}
+      mkdir -p "$D/exec-$i"
+      "$BIN" ballista executor --scheduler "127.0.0.1:$P" --listen "127.0.0.1:$q" --concurrency 1 \
+        --work-dir "$D/exec-$i" > "$D/executor-$i.log" 2>&1 &
+      execs+=($!); pids+=($!)
+    done
+    for i in $(seq "$EXECUTORS"); do
+      q=${QPORTS[$((i - 1))]}
+      wait_port "$q" "${execs[$((i - 1))]}" "executor $i (Flight)" && wait_port $((q + 1)) "${execs[$((i - 1))]}" "executor $i (gRPC)" || ok=0
+    done
+  fi
+  if [ "$ok" = 1 ]; then
+    sleep 1   # the executors register with the scheduler once listening
+    timed ballista "$D/ballista.out" "$BIN" ledger --store "$S" --config "$CONFIG" --engine ballista \
+      --scheduler "df://127.0.0.1:$P" --progress off || true
+    # Peak memory of the cluster, read before the processes go.
+    : > "$D/ballista_hwm"
+    for p in "$sched" "${execs[@]}"; do
+      if [ "$p" = "$sched" ]; then role=scheduler; else role=executor; fi
+      hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$p/status" 2>/dev/null || true)
+      echo "$role ${hwm:-gone}" >> "$D/ballista_hwm"
+    done
+  else
+    echo 1 > "$D/ballista.rc"
+    echo "the Ballista cluster did not start (scheduler.log, executor-*.log in $D)" > "$D/ballista.err"
+    say "[$G GPUs] the Ballista cluster did not start; see $D/scheduler.log and $D/executor-*.log"
+  fi
+  stop "$sched" "${execs[@]}"
+  pids=()
+  du -sb "$D"/exec-* 2>/dev/null | awk '{s += $1} END {print s + 0}' > "$D/ballista_work_bytes"
+  rm -rf "$D"/exec-*
+  if [ "$(cat "$D/ballista.rc")" = 0 ]; then cp "$S/ledger/chargeback_monthly.parquet" "$D/ballista_chargeback.parquet"; cp "$S/ledger/gpu_state_hours.parquet" "$D/ballista_gpu_state_hours.parquet"; fi
+
+  # result.json of this size.
+  python3 - "$D" "$G" "$DAYS" "$SCRAPE" "$START" "$SEED" "$LIMIT" "$EXECUTORS" "$BIN" <<'PY'
+import duckdb, json, os, re, sys
+d, gpus, days, scrape, start, seed, limit, executors, binary = sys.argv[1:]
+con = duckdb.connect()
+
+def read(name, default=None):
+    try:
+        return open(f"{d}/{name}").read()
+    except FileNotFoundError:
+        return default
+
+def timing(step):
+    """Wall seconds and peak RSS (MiB) of a step run by `timed`, or None."""
+    lines = [l for l in (read(f"{step}.time") or "").splitlines() if l.strip()]
+    try:   # a failed command's file starts with "Command exited with non-zero status N"
+        secs, kib = lines[-1].split()
+        return {"seconds": float(secs), "peak_rss_mib": round(int(kib) / 1024, 1)}
+    except (IndexError, ValueError):
+        return None
+
+def step(name):
+    """{seconds, peak_rss_mib} of a step, or {error: ...} when it failed."""
+    rc = (read(f"{name}.rc") or "").strip()
+    if rc != "0":
+        err = (read(f"{name}.err") or "").strip().splitlines()
+        return {"error": f"exit {rc or '?'}", "stderr_tail": err[-10:]}
+    return timing(name) or {"error": "no /usr/bin/time figures"}
+
+def operator_peak(out):
+    m = re.search(r"operators held at most ([0-9.]+) MiB at once \(([^)]*)\)", read(out) or "")
+    if not m:
+        return None, None
+    lim = re.fullmatch(r"limit ([0-9.]+) MiB", m[2])
+    return float(m[1]), (float(lim[1]) if lim else None)
+
+def max_diff(sql_a, sql_b):
+    a = dict((tuple(r[:-1]), r[-1] or 0) for r in con.execute(sql_a).fetchall())
+    b = dict((tuple(r[:-1]), r[-1] or 0) for r in con.execute(sql_b).fetchall())
+    keys = set(a) | set(b)
+    return (max((abs(a.get(k, 0) - b.get(k, 0)) for k in keys), default=0.0), len(keys),
+            sorted(map(str, set(a) ^ set(b)))[:5])
+
+res = {"gpus": int(gpus), "days": int(days), "scrape": scrape, "start": start, "seed": int(seed),
+       "binary": binary, "cpus": os.cpu_count(), "load_average_at_end": float(open("/proc/loadavg").read().split()[0]),
+       "reused_store": (read("reused") or "0").strip() == "1"}
+
+# Ingest.
+ing = json.loads(read("ingest.json"))
+res["simulate"] = timing("simulate")
+res["capture_bytes"] = int(read("capture_bytes", "0") or 0) or None
+it = timing("ingest")
+samples = ing.get("samples")
+res["ingest"] = {**it, "samples": samples, "bytes_read": ing.get("bytes_read"), "rows_written": ing.get("rows_written"),
+                 "rows_written_total": sum((ing.get("rows_written") or {}).values()),
+                 "elapsed_seconds_reported": ing.get("elapsed_seconds"), "rejected": ing.get("rejected"),
+                 "samples_per_s": round(samples / it["seconds"]) if samples and it["seconds"] else None}
+
+# Store.
+rows = int(read("rows").strip())
+gbytes = int(read("gpu_samples_bytes").strip())
+res["store"] = {"gpu_sample_rows": rows, "gpu_samples_bytes": gbytes,
+                "bytes_per_gpu_sample_row": round(gbytes / rows, 2) if rows else None,
+                "bytes_per_metric_sample": round(gbytes / samples, 3) if samples else None,
+                "store_bytes": int(os.popen(f"du -sb '{d}/store'").read().split()[0])}
+
+# In process.
+res["inprocess"] = step("ledger")
+if "error" not in res["inprocess"]:
+    res["inprocess"]["operator_peak_mib"] = operator_peak("ledger.out")[0]
+
+# In process, limited.
+res["limited"] = step("limited")
+res["limited"]["limit"] = limit
+if "error" not in res["limited"]:
+    peak, lim = operator_peak("limited.out")
+    res["limited"].update({"operator_peak_mib": peak, "limit_mib": lim,
+                           "operator_peak_within_limit": peak is not None and lim is not None and peak <= lim,
+                           "peak_rss_within_limit": lim is not None and res["limited"]["peak_rss_mib"] <= lim})
+    if os.path.exists(f"{d}/limited_chargeback.parquet"):
+        diff, cells, _ = max_diff(f"SELECT month, team, sum(total) FROM '{d}/inproc_chargeback.parquet' GROUP BY ALL",
+                                  f"SELECT month, team, sum(total) FROM '{d}/limited_chargeback.parquet' GROUP BY ALL")
+        res["limited"]["chargeback_max_total_difference_vs_unlimited"] = diff
+
+# DuckDB.
+res["duckdb"] = step("duckdb")
+if "error" not in res["duckdb"]:
+    diff, cells, only = max_diff(f"SELECT month, team, state, sum(gpu_hours) FROM '{d}/inproc_gpu_state_hours.parquet' GROUP BY ALL",
+                                 f"SELECT month, team, state, sum(gpu_hours) FROM '{d}/duckdb_result.parquet' GROUP BY ALL")
+    res["duckdb"].update({"cells": cells, "max_gpu_hour_difference": diff, "cells_in_one_only": only})
+if "error" not in res["inprocess"] and "error" not in res["duckdb"]:
+    res["ledger_vs_duckdb_time"] = round(res["inprocess"]["seconds"] / res["duckdb"]["seconds"], 2) if res["duckdb"]["seconds"] else None
+
+# Ballista.
+b = step("ballista")
+b["executors"] = int(executors)
+b["executor_concurrency"] = 1
+b["shuffle_work_bytes"] = int((read("ballista_work_bytes") or "0").strip() or 0)
+if "error" not in b:
+    hwm = [l.split() for l in (read("ballista_hwm") or "").splitlines() if l.strip()]
+    sched = [int(v) for r, v in hwm if r == "scheduler" and v.isdigit()]
+    execs = [int(v) for r, v in hwm if r == "executor" and v.isdigit()]
+    b["client_peak_rss_mib"] = b.pop("peak_rss_mib")
+    b["scheduler_peak_rss_mib"] = round(sum(sched) / 1024, 1) if sched else None
+    b["executor_peak_rss_mib"] = [round(k / 1024, 1) for k in execs]
+    b["summed_peak_rss_mib"] = round(b["client_peak_rss_mib"] + sum(sched + execs) / 1024, 1)
+    if len(execs) != int(executors) or not sched:
+        b["warning"] = f"VmHWM read for {len(sched)} scheduler and {len(execs)} of {executors} executors (the others had exited)"
+    if os.path.exists(f"{d}/ballista_chargeback.parquet"):
+        diff, cells, only = max_diff(f"SELECT month, team, sum(total) FROM '{d}/inproc_chargeback.parquet' GROUP BY ALL",
+                                     f"SELECT month, team, sum(total) FROM '{d}/ballista_chargeback.parquet' GROUP BY ALL")
+        b.update({"chargeback_cells": cells, "chargeback_max_total_difference": diff, "chargeback_cells_in_one_only": only})
+        diff, _, _ = max_diff(f"SELECT month, team, state, sum(gpu_hours) FROM '{d}/inproc_gpu_state_hours.parquet' GROUP BY ALL",
+                              f"SELECT month, team, state, sum(gpu_hours) FROM '{d}/ballista_gpu_state_hours.parquet' GROUP BY ALL")
+        b["gpu_hour_max_difference"] = diff
+res["ballista"] = b
+json.dump(res, open(f"{d}/result.json", "w"), indent=1)
+PY
+  say "[$G GPUs] done: $D/result.json"
+done
+
+# shellcheck disable=SC2086
+python3 bench/fleet_report.py "$W" $SIZES
