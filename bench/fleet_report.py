@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""Report of bench/fleet.sh: a markdown table of the sizes measured and a projection.
+
+    python3 bench/fleet_report.py BENCH_DIR SIZE...
+
+Reads BENCH_DIR/<SIZE>/result.json for each size, prints the table, a least-squares fit of
+seconds = a + b * rows (gpu_samples rows) per engine evaluated at 1,024 and 10,000 GPUs over a
+month at a 30 s scrape, the same for peak RSS, and the Ballista executors a 10,000-GPU month
+would need to finish within an hour; writes the same text to BENCH_DIR/report.md.
+Standard library only.
+"""
+import json
+import math
+import os
+import sys
+
+# gpu_samples rows of a 30-day month at a 30 s scrape (the simulator's mix of MIG instances):
+# 1,024 GPUs ~ 88.5 M rows, 10,000 GPUs ~ 860 M rows.
+TARGETS = [("1,024 GPUs x 30 d @ 30 s", 88.5e6), ("10,000 GPUs x 30 d @ 30 s", 860e6)]
+DEADLINE_S = 3600.0
+
+ENGINES = [  # key in result.json, label, RSS field
+    ("inprocess", "in-process", "peak_rss_mib"),
+    ("limited", "in-process, limited", "peak_rss_mib"),
+    ("duckdb", "DuckDB", "peak_rss_mib"),
+    ("ballista", "Ballista", "summed_peak_rss_mib"),
+]
+
+
+def ok(step):
+    return isinstance(step, dict) and "error" not in step and step.get("seconds") is not None
+
+
+def fmt(v, digits=1, unit=""):
+    if v is None:
+        return "–"
+    if isinstance(v, str):
+        return v
+    if isinstance(v, int) or (isinstance(v, float) and abs(v) >= 1e4):
+        return f"{v:,.0f}{unit}"
+    return f"{v:,.{digits}f}{unit}"
+
+
+def fmt_diff(v):
+    return "–" if v is None else f"{v:.2g}"
+
+
+def duration(s):
+    if s is None or math.isnan(s):
+        return "–"
+    if s < 120:
+        return f"{s:,.1f} s"
+    if s < 7200:
+        return f"{s / 60:,.1f} min"
+    return f"{s / 3600:,.1f} h"
+
+
+def fit(points):
+    """Least squares y = a + b x; with one point (or one distinct x) the line through the origin."""
+    n = len(points)
+    if n == 0:
+        return None
+    xs = [p[0] for p in points]
+    ys = [p[1] for p in points]
+    if n == 1 or max(xs) == min(xs):
+        b = sum(ys) / sum(xs) if sum(xs) else 0.0
+        return {"a": 0.0, "b": b, "n": len(set(xs)), "r2": None, "kind": "through the origin (one size)"}
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    a = my - b * mx
+    ss_tot = sum((y - my) ** 2 for y in ys)
+    ss_res = sum((y - a - b * x) ** 2 for x, y in zip(xs, ys))
+    r2 = 1 - ss_res / ss_tot if ss_tot else 1.0
+    return {"a": a, "b": b, "n": len(set(xs)), "r2": r2, "kind": "least squares"}
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    w, sizes = sys.argv[1], sys.argv[2:]
+    results = []
+    missing = []
+    for g in sizes:
+        path = os.path.join(w, g, "result.json")
+        try:
+            results.append(json.load(open(path)))
+        except (FileNotFoundError, json.JSONDecodeError) as e:
+            missing.append(f"{path}: {e}")
+    if not results:
+        sys.exit("fleet report: no result.json: " + "; ".join(missing))
+    out = []
+    p = out.append
+    r0 = results[0]
+    lim = r0["limited"].get("limit")
+    p(f"# Fleet scaling benchmark\n")
+    p(f"{r0['days']} simulated days from {r0['start']} at a {r0['scrape']} scrape (seed {r0['seed']}), "
+      f"GPUs {', '.join(str(r['gpus']) for r in results)}; binary {r0['binary']}; {r0['cpus']} CPUs "
+      f"(load average {', '.join(str(r['load_average_at_end']) for r in results)} at the end of each size). "
+      f"Limited run: --memory-limit {lim}. Ballista: {r0['ballista']['executors']} executors at --concurrency 1, "
+      f"a scheduler and the client on the same machine (loopback).\n")
+
+    # The table.
+    head = ["GPUs", "gpu_samples rows", "ingest samples/s", "ingest s", "bytes/row",
+            "in-proc s", "in-proc RSS MiB", "in-proc op. peak MiB",
+            "limited s", "limited RSS MiB", "limited op. peak MiB",
+            "DuckDB s", "DuckDB RSS MiB", "Ballista s", "Ballista RSS MiB (sum)",
+            "ledger/DuckDB time", "max Δ GPU-h vs DuckDB", "max Δ total Ballista", "max Δ total limited"]
+    p("| " + " | ".join(head) + " |")
+    p("|" + "|".join("---:" for _ in head) + "|")
+    for r in results:
+        st, ing, ip, li, dk, ba = r["store"], r["ingest"], r["inprocess"], r["limited"], r["duckdb"], r["ballista"]
+        e = lambda s, k: fmt(s.get(k)) if ok(s) else "failed"
+        cells = [
+            str(r["gpus"]) + (" (reused)" if r.get("reused_store") else ""),
+            fmt(st["gpu_sample_rows"]), fmt(ing.get("samples_per_s")), fmt(ing.get("seconds")),
+            fmt(st.get("bytes_per_gpu_sample_row")),
+            e(ip, "seconds"), e(ip, "peak_rss_mib"), e(ip, "operator_peak_mib"),
+            e(li, "seconds"), e(li, "peak_rss_mib"),
+            (fmt(li.get("operator_peak_mib")) + (f" / {fmt(li.get('limit_mib'), 0)}" if li.get("limit_mib") else "")) if ok(li) else "failed",
+            e(dk, "seconds"), e(dk, "peak_rss_mib"),
+            e(ba, "seconds"), e(ba, "summed_peak_rss_mib"),
+            fmt(r.get("ledger_vs_duckdb_time"), 2),
+            fmt_diff(dk.get("max_gpu_hour_difference")) if ok(dk) else "–",
+            fmt_diff(ba.get("chargeback_max_total_difference")) if ok(ba) else "–",
+            fmt_diff(li.get("chargeback_max_total_difference_vs_unlimited")) if ok(li) else "–",
+        ]
+        p("| " + " | ".join(cells) + " |")
+    p("")
+    p("Bytes/row: the gpu_samples Parquet files on disk over their rows; "
+      + ", ".join(f"{r['gpus']} GPUs {fmt(r['store'].get('bytes_per_metric_sample'), 3)} B per metric sample read "
+                  f"({fmt(r['ingest'].get('samples'))} samples)" for r in results)
+      + ". RSS: peak resident set (/usr/bin/time, MiB); Ballista's is the sum of the scheduler's and executors' "
+        "VmHWM and the client's peak. Op. peak: the most the ledger's operators held at once, as it prints it "
+        "(/ the limit). Δ: largest absolute difference per month/team(/state) cell, GPU-hours or chargeback "
+        "`total`, against the in-process run without a limit.\n")
+
+    # Problems.
+    problems = list(missing)
+    for r in results:
+        g = r["gpus"]
+        for key, label, _ in ENGINES:
+            s = r[key]
+            if isinstance(s, dict) and "error" in s:
+                problems.append(f"{g} GPUs, {label}: {s['error']}: " + " / ".join(s.get("stderr_tail", [])[-3:]))
+        li = r["limited"]
+        if ok(li):
+            if li.get("operator_peak_within_limit") is False:
+                problems.append(f"{g} GPUs: the limited run's operators held {li.get('operator_peak_mib')} MiB, over the limit {li.get('limit_mib')} MiB")
+            if li.get("peak_rss_within_limit") is False:
+                problems.append(f"{g} GPUs: the limited run's peak RSS {li['peak_rss_mib']} MiB is over the limit {li.get('limit_mib')} MiB "
+                                "(the limit covers operators, not the whole process)")
+        for key in ("duckdb", "ballista"):
+            only = r[key].get("cells_in_one_only") or r[key].get("chargeback_cells_in_one_only")
+            if only:
+                problems.append(f"{g} GPUs, {key}: cells in one result only, e.g. {only}")
+        if r["ballista"].get("warning"):
+            problems.append(f"{g} GPUs, Ballista: {r['ballista']['warning']}")
+        if r["ingest"].get("rejected"):
+            problems.append(f"{g} GPUs: ingest rejected {r['ingest']['rejected']} items")
+    if problems:
+        p("Problems:\n")
+        for x in problems:
+            p(f"- {x}")
+        p("")
+
+    # Projection.
+    p("## Projection\n")
+    measured = [r["store"]["gpu_sample_rows"] for r in results]
+    p(f"Fit of seconds = a + b × rows per engine over the sizes measured ({', '.join(f'{m:,}' for m in measured)} "
+      f"gpu_samples rows), evaluated at a month at a 30 s scrape: " +
+      "; ".join(f"{name} = {rows / 1e6:,.1f} M rows ({rows / max(measured):,.0f}× the largest size measured)" for name, rows in TARGETS) +
+      ". Far outside the measured range, so a rough guide: the fit assumes time stays linear in rows.\n")
+    head = ["engine", "distinct sizes", "a (s)", "b (s per M rows)", "R²"] + [n for n, _ in TARGETS]
+    p("| " + " | ".join(head) + " |")
+    p("|---|---:|---:|---:|---:|" + "|".join("---:" for _ in TARGETS) + "|")
+    fits = {}
+    for key, label, _ in ENGINES:
+        pts = [(r["store"]["gpu_sample_rows"], r[key]["seconds"]) for r in results if ok(r[key])]
+        f = fit(pts)
+        fits[key] = f
+        if f is None:
+            p(f"| {label} | 0 | – | – | – | " + " | ".join("–" for _ in TARGETS) + " |")
+            continue
+        proj = [duration(f["a"] + f["b"] * rows) for _, rows in TARGETS]
+        p(f"| {label} | {f['n']} | {f['a']:,.2f} | {f['b'] * 1e6:,.3f} | {fmt(f['r2'], 3)} | " + " | ".join(proj) + " |")
+    if any(f and f["kind"] != "least squares" for f in fits.values()):
+        p("\n(one distinct row count only: the line goes through the origin, seconds proportional to rows, "
+          "so fixed start-up costs count as per-row work and the projection overstates)")
+    p("")
+    head = ["engine (peak RSS)", "a (MiB)", "b (MiB per M rows)"] + [n for n, _ in TARGETS]
+    p("| " + " | ".join(head) + " |")
+    p("|---|---:|---:|" + "|".join("---:" for _ in TARGETS) + "|")
+    for key, label, field in ENGINES:
+        pts = [(r["store"]["gpu_sample_rows"], r[key][field]) for r in results if ok(r[key]) and r[key].get(field) is not None]
+        f = fit(pts)
+        if f is None or f["kind"] != "least squares":
+            p(f"| {label} | – | – | " + " | ".join("– (needs two sizes)" for _ in TARGETS) + " |")
+            continue
+        p(f"| {label} | {f['a']:,.0f} | {f['b'] * 1e6:,.2f} | " +
+          " | ".join(f"{(f['a'] + f['b'] * rows) / 1024:,.1f} GiB" for _, rows in TARGETS) + " |")
+    p("\n(in process the sample steps run one day at a time, so its peak memory should follow a day of the fleet's "
+      "samples rather than the month's rows: read this table as an upper trend, not a forecast)\n")
+
+    f = fits["ballista"]
+    execs = r0["ballista"]["executors"]
+    rows = TARGETS[-1][1]
+    p(f"Ballista executors for {TARGETS[-1][0]} within {DEADLINE_S / 3600:.0f} h, assuming linear speed-up per "
+      f"executor: the per-row part b × rows of the measured time (with {execs} executors at --concurrency 1) "
+      f"divides evenly among executors, the fixed part a does not shrink, and each executor has the CPU it had here.")
+    if f is None:
+        p("\n- no Ballista run succeeded: no estimate.")
+    elif f["b"] <= 0:
+        p(f"\n- the fit has no positive slope (b = {f['b']:.3g} s per row): no estimate; measure larger sizes.")
+    elif f["a"] >= DEADLINE_S:
+        p(f"\n- the fixed part a = {f['a']:,.0f} s alone exceeds {DEADLINE_S:,.0f} s: no number of executors suffices.")
+    else:
+        single = f["a"] + f["b"] * rows
+        need = math.ceil(execs * f["b"] * rows / (DEADLINE_S - max(f["a"], 0.0)))
+        p(f"\n- projected with {execs} executors: {duration(single)}; needed: **{max(need, 1)} executors** "
+          f"({execs} × {f['b'] * rows:,.0f} s / ({DEADLINE_S:,.0f} s − {max(f['a'], 0):,.0f} s))"
+          + (" — from one distinct size, so start-up costs are scaled as if per row: an overstatement." if f["kind"] != "least squares" else "."))
+    p("- the executors measured here shared this machine's "
+      f"{r0['cpus']} CPUs with the scheduler and the client, so the per-executor rate is a floor of what a "
+      "dedicated executor does; shuffle over a real network is not measured.")
+    text = "\n".join(out) + "\n"
+    sys.stdout.write(text)
+    with open(os.path.join(w, "report.md"), "w") as fh:
+        fh.write(text)
+
+
+if __name__ == "__main__":
+    main()
