@@ -42,18 +42,26 @@ LEFT JOIN workload_segments ws
 LEFT JOIN pods_latest p
        ON p.namespace = rs.namespace AND p.pod = substr(rs.last_pod, 21)
 LEFT JOIN (
-    -- Warning events about the segment's pods (or its Workload) while it ran, by reason.
-    SELECT r.namespace, r.run, r.segment,
-           string_agg(DISTINCT e.reason, ',' ORDER BY e.reason) AS event_reasons
-    FROM pod_runs r
-    JOIN k8s_events e
-      ON e.regarding_namespace = r.namespace
-     AND ((e.regarding_kind = 'Pod' AND e.regarding_name = r.pod)
-          OR (e.regarding_kind = 'Workload' AND e.regarding_name = r.workload))
-    WHERE e.type = 'Warning'
-      AND COALESCE(e.last_seen, e.first_seen) >= r.segment_started
-      AND (r.segment_ended IS NULL OR COALESCE(e.first_seen, e.last_seen) <= r.segment_ended)
-    GROUP BY r.namespace, r.run, r.segment
+    -- Warning events about the segment's pods (or its Workload) while it ran, by reason. The
+    -- pod and Workload matches are two joins on the full name, not one join with an OR in it:
+    -- that matched on the namespace alone and compared every pod with every event in it.
+    SELECT namespace, run, segment, string_agg(DISTINCT reason, ',' ORDER BY reason) AS event_reasons
+    FROM (
+        SELECT r.namespace, r.run, r.segment, e.reason, e.first_seen, e.last_seen, r.segment_started, r.segment_ended
+        FROM pod_runs r
+        JOIN k8s_events e
+          ON e.regarding_namespace = r.namespace AND e.regarding_kind = 'Pod' AND e.regarding_name = r.pod
+        WHERE e.type = 'Warning'
+        UNION ALL
+        SELECT r.namespace, r.run, r.segment, e.reason, e.first_seen, e.last_seen, r.segment_started, r.segment_ended
+        FROM pod_runs r
+        JOIN k8s_events e
+          ON e.regarding_namespace = r.namespace AND e.regarding_kind = 'Workload' AND e.regarding_name = r.workload
+        WHERE e.type = 'Warning'
+    )
+    WHERE COALESCE(last_seen, first_seen) >= segment_started
+      AND (segment_ended IS NULL OR COALESCE(first_seen, last_seen) <= segment_ended)
+    GROUP BY namespace, run, segment
 ) ev ON ev.namespace = rs.namespace AND ev.run = rs.run AND ev.segment = rs.segment
 WHERE rs.outcome IN ('failed', 'preempted');
 

@@ -39,6 +39,10 @@ pub const QUERY_FILES: &[(&str, &str)] = &[
 /// Views computed once and kept as tables, because later steps read them many times.
 const OBJECT_TABLES: &[&str] = &["pods_latest", "workloads_latest", "namespaces_latest", "nodes_latest", "pod_runs", "workload_segments"];
 
+/// Views of the monthly steps kept as tables as soon as they are created, because the views
+/// after them, and the derived tables, read them again (each read of a view recomputes it).
+const REUSED_VIEWS: &[&str] = &["run_segments", "queue_waits", "run_failures"];
+
 /// The derived tables `gpuledger ledger` writes to the store: (table, the view it comes from).
 pub const DERIVED_TABLES: &[(&str, &str)] = &[
     ("gpu_state_hours", "priced_state_hours"),
@@ -130,8 +134,8 @@ impl Accounting {
             }
         }
 
-        exec_file(&ctx, "10_objects.sql").await?;
-        exec_file(&ctx, "20_runs.sql").await?;
+        exec_file(&ctx, "10_objects.sql", scratch).await?;
+        exec_file(&ctx, "20_runs.sql", scratch).await?;
         for table in OBJECT_TABLES {
             materialise(&ctx, table, &format!("SELECT * FROM {table}"), scratch).await?;
         }
@@ -139,15 +143,15 @@ impl Accounting {
         let days = sample_days(store).await?;
         if let Some(s) = scratch {
             // The sample steps once, over every day.
-            exec_file(&ctx, "30_spans.sql").await?;
+            exec_file(&ctx, "30_spans.sql", scratch).await?;
             materialise(&ctx, "sample_spans", "SELECT * FROM sample_spans", Some(s)).await?;
-            exec_file(&ctx, "40_states.sql").await?;
+            exec_file(&ctx, "40_states.sql", scratch).await?;
             for view in ["gpu_state_hours", "unobserved_gpu_hours"] {
                 materialise(&ctx, view, &format!("SELECT * FROM {view}"), Some(s)).await?;
             }
             progress(days.len(), days.len(), days.last().map_or("", String::as_str));
             for file in ["50_units.sql", "60_chargeback.sql", "70_queue.sql", "80_failures.sql"] {
-                exec_file(&ctx, file).await?;
+                exec_file(&ctx, file, scratch).await?;
             }
             return Ok(Accounting { ctx, days, scratch: Some(s.clone()) });
         }
@@ -173,13 +177,13 @@ impl Accounting {
                 .and_then(|df| df.filter(if window.is_empty() { lit(false) } else { col("date").in_list(window, false) }))
                 .map_err(|source| Error::Query { sql: "gpu_samples for one day".into(), source })?;
             replace_table(&ctx, "gpu_samples", narrowed.into_view())?;
-            exec_file(&ctx, "30_spans.sql").await?;
+            exec_file(&ctx, "30_spans.sql", scratch).await?;
             let keep = match day {
                 Some(d) => format!("SELECT * FROM sample_spans WHERE date = '{d}'"),
                 None => "SELECT * FROM sample_spans".to_string(),
             };
             materialise(&ctx, "sample_spans", &keep, None).await?;
-            exec_file(&ctx, "40_states.sql").await?;
+            exec_file(&ctx, "40_states.sql", scratch).await?;
             let (schema, batches) = collect(&ctx, "SELECT * FROM gpu_state_hours").await?;
             state_schema.get_or_insert(schema);
             state_hours.extend(batches);
@@ -197,7 +201,7 @@ impl Accounting {
         }
 
         for file in ["50_units.sql", "60_chargeback.sql", "70_queue.sql", "80_failures.sql"] {
-            exec_file(&ctx, file).await?;
+            exec_file(&ctx, file, scratch).await?;
         }
         Ok(Accounting { ctx, days, scratch: None })
     }
@@ -322,7 +326,7 @@ fn replace_table(ctx: &SessionContext, name: &str, table: Arc<dyn TableProvider>
 }
 
 /// Runs every statement of one query file (they create views).
-async fn exec_file(ctx: &SessionContext, file: &str) -> Result<()> {
+async fn exec_file(ctx: &SessionContext, file: &str, scratch: Option<&Scratch>) -> Result<()> {
     let _timer = Timer::start(file);
     let sql = QUERY_FILES
         .iter()
@@ -335,6 +339,9 @@ async fn exec_file(ctx: &SessionContext, file: &str) -> Result<()> {
             ctx.deregister_table(view.as_str()).map_err(|source| Error::Query { sql: format!("{file}: drop {view}"), source })?;
         }
         ctx.sql(&statement).await.map_err(|source| Error::Query { sql: format!("{file}: {}", first_line(&statement)), source })?;
+        if let Some(view) = created_view(&statement).filter(|v| REUSED_VIEWS.contains(&v.as_str())) {
+            materialise(ctx, &view, &format!("SELECT * FROM {view}"), scratch).await?;
+        }
     }
     Ok(())
 }
