@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::sync::{Arc, RwLock};
 
 use ballista::prelude::SessionContextExt;
@@ -19,7 +20,7 @@ use ballista_core::extension::{SessionConfigExt, ballista_aggregate_functions, b
 use ballista_core::registry::BallistaFunctionRegistry;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::SessionStateBuilder;
-use datafusion::execution::memory_pool::FairSpillPool;
+use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
 use datafusion::execution::object_store::ObjectStoreRegistry;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -66,11 +67,12 @@ impl ObjectStoreRegistry for EnvObjectStores {
 }
 
 /// A runtime whose object stores come from the environment, with an optional memory limit
-/// (operators spill to disk beyond it).
+/// (operators spill to disk beyond it; the same first-come pool as in process, see
+/// `engine.rs` for why not a fair split).
 pub fn runtime(memory_limit: Option<usize>) -> DfResult<Arc<RuntimeEnv>> {
     let mut b = RuntimeEnvBuilder::new().with_object_store_registry(Arc::new(EnvObjectStores::default()));
     if let Some(limit) = memory_limit {
-        b = b.with_memory_pool(Arc::new(FairSpillPool::new(limit)));
+        b = b.with_memory_pool(Arc::new(TrackConsumersPool::new(GreedyMemoryPool::new(limit), NonZeroUsize::new(5).unwrap_or(NonZeroUsize::MIN))));
     }
     Ok(Arc::new(b.build()?))
 }

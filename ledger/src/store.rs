@@ -8,12 +8,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use datafusion::prelude::SessionContext;
-use gpuledger_schemas::location::StoreLocation;
+use gpuledger_schemas::location::{STORE_MARKER as MARKER, StoreLocation};
 
 use crate::error::{Error, Result};
 
-/// The marker a writer leaves at the root of every store.
-const MARKER: &str = ".gpuledger-store";
 
 fn remote_err(location: &StoreLocation, rel: &str, e: impl std::fmt::Display) -> Error {
     Error::Store { path: PathBuf::from(location.join(rel)), reason: e.to_string() }

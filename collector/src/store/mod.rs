@@ -44,7 +44,7 @@ pub use heads::ObjectHead;
 pub use parquet_file::write_properties;
 
 /// Name of the marker file that says a directory is a gpuledger store.
-pub const MARKER: &str = ".gpuledger-store";
+pub const MARKER: &str = gpuledger_schemas::location::STORE_MARKER;
 const LOCK: &str = ".lock";
 
 /// Tuning knobs of the writer.
