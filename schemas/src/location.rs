@@ -200,18 +200,18 @@ pub fn build_store(url: &Url) -> Result<Arc<dyn ObjectStore>, String> {
         ObjectStoreScheme::AmazonS3 => {
             let mut b = object_store::aws::AmazonS3Builder::from_env().with_url(url.as_str());
             let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-            if env("AWS_ACCESS_KEY_ID").is_none() {
-                if let Some(p) = aws_profile::load(&env) {
-                    b = b.with_access_key_id(p.access_key_id).with_secret_access_key(p.secret_access_key);
-                    if let Some(t) = p.session_token {
-                        b = b.with_token(t);
-                    }
-                    if env("AWS_REGION").is_none()
-                        && env("AWS_DEFAULT_REGION").is_none()
-                        && let Some(r) = p.region
-                    {
-                        b = b.with_region(r);
-                    }
+            if env("AWS_ACCESS_KEY_ID").is_none()
+                && let Some(p) = aws_profile::load(&env)
+            {
+                b = b.with_access_key_id(p.access_key_id).with_secret_access_key(p.secret_access_key);
+                if let Some(t) = p.session_token {
+                    b = b.with_token(t);
+                }
+                if env("AWS_REGION").is_none()
+                    && env("AWS_DEFAULT_REGION").is_none()
+                    && let Some(r) = p.region
+                {
+                    b = b.with_region(r);
                 }
             }
             if env("AWS_REGION").is_none()

@@ -94,7 +94,6 @@ pub(crate) fn byte_size(text: &str) -> Result<u64, String> {
 }
 
 /// A tokio runtime for the async ledger calls.
-
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
 }
