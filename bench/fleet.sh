@@ -38,18 +38,8 @@ LIMIT=${LIMIT:-1GiB}
 EXECUTORS=${EXECUTORS:-2}
 REUSE=${REUSE:-1}
 CONFIG=examples/gpuledger.toml
-W=${BENCH_DIR:-bench-data/fleet}
-mkdir -p "$W"
-W=$(cd "$W" && pwd)
-say() { echo "fleet bench: $*" >&2; }
-
-if [ -z "${BIN:-}" ]; then
-  BIN=target/release/gpuledger
-  # Waits for the cargo lock when another release build is running, then finds it up to date.
-  [ -n "${SKIP_BUILD:-}" ] || cargo build --release --bin gpuledger >&2
-fi
-[ -x "$BIN" ] || { say "no binary at $BIN (build it, or set BIN=...)"; exit 2; }
-BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+. bench/common.sh
+bench_setup fleet bench-data/fleet
 python3 -c 'import duckdb' 2>/dev/null || { say "python3 cannot import duckdb (python3 -m pip install duckdb)"; exit 2; }
 [ -x /usr/bin/time ] || { say "/usr/bin/time is missing (apt-get install time)"; exit 2; }
 

@@ -38,18 +38,8 @@ PROTOCOL=${PROTOCOL:-simple}
 QUERIES=${QUERIES:-auto}
 DASHBOARDS=${DASHBOARDS:-dashboards}
 REUSE=${REUSE:-1}
-W=${BENCH_DIR:-bench-data/serve}
-mkdir -p "$W"
-W=$(cd "$W" && pwd)
-say() { echo "serve bench: $*" >&2; }
-
-if [ -z "${BIN:-}" ]; then
-  BIN=target/release/gpuledger
-  # Waits for the cargo lock when another release build is running, then finds it up to date.
-  [ -n "${SKIP_BUILD:-}" ] || cargo build --release --bin gpuledger >&2
-fi
-[ -x "$BIN" ] || { say "no binary at $BIN (build it, or set BIN=...)"; exit 2; }
-BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+. bench/common.sh
+bench_setup serve bench-data/serve
 
 # The PostgreSQL driver: psycopg 3 from PyPI, in a venv of the work directory unless installed.
 PY=python3
