@@ -6,7 +6,6 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
 
 use serde_json::Value;
 
@@ -38,7 +37,7 @@ impl Moto {
             .spawn()
             .unwrap_or_else(|e| panic!("moto_server (pip install 'moto[server]') does not start: {e}"));
         let moto = Moto { child, endpoint: format!("http://127.0.0.1:{port}") };
-        wait_for("moto to listen", Duration::from_secs(30), || TcpStream::connect(("127.0.0.1", port)).is_ok());
+        wait_for("moto to listen", || TcpStream::connect(("127.0.0.1", port)).is_ok());
         // Create the bucket: an unsigned PUT is enough for moto.
         let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
         write!(s, "PUT /{BUCKET} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
@@ -190,7 +189,7 @@ fn ballista_gives_the_in_process_chargeback_of_a_month() {
     let (sched_port, exec_port) = (free_port(), free_port());
     let scheduler = format!("127.0.0.1:{sched_port}");
     let _scheduler = ballista(&moto, &["scheduler", "--listen", &scheduler], &tmp.path().join("scheduler.log"));
-    wait_for("the scheduler to listen", Duration::from_secs(30), || TcpStream::connect(("127.0.0.1", sched_port)).is_ok());
+    wait_for("the scheduler to listen", || TcpStream::connect(("127.0.0.1", sched_port)).is_ok());
     let work = tmp.path().join("executor-work");
     std::fs::create_dir_all(&work).unwrap();
     let _executor = ballista(
@@ -198,7 +197,7 @@ fn ballista_gives_the_in_process_chargeback_of_a_month() {
         &["executor", "--scheduler", &scheduler, "--listen", &format!("127.0.0.1:{exec_port}"), "--concurrency", "2", "--work-dir", &work.display().to_string()],
         &tmp.path().join("executor.log"),
     );
-    wait_for("the executor to listen", Duration::from_secs(30), || TcpStream::connect(("127.0.0.1", exec_port)).is_ok());
+    wait_for("the executor to listen", || TcpStream::connect(("127.0.0.1", exec_port)).is_ok());
 
     let out = ok(moto.command(), &["ledger", "--store", &s3, "--config", &config, "--engine", "ballista", "--scheduler", &format!("df://{scheduler}"), "--progress", "off"]);
     let text = String::from_utf8_lossy(&out.stdout);

@@ -190,6 +190,19 @@ impl ApiServer {
         self.inner.lock().unwrap().malformed.insert(path.to_owned());
     }
 
+    /// True while an injected fault (drop, 410 Gone, malformed events) waits for an open watch
+    /// on its path to deliver it: the server's own record that a fault has happened.
+    pub fn faults_pending(&self) -> bool {
+        let g = self.inner.lock().unwrap();
+        !(g.drop.is_empty() && g.gone.is_empty() && g.malformed.is_empty())
+    }
+
+    /// The highest resourceVersion held for each path: where a collector that recorded
+    /// everything stands.
+    pub fn last_versions(&self) -> BTreeMap<String, u64> {
+        self.inner.lock().unwrap().resources.iter().filter_map(|(p, r)| Some((p.clone(), r.events.iter().map(|e| e.2).max()?))).collect()
+    }
+
     /// Takes the server away (open watches cut, new connections refused), or brings it back
     /// on the same port.
     pub fn set_outage(&self, on: bool) {
@@ -209,7 +222,7 @@ impl ApiServer {
                 match self.rt.block_on(tokio::net::TcpListener::bind(self.addr)) {
                     Ok(l) => break l,
                     Err(e) => {
-                        assert!(t0.elapsed() < Duration::from_secs(5), "cannot listen on {} again: {e}", self.addr);
+                        assert!(t0.elapsed() < crate::util::PATIENCE, "cannot listen on {} again: {e}", self.addr);
                         std::thread::sleep(Duration::from_millis(20));
                     }
                 }
@@ -364,23 +377,47 @@ async fn handle(State(s): State<ApiServer>, uri: Uri, Query(q): Query<BTreeMap<S
 
 /// What an exporter endpoint does when asked.
 pub enum Behaviour {
-    /// Answers `body(n)` for the n-th request (0-based); `None` answers an empty body.
+    /// Answers `body(n)` for the n-th request (0-based) until one is delivered; `None` answers
+    /// an empty body.
     Body(Box<dyn Fn(usize) -> Option<String> + Send + Sync>),
-    /// Answers after this delay (longer than the collector's timeout).
-    Slow(Duration, String),
+    /// Answers `body(run, n)`, where `n` is how many scrapes of this endpoint the collector named
+    /// by [`DcgmServer::ack_from`] counts as accepted on its own `/metrics` when the request
+    /// arrives. The collector scrapes an endpoint one request at a time and counts a scrape
+    /// before it sends the next, so a body it gave up on (a timeout on a busy machine) is simply
+    /// answered again: what it stores is body 0, 1, 2, ... without a gap however slow it is.
+    /// Answers 503 while no collector is named or its `/metrics` does not answer.
+    Acked(Box<dyn Fn(usize, usize) -> Option<String> + Send + Sync>),
+    /// Never answers: the collector has to give up on its own (its scrape timeout).
+    Hang,
     /// Answers bytes that are not Prometheus text.
     Garbage,
 }
 
+/// An answer an endpoint delivered whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery {
+    /// When the request reached the handler (ms since the epoch, this process's clock).
+    pub start_ms: i64,
+    /// When the body had been written, before the end of the response: a client cannot have
+    /// read the whole answer before this time.
+    pub end_ms: i64,
+    /// The collector run it was answered for ([`Behaviour::Acked`]; 0 otherwise) and the body number.
+    pub run: usize,
+    pub n: usize,
+}
+
 struct Endpoint {
     behaviour: Behaviour,
-    /// Per delivered body: (request start ms, delivery ms, n).
-    log: Vec<(i64, i64, usize)>,
+    log: Vec<Delivery>,
 }
 
 #[derive(Clone)]
 pub struct DcgmServer {
     endpoints: Arc<Mutex<BTreeMap<String, Endpoint>>>,
+    /// Every request to a known endpoint, by endpoint name, in the order the handlers saw them.
+    arrivals: Arc<Mutex<Vec<String>>>,
+    /// The collector whose `/metrics` [`Behaviour::Acked`] endpoints follow, and its run number.
+    ack: Arc<Mutex<Option<(SocketAddr, usize)>>>,
     pub addr: SocketAddr,
 }
 
@@ -392,7 +429,7 @@ impl DcgmServer {
     pub fn start(rt: &tokio::runtime::Runtime) -> DcgmServer {
         let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
         let addr = listener.local_addr().unwrap();
-        let server = DcgmServer { endpoints: Arc::new(Mutex::new(BTreeMap::new())), addr };
+        let server = DcgmServer { endpoints: Arc::default(), arrivals: Arc::default(), ack: Arc::default(), addr };
         let app = axum::Router::new().fallback(exporter).with_state(server.clone());
         rt.spawn(async move { axum::serve(listener, app).await.unwrap() });
         server
@@ -401,37 +438,87 @@ impl DcgmServer {
     /// Adds `/<name>/metrics` and returns its URL.
     pub fn add(&self, name: &str, behaviour: Behaviour) -> String {
         self.endpoints.lock().unwrap().insert(name.to_owned(), Endpoint { behaviour, log: Vec::new() });
-        format!("http://{}/{name}/metrics", self.addr)
+        self.url(name)
     }
 
-    /// (request start ms, answer end ms, n) of every answered request of `name`.
-    pub fn log(&self, name: &str) -> Vec<(i64, i64, usize)> {
+    /// The URL of endpoint `name`, as the collector scrapes it.
+    pub fn url(&self, name: &str) -> String {
+        if name.is_empty() { format!("http://{}/metrics", self.addr) } else { format!("http://{}/{name}/metrics", self.addr) }
+    }
+
+    /// [`Behaviour::Acked`] endpoints follow the collector listening on `listen`, as run `run`.
+    pub fn ack_from(&self, listen: SocketAddr, run: usize) {
+        *self.ack.lock().unwrap() = Some((listen, run));
+    }
+
+    /// [`Behaviour::Acked`] endpoints answer 503 until [`DcgmServer::ack_from`] names a collector.
+    pub fn ack_from_none(&self) {
+        *self.ack.lock().unwrap() = None;
+    }
+
+    /// Every answer `name` delivered whole, in order.
+    pub fn log(&self, name: &str) -> Vec<Delivery> {
         self.endpoints.lock().unwrap()[name].log.clone()
     }
+
+    /// Endpoint names of every request so far, in arrival order (answered or not).
+    pub fn arrivals(&self) -> Vec<String> {
+        self.arrivals.lock().unwrap().clone()
+    }
+
+    /// Requests `name` received so far (answered or not).
+    pub fn arrivals_of(&self, name: &str) -> usize {
+        self.arrivals.lock().unwrap().iter().filter(|n| *n == name).count()
+    }
+}
+
+fn unavailable(why: &str) -> Response {
+    (StatusCode::SERVICE_UNAVAILABLE, why.to_owned()).into_response()
 }
 
 async fn exporter(State(s): State<DcgmServer>, uri: Uri) -> Response {
     let start = now_ms();
     // `/<name>/metrics`, or `/metrics` for the endpoint named "" (as a discovered pod serves it).
     let name = uri.path().trim_start_matches('/').trim_end_matches("metrics").trim_end_matches('/').to_owned();
-    let (body, delay, n) = {
+    enum Plan {
+        Answer(String, usize, usize),
+        Acked,
+        Hang,
+    }
+    let plan = {
         let mut g = s.endpoints.lock().unwrap();
         let Some(e) = g.get_mut(&name) else { return (StatusCode::NOT_FOUND, "no such exporter").into_response() };
-        // The n-th body is answered until one is delivered: a scrape the collector gave up
-        // on is asked again, like a real exporter that still shows the same values.
-        let n = e.log.len();
+        s.arrivals.lock().unwrap().push(name.clone());
         match &e.behaviour {
-            Behaviour::Body(f) => (f(n).unwrap_or_default(), None, n),
-            Behaviour::Slow(d, b) => (b.clone(), Some(*d), n),
-            Behaviour::Garbage => ("<html><body>\u{0}\u{1}garbage {{{ = ,\n\x07not metrics</body></html>\n".to_owned(), None, n),
+            // The n-th body is answered until one is delivered: a scrape the collector gave up
+            // on is asked again, like a real exporter that still shows the same values.
+            Behaviour::Body(f) => {
+                let n = e.log.len();
+                Plan::Answer(f(n).unwrap_or_default(), 0, n)
+            }
+            Behaviour::Acked(_) => Plan::Acked,
+            Behaviour::Hang => Plan::Hang,
+            Behaviour::Garbage => Plan::Answer("<html><body>\u{0}\u{1}garbage {{{ = ,\n\x07not metrics</body></html>\n".to_owned(), 0, e.log.len()),
         }
     };
-    if let Some(d) = delay {
-        tokio::time::sleep(d).await;
-    }
-    // The body is one chunk; hyper asks for the next one only after writing it, and the client
-    // cannot see the end of the response before that. A scrape the collector gave up on
-    // (timeout) is therefore never logged as answered.
+    let (body, run, n) = match plan {
+        Plan::Answer(body, run, n) => (body, run, n),
+        Plan::Hang => std::future::pending().await,
+        Plan::Acked => {
+            let Some((listen, run)) = *s.ack.lock().unwrap() else { return unavailable("no collector to follow yet") };
+            let url = s.url(&name);
+            let Ok(Some((200, text))) = tokio::task::spawn_blocking(move || http_get(listen, "/metrics")).await else {
+                return unavailable("the collector's /metrics does not answer");
+            };
+            let n = metric_in(&text, &format!("gpuledger_scrapes_total{{endpoint=\"{url}\",result=\"ok\"}}")) as usize;
+            let g = s.endpoints.lock().unwrap();
+            let Behaviour::Acked(f) = &g[&name].behaviour else { unreachable!("behaviours do not change") };
+            (f(run, n).unwrap_or_default(), run, n)
+        }
+    };
+    // The body is one chunk of a chunked response; hyper asks for the next one only after
+    // writing it, and the client cannot see the end of the response before that. A scrape the
+    // collector gave up on before the body was written is therefore never logged as delivered.
     let mut chunk = Some(Bytes::from(body));
     let stream = futures::stream::poll_fn(move |_| {
         if let Some(c) = chunk.take() {
@@ -439,9 +526,13 @@ async fn exporter(State(s): State<DcgmServer>, uri: Uri) -> Response {
         }
         let mut g = s.endpoints.lock().unwrap();
         let e = g.get_mut(&name).unwrap();
-        // Two requests racing for the same body: only the first delivery counts.
-        if e.log.last().is_none_or(|(_, _, m)| *m < n) {
-            e.log.push((start, now_ms(), n));
+        let delivery = Delivery { start_ms: start, end_ms: now_ms(), run, n };
+        match e.behaviour {
+            // Every delivery of an acked body counts: the last one of each `n` is the one kept.
+            Behaviour::Acked(_) => e.log.push(delivery),
+            // Two requests racing for the same body: only the first delivery counts.
+            _ if e.log.last().is_none_or(|d| d.n < n) => e.log.push(delivery),
+            _ => {}
         }
         std::task::Poll::Ready(None)
     });
@@ -460,53 +551,85 @@ pub fn free_port() -> u16 {
 }
 
 impl Collector {
-    /// Starts `gpuledger collect` and waits until `/readyz` answers 200.
+    /// Starts `gpuledger collect` on a port of its own choosing (read back from its log, so no
+    /// other process can take the port in between) and waits until `/readyz` answers 200.
     pub fn start(config: &Path, store: &Path, kubeconfig: Option<&Path>, log: &Path) -> Collector {
-        let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let logf = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+        let offset = logf.metadata().unwrap().len() as usize;
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpuledger"));
-        cmd.args(["collect", "--config", &config.display().to_string(), "--store", &store.display().to_string(), "--listen", &listen.to_string()]);
+        cmd.args(["collect", "--config", &config.display().to_string(), "--store", &store.display().to_string(), "--listen", "127.0.0.1:0"]);
         cmd.env_remove("KUBECONFIG");
         if let Some(k) = kubeconfig {
             cmd.env("KUBECONFIG", k);
         }
         cmd.stdout(Stdio::null()).stderr(logf);
-        let child = cmd.spawn().unwrap();
-        let mut c = Collector { child, listen, log: log.to_path_buf() };
-        let t0 = Instant::now();
-        loop {
-            if let Ok(Some(st)) = c.child.try_wait() {
-                panic!("collector exited early with {st}:\n{}", std::fs::read_to_string(log).unwrap_or_default());
+        let mut child = cmd.spawn().unwrap();
+        let text = || std::fs::read(log).map(|b| String::from_utf8_lossy(&b[offset.min(b.len())..]).into_owned()).unwrap_or_default();
+        let mut listen = None;
+        wait_until("the collector to listen", || {
+            if let Ok(Some(st)) = child.try_wait() {
+                panic!("collector exited early with {st}:\n{}", text());
             }
-            if c.get("/readyz").is_some_and(|(code, _)| code == 200) {
-                return c;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(60), "collector not ready after 60 s:\n{}", std::fs::read_to_string(log).unwrap_or_default());
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            listen = text().lines().find_map(|l| l.split_once("serving /metrics, /healthz and /readyz on http://")?.1.trim().parse::<SocketAddr>().ok());
+            listen.map(|_| ()).ok_or_else(text)
+        });
+        let c = Collector { child, listen: listen.unwrap(), log: log.to_path_buf() };
+        wait_until("the collector to be ready", || {
+            if c.get("/readyz").is_some_and(|(code, _)| code == 200) { Ok(()) } else { Err(text()) }
+        });
+        c
     }
 
-    /// A plain HTTP GET against the collector: (status, body).
+    /// A plain HTTP GET against the collector: (status, body), `None` when it does not answer.
     pub fn get(&self, path: &str) -> Option<(u16, String)> {
         http_get(self.listen, path)
     }
 
-    /// The value of one sample of `/metrics` (the sum when several series match `prefix`).
+    /// The collector's `/metrics`, asked until it answers (a busy machine may miss a read timeout).
+    pub fn metrics(&self) -> String {
+        let mut text = String::new();
+        wait_until("the collector's /metrics", || match self.get("/metrics") {
+            Some((200, body)) => {
+                text = body;
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        });
+        text
+    }
+
+    /// The value of one sample of `/metrics` (the sum when several series match `prefix`; 0
+    /// when none does). Never 0 for want of an answer: see [`Collector::metrics`].
     pub fn metric(&self, prefix: &str) -> f64 {
-        metric_in(&self.get("/metrics").unwrap_or_default().1, prefix)
+        metric_in(&self.metrics(), prefix)
+    }
+
+    /// Sends `signal` (STOP, CONT, TERM) to the collector.
+    fn signal(&self, signal: &str) {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill").args([&format!("-{signal}"), &pid]).status().unwrap().success(), "kill -{signal} {pid}");
+    }
+
+    /// SIGSTOP: the collector does nothing until [`Collector::thaw`] or a kill, so its files can
+    /// be read as they are at that instant.
+    pub fn freeze(&self) {
+        self.signal("STOP");
+    }
+
+    pub fn thaw(&self) {
+        self.signal("CONT");
     }
 
     /// SIGTERM, then waits for a clean exit (status 0).
     pub fn stop(mut self) {
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        self.signal("TERM");
         let t0 = Instant::now();
         loop {
             if let Some(st) = self.child.try_wait().unwrap() {
                 assert!(st.success(), "collector exited with {st} after SIGTERM:\n{}", std::fs::read_to_string(&self.log).unwrap_or_default());
                 return;
             }
-            assert!(t0.elapsed() < Duration::from_secs(60), "collector did not stop within 60 s of SIGTERM");
+            assert!(t0.elapsed() < crate::util::PATIENCE, "collector did not stop within {:?} of SIGTERM", crate::util::PATIENCE);
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -533,6 +656,8 @@ pub fn metric_in(text: &str, prefix: &str) -> f64 {
     text.lines().filter(|l| l.starts_with(prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
 }
 
+/// A plain HTTP/1.1 GET: (status, body with any chunked framing removed), `None` when the
+/// server does not answer in time.
 pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
@@ -541,23 +666,24 @@ pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     s.read_to_end(&mut buf).ok()?;
     let text = String::from_utf8_lossy(&buf).into_owned();
     let code = text.split(' ').nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    // Chunked bodies keep their size lines; callers only look for whole metric lines.
-    Some((code, body))
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let chunked = head.to_ascii_lowercase().contains("transfer-encoding: chunked");
+    Some((code, if chunked { crate::serving::dechunk(body) } else { body.to_owned() }))
 }
 
-/// Polls `cond` every 50 ms until it holds; panics with `what` after `limit`.
-pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    wait_until(what, limit, || if cond() { Ok(()) } else { Err(String::new()) });
+/// Polls `cond` every 50 ms until it holds; panics with `what` after [`crate::util::PATIENCE`]
+/// (a hang guard: the condition is something the system will do, however slowly).
+pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    wait_until(what, || if cond() { Ok(()) } else { Err(String::new()) });
 }
 
 /// Like [`wait_for`], with the last reason the condition gave in the panic message.
-pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> Result<(), String>) {
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> Result<(), String>) {
     let t0 = Instant::now();
     loop {
         match cond() {
             Ok(()) => return,
-            Err(why) => assert!(t0.elapsed() < limit, "timed out after {limit:?} waiting for {what}: {why}"),
+            Err(why) => assert!(t0.elapsed() < crate::util::PATIENCE, "no sign after {:?} of {what}: {why}", crate::util::PATIENCE),
         }
         std::thread::sleep(Duration::from_millis(50));
     }

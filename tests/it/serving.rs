@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::util::{bin, run};
+use super::util::{PATIENCE, bin, run};
 
 pub const PASSWORD: &str = "grafana-s3cret";
 pub const TOKEN: &str = "api-t0ken";
@@ -76,7 +76,7 @@ impl Server {
             .spawn()
             .unwrap();
         let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        {
+        let reader = {
             let mut pipe = child.stderr.take().unwrap();
             let sink = stderr.clone();
             std::thread::spawn(move || {
@@ -87,14 +87,14 @@ impl Server {
                     }
                     sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
                 }
-            });
-        }
+            })
+        };
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
         if line.is_empty() {
-            // It exited before binding: let the stderr reader finish so the message is whole.
+            // It exited before binding: the reader ends at the pipe's end, with the whole message.
             let _ = child.wait();
-            std::thread::sleep(Duration::from_millis(200));
+            let _ = reader.join();
         }
         let port = |key: &str| -> u16 {
             let addr = line.split_whitespace().find_map(|w| w.strip_prefix(key)).unwrap_or_else(|| panic!("no {key} in ready line {line:?}; stderr: {}", stderr.lock().unwrap()));
@@ -115,7 +115,7 @@ impl Server {
             .args(["-h", "127.0.0.1", "-p", &self.pg_port.to_string(), "-U", "grafana", "-d", "datafusion", "-X", "-v", "ON_ERROR_STOP=1"])
             .args(args)
             .env("PGPASSWORD", password)
-            .env("PGCONNECT_TIMEOUT", "10")
+            .env("PGCONNECT_TIMEOUT", PATIENCE.as_secs().to_string())
             .env_remove("PGSERVICE")
             .output()
             .expect("psql runs (Debian package postgresql-client)");
@@ -155,7 +155,7 @@ pub fn http_get(port: u16, path: &str, token: Option<&str>) -> (u16, String, Str
 /// A GET with `authorization` as the raw header value: (status, lower-cased head, body).
 pub fn http_request(port: u16, path: &str, authorization: Option<&str>) -> (u16, String, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
     let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
     write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n").unwrap();
     let mut raw = Vec::new();
@@ -168,7 +168,7 @@ pub fn http_request(port: u16, path: &str, authorization: Option<&str>) -> (u16,
     (status, head, body)
 }
 
-fn dechunk(mut body: &str) -> String {
+pub fn dechunk(mut body: &str) -> String {
     let mut out = String::new();
     while let Some((size, rest)) = body.split_once("\r\n") {
         let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
@@ -229,9 +229,9 @@ pub fn csv_records(text: &str) -> Result<Vec<Vec<String>>, String> {
     Ok(records)
 }
 
-/// Waits until `f` holds, up to `limit`.
-pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
+/// Waits until `f` holds, up to [`PATIENCE`] (a hang guard).
+pub fn eventually(mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + PATIENCE;
     while Instant::now() < end {
         if f() {
             return true;

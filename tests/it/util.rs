@@ -2,8 +2,15 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use serde_json::Value;
+
+/// How long a test waits for something the system under test will do (a server to be ready, a
+/// collector to catch up, a count to be reached) before it calls the system hung and fails.
+/// A hang guard, never a speed requirement: no assertion passes or fails by how busy the machine
+/// is, so it is generous enough that only a real hang reaches it.
+pub const PATIENCE: Duration = Duration::from_secs(300);
 
 /// The `gpuledger` binary under test.
 pub fn bin() -> Command {
