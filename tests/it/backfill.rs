@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tempfile::TempDir;
 
-use crate::util::{count, ingest, query, run};
+use crate::util::{PATIENCE, count, ingest, query, run};
 
 const STEP_MS: i64 = 60_000;
 const CHUNK_MS: i64 = 3_600_000;
@@ -177,12 +177,21 @@ struct Prometheus {
     child: Child,
     port: u16,
     log: PathBuf,
+    query_log: PathBuf,
 }
 
 impl Prometheus {
     fn start(tsdb: &Path, dir: &Path) -> Prometheus {
         let config = dir.join("prometheus.yml");
-        fs::write(&config, "# no scrape jobs: this server only serves the blocks promtool built\nscrape_configs: []\n").unwrap();
+        // The query log is written while a query is answered, before the answer goes out: once
+        // a client has its answers, every query it asked is in the log (the request counter on
+        // /metrics is bumped after the answer, so a fast client can read it before it moves).
+        let query_log = dir.join("queries.jsonl");
+        fs::write(
+            &config,
+            format!("# no scrape jobs: this server only serves the blocks promtool built\nglobal:\n  query_log_file: {}\nscrape_configs: []\n", query_log.display()),
+        )
+        .unwrap();
         let log = dir.join("prometheus.log");
         let port = free_port();
         let child = Command::new("prometheus")
@@ -200,8 +209,8 @@ impl Prometheus {
             .stderr(fs::File::create(&log).unwrap())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start prometheus: {e}"));
-        let mut p = Prometheus { child, port, log };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut p = Prometheus { child, port, log, query_log };
+        let deadline = Instant::now() + PATIENCE;
         loop {
             if let Ok((200, _)) = http_get(port, "/-/ready") {
                 return p;
@@ -209,7 +218,7 @@ impl Prometheus {
             if let Ok(Some(status)) = p.child.try_wait() {
                 panic!("prometheus exited ({status}) before it was ready:\n{}", fs::read_to_string(&p.log).unwrap_or_default());
             }
-            assert!(Instant::now() < deadline, "prometheus not ready within 30 s:\n{}", fs::read_to_string(&p.log).unwrap_or_default());
+            assert!(Instant::now() < deadline, "prometheus not ready within {PATIENCE:?}:\n{}", fs::read_to_string(&p.log).unwrap_or_default());
             std::thread::sleep(Duration::from_millis(200));
         }
     }
@@ -218,16 +227,13 @@ impl Prometheus {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// Prometheus' own count of the range queries it answered (all status codes). Its handler
-    /// counts a request after writing the answer, so give it a moment to have done so.
+    /// The range queries Prometheus ran, from its query log (instant queries have step 0).
     fn range_queries(&self) -> u64 {
-        std::thread::sleep(Duration::from_millis(100));
-        let (status, body) = http_get(self.port, "/metrics").unwrap();
-        assert_eq!(status, 200);
-        body.lines()
-            .filter(|l| l.starts_with("prometheus_http_requests_total{") && l.contains(r#"handler="/api/v1/query_range""#))
-            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap() as u64)
-            .sum()
+        let text = fs::read_to_string(&self.query_log).unwrap_or_default();
+        text.lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("query log line is not JSON ({e}): {l}")))
+            .filter(|entry| entry["params"]["step"].as_f64().is_some_and(|s| s > 0.0))
+            .count() as u64
     }
 }
 
