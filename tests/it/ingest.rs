@@ -85,12 +85,20 @@ fn object_streams_yaml_and_located_errors() {
     assert_eq!(ns[0]["labels"], "{\"team\":\"research\"}");
 }
 
-/// Every table's rows, for comparing stores.
+/// Every table's distinct and total rows, for comparing stores (one query: each run of the
+/// binary costs a second or so in a debug build).
 fn snapshot(store: &Path) -> Vec<(String, i64)> {
-    gpuledger_schemas::TABLES
+    let sql = gpuledger_schemas::TABLES
         .iter()
-        .map(|t| (t.name.to_string(), count(store, &format!("SELECT count(*) AS n FROM (SELECT DISTINCT * FROM {}) d", t.name))))
-        .chain(gpuledger_schemas::TABLES.iter().map(|t| (format!("{} rows", t.name), count(store, &format!("SELECT count(*) AS n FROM {}", t.name)))))
+        .map(|t| format!("SELECT '{0}' AS t, (SELECT count(*) FROM (SELECT DISTINCT * FROM {0}) d) AS distinct_rows, (SELECT count(*) FROM {0}) AS n", t.name))
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ");
+    let rows = query(store, &format!("SELECT * FROM ({sql}) ORDER BY t"));
+    assert_eq!(rows.len(), gpuledger_schemas::TABLES.len(), "{rows:?}");
+    let name = |r: &Value| r["t"].as_str().unwrap().to_owned();
+    rows.iter()
+        .map(|r| (name(r), r["distinct_rows"].as_i64().unwrap()))
+        .chain(rows.iter().map(|r| (format!("{} rows", name(r)), r["n"].as_i64().unwrap())))
         .collect()
 }
 
@@ -126,27 +134,47 @@ fn simulated_capture_lands_exactly_and_reingest_changes_nothing() {
 
 #[test]
 fn killed_ingest_then_rerun_equals_one_clean_run() {
+    use std::os::unix::process::ExitStatusExt;
     let dir = TempDir::new().unwrap();
     let cap = simulate(dir.path(), "16", "2");
     let clean = dir.path().join("clean");
     ingest(&[&cap], &clean);
     let want = snapshot(&clean);
-    for (attempt, delay_ms) in [150u64, 400, 900].into_iter().enumerate() {
+    let parquet_files = |store: &Path| walk(store).iter().filter(|p| p.extension().is_some_and(|x| x == "parquet")).count();
+    // Kill moments by progress, not by the clock: once the store holds 1, 4 and 12 Parquet
+    // files (small flushes, so the kill lands between and inside file writes). Whether the
+    // kill caught the run before its end is read from how it ended, and a run that finished
+    // first is started again, so every attempt really is a crash.
+    for (attempt, files) in [1usize, 4, 12].into_iter().enumerate() {
         let store = dir.path().join(format!("crash-{attempt}"));
-        // Small flushes so the kill lands between (and inside) file writes.
-        let mut child = bin()
-            .args(["ingest", "--progress", "off", "--flush-rows", "2000", "--threads", "1", "--store"])
-            .arg(&store)
-            .arg(&cap)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(delay_ms));
-        let _ = child.kill(); // SIGKILL: no chance to clean up
-        let _ = child.wait();
+        let t0 = std::time::Instant::now();
+        let mut starts = 0;
+        let at_kill = loop {
+            starts += 1;
+            let _ = std::fs::remove_dir_all(&store);
+            let mut child = bin()
+                .args(["ingest", "--progress", "off", "--flush-rows", "2000", "--threads", "1", "--store"])
+                .arg(&store)
+                .arg(&cap)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            while parquet_files(&store) < files && child.try_wait().unwrap().is_none() {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let at_kill = parquet_files(&store);
+            let _ = child.kill(); // SIGKILL: no chance to clean up
+            let status = child.wait().unwrap();
+            if status.signal() == Some(9) {
+                break at_kill;
+            }
+            assert!(status.success(), "ingest failed on its own: {status}");
+            assert!(t0.elapsed() < crate::util::PATIENCE, "every ingest ended before it could be killed with {files} files written");
+        };
+        eprintln!("kill {attempt}: {at_kill} Parquet files written, {starts} start(s)");
         ingest(&[&cap], &store);
-        assert_eq!(snapshot(&store), want, "after a kill at {delay_ms} ms");
+        assert_eq!(snapshot(&store), want, "after a kill with {at_kill} Parquet files written");
         let leftovers: Vec<_> = walk(&store).into_iter().filter(|p| p.to_string_lossy().ends_with(".tmp")).collect();
         assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
     }
