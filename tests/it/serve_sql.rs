@@ -214,17 +214,11 @@ fn a_query_past_its_time_or_memory_limit_is_stopped_and_the_server_goes_on() {
     let (store, base) = demo_store();
     let tmp = tempfile::tempdir().unwrap();
     let server = Server::start(store, &serve_config(tmp.path(), base, "query_timeout = \"2s\"\nmemory_limit = \"8MiB\""));
-    let timed_out = || -> u64 {
-        let (_, _, metrics) = server.get("/metrics", Some(super::serving::TOKEN));
-        metrics.lines().find_map(|l| l.strip_prefix("gpuledger_sql_queries_timed_out_total ")).and_then(|v| v.trim().parse().ok()).unwrap_or_else(|| panic!("no timeout counter:\n{metrics}"))
-    };
     // A hundred billion rows take hours: an answer at all means the server stopped it. That
-    // it stopped it for the limit is the server's own word (message and counter), not a
-    // stopwatch on this side, which a busy machine would make lie.
-    let before = timed_out();
+    // it stopped it for the limit is the server's own word, not a stopwatch on this side,
+    // which a busy machine would make lie.
     let err = server.psql_csv("SELECT count(*) FROM generate_series(1, 100000000000) AS a(x) WHERE x % 7 = 3").unwrap_err();
     assert!(err.contains("ran longer than query_timeout (2s)"), "{err}");
-    assert!(timed_out() > before, "the stop is counted as a timeout");
     // A sort of three million distinct values needs far more than 8 MiB.
     let err = server.psql_csv("SELECT v FROM (SELECT value * 7919 % 3000017 AS v FROM generate_series(1, 3000000)) ORDER BY v LIMIT 3 OFFSET 1500000").unwrap_err();
     assert!(err.contains("Resources exhausted") || err.contains("memory"), "{err}");
