@@ -247,7 +247,11 @@ fn new_files_and_a_new_ledger_show_up_without_a_restart() {
     let day = std::fs::read_dir(store.join("pods")).unwrap().next().unwrap().unwrap().path();
     let part = std::fs::read_dir(&day).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|x| x == "parquet")).unwrap();
     let part_rows: u64 = local_csv(&store, &format!("SELECT count(*) FROM pods WHERE date = '{}'", day.file_name().unwrap().to_string_lossy()))[1][0].parse().unwrap();
-    std::fs::copy(&part, day.join("part-zz-new.parquet")).unwrap();
+    // Written as the store's writers do: whole under a name no reader lists, then renamed, so
+    // the server can never list it half written.
+    let staged = day.join("part-zz-new.parquet.tmp");
+    std::fs::copy(&part, &staged).unwrap();
+    std::fs::rename(&staged, day.join("part-zz-new.parquet")).unwrap();
     let seen = eventually(|| server.psql_csv("SELECT count(*) FROM pods").is_ok_and(|r| r[1][0].parse::<u64>().unwrap() == before + part_rows));
     assert!(seen, "the new file never showed up: {:?}", server.psql_csv("SELECT count(*) FROM pods"));
 
