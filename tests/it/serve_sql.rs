@@ -252,8 +252,23 @@ fn new_files_and_a_new_ledger_show_up_without_a_restart() {
     let staged = day.join("part-zz-new.parquet.tmp");
     std::fs::copy(&part, &staged).unwrap();
     std::fs::rename(&staged, day.join("part-zz-new.parquet")).unwrap();
-    let seen = eventually(|| server.psql_csv("SELECT count(*) FROM pods").is_ok_and(|r| r[1][0].parse::<u64>().unwrap() == before + part_rows));
-    assert!(seen, "the new file never showed up: {:?}", server.psql_csv("SELECT count(*) FROM pods"));
+    // Each poll's answer and how long it took, to tell a slow server from a stale one if the
+    // file never shows up (it did not, twice, on a machine loaded to 8-10: issue 18).
+    let mut polls: Vec<(std::time::Duration, String)> = Vec::new();
+    let seen = eventually(|| {
+        let asked = std::time::Instant::now();
+        let answer = server.psql_csv("SELECT count(*) FROM pods");
+        let found = answer.as_ref().is_ok_and(|r| r[1][0].parse::<u64>().unwrap() == before + part_rows);
+        polls.push((asked.elapsed(), format!("{answer:?}")));
+        found
+    });
+    let last: Vec<_> = polls.iter().rev().take(5).collect();
+    assert!(
+        seen,
+        "the new file ({part_rows} rows, {before} before) never showed up in {} polls; last ones (took, answer): {last:?}; now: {:?}",
+        polls.len(),
+        server.psql_csv("SELECT count(*) FROM pods")
+    );
 
     // `gpuledger ledger` while serving: the derived tables appear.
     run(&["ledger", "--store", &store.display().to_string(), "--config", &base.display().to_string(), "--progress", "off"], 0);
