@@ -143,16 +143,8 @@ impl Accounting {
         let days = sample_days(store).await?;
         if let Some(s) = scratch {
             // The sample steps once, over every day.
-            exec_file(&ctx, "30_spans.sql", scratch).await?;
-            materialise(&ctx, "sample_spans", "SELECT * FROM sample_spans", Some(s)).await?;
-            exec_file(&ctx, "40_states.sql", scratch).await?;
-            for view in ["gpu_state_hours", "unobserved_gpu_hours"] {
-                materialise(&ctx, view, &format!("SELECT * FROM {view}"), Some(s)).await?;
-            }
+            sample_and_monthly_steps(&ctx, scratch).await?;
             progress(days.len(), days.len(), days.last().map_or("", String::as_str));
-            for file in ["50_units.sql", "60_chargeback.sql", "70_queue.sql", "80_failures.sql"] {
-                exec_file(&ctx, file, scratch).await?;
-            }
             return Ok(Accounting { ctx, days, scratch: Some(s.clone()) });
         }
 
@@ -206,6 +198,21 @@ impl Accounting {
         Ok(Accounting { ctx, days, scratch: None })
     }
 
+    /// Runs every step once over the tables `ctx` already holds (in memory, say), all days at
+    /// once and without a store: how the SQL logic tests in `queries/tests/` run the accounting.
+    /// The figures are those of a store run; only memory is not bounded by a day.
+    pub async fn run_at_once(ctx: SessionContext, config: &Config, options: &RunOptions) -> Result<Accounting> {
+        crate::udf::register(&ctx);
+        register_config(&ctx, config, options, None).await?;
+        exec_file(&ctx, "10_objects.sql", None).await?;
+        exec_file(&ctx, "20_runs.sql", None).await?;
+        for table in OBJECT_TABLES {
+            materialise(&ctx, table, &format!("SELECT * FROM {table}"), None).await?;
+        }
+        sample_and_monthly_steps(&ctx, None).await?;
+        Ok(Accounting { ctx, days: Vec::new(), scratch: None })
+    }
+
     /// Removes the run's scratch files, if it kept its intermediates in the store. The
     /// session cannot answer queries over them afterwards.
     pub async fn clean_up(&mut self) -> Result<()> {
@@ -244,6 +251,20 @@ impl Accounting {
     pub async fn months(&self) -> Result<Vec<String>> {
         crate::monthly::months(&self.ctx).await
     }
+}
+
+/// The sample steps over every day at once, then the monthly steps.
+async fn sample_and_monthly_steps(ctx: &SessionContext, scratch: Option<&Scratch>) -> Result<()> {
+    exec_file(ctx, "30_spans.sql", scratch).await?;
+    materialise(ctx, "sample_spans", "SELECT * FROM sample_spans", scratch).await?;
+    exec_file(ctx, "40_states.sql", scratch).await?;
+    for view in ["gpu_state_hours", "unobserved_gpu_hours"] {
+        materialise(ctx, view, &format!("SELECT * FROM {view}"), scratch).await?;
+    }
+    for file in ["50_units.sql", "60_chargeback.sql", "70_queue.sql", "80_failures.sql"] {
+        exec_file(ctx, file, scratch).await?;
+    }
+    Ok(())
 }
 
 /// The configuration as small tables the SQL joins against.
@@ -449,7 +470,7 @@ fn next_day(day: &str) -> String {
 }
 
 /// Column `i` of `batches` as strings (any string-like or numeric type, via a cast).
-pub(crate) fn strings(batches: &[RecordBatch], i: usize) -> Vec<Option<String>> {
+pub fn strings(batches: &[RecordBatch], i: usize) -> Vec<Option<String>> {
     let mut out = Vec::new();
     for b in batches {
         let Ok(a) = arrow::compute::cast(b.column(i), &DataType::Utf8) else { continue };
