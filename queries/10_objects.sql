@@ -45,7 +45,8 @@ FROM (
 
 -- One row per namespace, with its team label (if any).
 CREATE OR REPLACE VIEW namespaces_latest AS
-SELECT n.name AS namespace, label(n.labels, s.team_label) AS team_label, n.labels
+-- A label with an empty value counts as absent (DESIGN.md "Team").
+SELECT n.name AS namespace, NULLIF(label(n.labels, s.team_label), '') AS team_label, n.labels
 FROM settings s CROSS JOIN (
     SELECT *, ROW_NUMBER() OVER (PARTITION BY name ORDER BY observed_at DESC, seq DESC) AS version_rank
     FROM namespaces
@@ -60,6 +61,17 @@ FROM (
     SELECT *, ROW_NUMBER() OVER (PARTITION BY name ORDER BY observed_at DESC, seq DESC) AS version_rank
     FROM nodes
 ) WHERE version_rank = 1;
+
+-- The names a DCGM `Hostname` may give a node (DESIGN.md "Identity"): its name and its
+-- kubernetes.io/hostname label, compared without case (`exact`), and failing those the first
+-- DNS label of each (`gpu-1.ec2.internal` is `gpu-1`).
+CREATE OR REPLACE VIEW node_keys AS
+SELECT DISTINCT node, key, exact FROM (
+    SELECT node, lower(node) AS key, true AS exact FROM nodes_latest
+    UNION ALL SELECT node, lower(hostname_label), true FROM nodes_latest WHERE hostname_label IS NOT NULL
+    UNION ALL SELECT node, split_part(lower(node), '.', 1), false FROM nodes_latest
+    UNION ALL SELECT node, split_part(lower(hostname_label), '.', 1), false FROM nodes_latest WHERE hostname_label IS NOT NULL
+);
 
 -- The ClusterQueue each LocalQueue feeds, for Workloads never admitted anywhere.
 CREATE OR REPLACE VIEW local_queues_latest AS

@@ -44,7 +44,7 @@ FROM (
 
 -- The job that owns each Workload (batch/v1 Job, JobSet, RayJob, ...), by uid, else by kind and name.
 CREATE OR REPLACE VIEW workload_jobs AS
-SELECT w.namespace, w.workload, COALESCE(ju.job, jn.job) AS job,
+SELECT w.namespace, w.workload, COALESCE(ju.job, jn.job) AS job, COALESCE(ju.kind, jn.kind) AS job_kind,
        COALESCE(ju.outcome, jn.outcome) AS job_outcome,
        COALESCE(ju.outcome_reason, jn.outcome_reason) AS job_outcome_reason,
        COALESCE(ju.completion_time, jn.completion_time) AS job_completion_time,
@@ -106,7 +106,7 @@ LEFT JOIN workloads_latest wn ON p.owner_uid IS NULL AND wn.namespace = p.namesp
 -- admission at or before it started (the first segment if it started earlier). A pod without a
 -- Workload is its own run: preempted when it was evicted or disrupted, else by its phase.
 -- Team: the team label on the pod, else on the Workload, else on the namespace, else the
--- namespace name.
+-- namespace name; a label with an empty value counts as absent.
 CREATE OR REPLACE VIEW pod_runs AS
 SELECT namespace, pod, workload, run, segment, outcome, team, pod_started, segment_started, segment_ended,
        last_termination_reason, last_exit_code, node_name
@@ -123,7 +123,7 @@ FROM (
                    WHEN p.phase = 'Succeeded' THEN 'succeeded'
                    ELSE 'running'
                END AS outcome,
-               COALESCE(label(p.labels, s.team_label), label(w.labels, s.team_label), n.team_label, p.namespace) AS team,
+               COALESCE(NULLIF(label(p.labels, s.team_label), ''), NULLIF(label(w.labels, s.team_label), ''), n.team_label, p.namespace) AS team,
                p.first_seen AS pod_started,
                COALESCE(ws.admitted_at, p.first_seen) AS segment_started,
                CASE WHEN pw.workload IS NOT NULL THEN ws.ended_at

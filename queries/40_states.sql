@@ -21,32 +21,44 @@
 CREATE OR REPLACE VIEW sample_pieces AS
 WITH pieces AS (
     SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, engine_active, gpu_util, xid_error,
-           sevenths, t, t AS piece_start, LEAST(covered_end, (t / 86400000 + 1) * 86400000) AS piece_end
+           sevenths, pods, t, t AS piece_start, LEAST(covered_end, (t / 86400000 + 1) * 86400000) AS piece_end
     FROM sample_spans
     UNION ALL
     SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, engine_active, gpu_util, xid_error,
-           sevenths, t, (t / 86400000 + 1) * 86400000 AS piece_start, covered_end AS piece_end
+           sevenths, pods, t, (t / 86400000 + 1) * 86400000 AS piece_start, covered_end AS piece_end
     FROM sample_spans
     WHERE covered_end > (t / 86400000 + 1) * 86400000
 )
 SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, engine_active, gpu_util, xid_error,
-       sevenths, t, piece_start, piece_end - piece_start AS piece_ms, CAST(7 AS BIGINT) AS gpu_sevenths, CAST(1 AS BIGINT) AS instances
+       sevenths, pods, t, piece_start, piece_end - piece_start AS piece_ms, 7.0 AS gpu_sevenths, 1.0 AS instances
 FROM pieces
 WHERE mig_instance IS NULL AND piece_end > piece_start
 UNION ALL
 SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, engine_active, gpu_util, xid_error,
-       sevenths, t, piece_start, piece_end - piece_start AS piece_ms,
-       CAST(SUM(sevenths) OVER (PARTITION BY hostname, uuid, t, piece_start) AS BIGINT) AS gpu_sevenths,
-       COUNT(*) OVER (PARTITION BY hostname, uuid, t, piece_start) AS instances
+       sevenths, pods, t, piece_start, piece_end - piece_start AS piece_ms,
+       -- k pods sharing one instance are k rows of it: each counts 1/k.
+       SUM(CAST(sevenths AS DOUBLE) / pods) OVER (PARTITION BY hostname, uuid, t, piece_start) AS gpu_sevenths,
+       SUM(1.0 / pods) OVER (PARTITION BY hostname, uuid, t, piece_start) AS instances
 FROM pieces
 WHERE mig_instance IS NOT NULL AND piece_end > piece_start;
+
+-- The Node each DCGM Hostname names: an exact match (without case) first, else by first DNS
+-- label; the alphabetically first node where two match equally. A hostname no node matches
+-- stays as it is.
+CREATE OR REPLACE VIEW hostname_nodes AS
+SELECT hostname, node FROM (
+    SELECT h.hostname, k.node,
+           ROW_NUMBER() OVER (PARTITION BY h.hostname ORDER BY k.exact DESC, k.node) AS match_rank
+    FROM (SELECT DISTINCT hostname FROM sample_spans WHERE hostname IS NOT NULL) h
+    JOIN node_keys k ON k.key = lower(h.hostname) OR (NOT k.exact AND k.key = split_part(lower(h.hostname), '.', 1))
+) WHERE match_rank = 1;
 
 -- Each piece with its state, run and team. A pod the Kubernetes capture does not know is its
 -- own run with an unknown (so provisional) outcome, its team taken from its namespace.
 -- A MIG piece also yields the parent GPU's leftover (the second part of the union):
 -- unallocated, split evenly between the instances seen at that instant.
 CREATE OR REPLACE VIEW gpu_state_pieces AS
-SELECT sp.date, sp.hostname AS node, sp.uuid, sp.model_name, sp.piece_start, sp.xid_error,
+SELECT sp.date, COALESCE(hn.node, sp.hostname) AS node, sp.uuid, sp.model_name, sp.piece_start, sp.xid_error,
        CASE WHEN sp.pod IS NULL OR sp.namespace IS NULL THEN 'platform'
             ELSE COALESCE(r.team, n.team_label, sp.namespace) END AS team,
        CASE WHEN sp.pod IS NOT NULL AND sp.namespace IS NOT NULL THEN sp.namespace END AS namespace,
@@ -61,18 +73,20 @@ SELECT sp.date, sp.hostname AS node, sp.uuid, sp.model_name, sp.piece_start, sp.
                      ELSE COALESCE(sp.gpu_util, 0) >= s.active_threshold_util END THEN 'productive'
            ELSE 'allocated_idle'
        END AS state,
-       -- GPU-milliseconds x 7 (sevenths of a GPU), exact until the final division.
-       CAST(sp.piece_ms * sp.sevenths AS DOUBLE) AS gpu_ms7
+       -- GPU-milliseconds x 7 (sevenths of a GPU); k pods sharing the GPU hold 1/k each.
+       CAST(sp.piece_ms * sp.sevenths AS DOUBLE) / sp.pods AS gpu_ms7
 FROM settings s
 CROSS JOIN sample_pieces sp
 LEFT JOIN pod_runs r ON r.namespace = sp.namespace AND r.pod = sp.pod
 LEFT JOIN namespaces_latest n ON n.namespace = sp.namespace
+LEFT JOIN hostname_nodes hn ON hn.hostname = sp.hostname
 UNION ALL
-SELECT sp.date, sp.hostname AS node, sp.uuid, sp.model_name, sp.piece_start, sp.xid_error,
+SELECT sp.date, COALESCE(hn.node, sp.hostname) AS node, sp.uuid, sp.model_name, sp.piece_start, sp.xid_error,
        'platform' AS team, CAST(NULL AS VARCHAR) AS namespace, CAST(NULL AS VARCHAR) AS run,
        CAST(NULL AS BIGINT) AS segment, CAST(NULL AS VARCHAR) AS outcome, 'unallocated' AS state,
-       CAST(sp.piece_ms * (7 - sp.gpu_sevenths) AS DOUBLE) / sp.instances AS gpu_ms7
+       sp.piece_ms * (7 - sp.gpu_sevenths) / sp.instances / sp.pods AS gpu_ms7
 FROM sample_pieces sp
+LEFT JOIN hostname_nodes hn ON hn.hostname = sp.hostname
 WHERE sp.mig_instance IS NOT NULL AND sp.gpu_sevenths < 7;
 
 -- GPU-hours by day, node, GPU model, team, run segment and state: the ledger's base table.
@@ -102,9 +116,10 @@ FROM (
   SELECT date, t / 86400000 AS day_number, node, model_name, SUM(unobserved_ms) AS gpu_ms
   FROM (
     -- One row per GPU and instant: MIG instances of one GPU share its gap.
-    SELECT date, hostname AS node, uuid, model_name, t, MAX(unobserved_ms) AS unobserved_ms
-    FROM sample_spans
-    GROUP BY date, hostname, uuid, model_name, t
+    SELECT sp.date, COALESCE(hn.node, sp.hostname) AS node, sp.uuid, sp.model_name, sp.t, MAX(sp.unobserved_ms) AS unobserved_ms
+    FROM sample_spans sp
+    LEFT JOIN hostname_nodes hn ON hn.hostname = sp.hostname
+    GROUP BY sp.date, COALESCE(hn.node, sp.hostname), sp.uuid, sp.model_name, sp.t
 )
   WHERE unobserved_ms > 0
   GROUP BY date, t / 86400000, node, model_name

@@ -8,7 +8,7 @@
 
 CREATE OR REPLACE VIEW queue_waits AS
 SELECT a.namespace, a.workload, a.segment, a.admitted_at, q.queued_at,
-       COALESCE(wt.team, label(w.labels, s.team_label), n.team_label, a.namespace) AS team,
+       COALESCE(wt.team, NULLIF(label(w.labels, s.team_label), ''), n.team_label, a.namespace) AS team,
        COALESCE(w.admitted_cluster_queue, lq.cluster_queue, '') AS cluster_queue,
        (epoch_ms(a.admitted_at) - epoch_ms(q.queued_at)) / 1000.0 AS wait_seconds
 FROM settings s

@@ -7,7 +7,7 @@
 //! idle_policy = "platform"            # or "share"
 //! active_threshold_engine = 0.05      # DCGM_FI_PROF_GR_ENGINE_ACTIVE, a 0-1 ratio
 //! active_threshold_util = 5.0         # DCGM_FI_DEV_GPU_UTIL (percent), where engine activity is absent
-//! max_gap_factor = 2.0
+//! max_gap_factor = 2.5                # a longer gap between samples is unobserved time
 //! currency = "USD"
 //!
 //! [prices]
@@ -50,7 +50,7 @@ use toml::de::{DeTable, DeValue};
 pub const DEFAULT_TEAM_LABEL: &str = "team";
 pub const DEFAULT_ACTIVE_THRESHOLD_ENGINE: f64 = 0.05;
 pub const DEFAULT_ACTIVE_THRESHOLD_UTIL: f64 = 5.0;
-pub const DEFAULT_MAX_GAP_FACTOR: f64 = 2.0;
+pub const DEFAULT_MAX_GAP_FACTOR: f64 = 2.5;
 pub const DEFAULT_CURRENCY: &str = "USD";
 
 /// The columns of an extra-units file, in the order they are documented.
@@ -791,7 +791,7 @@ support = 50.0
         assert_eq!(c.accounting.idle_policy, IdlePolicy::Platform);
         assert_eq!(c.accounting.active_threshold_engine, 0.05);
         assert_eq!(c.accounting.active_threshold_util, 5.0);
-        assert_eq!(c.accounting.max_gap_factor, 2.0);
+        assert_eq!(c.accounting.max_gap_factor, 2.5);
         assert_eq!(c.accounting.currency, "USD");
         assert!(c.prices.by_model.is_empty() && c.prices.by_node_label.is_empty());
         assert!(c.overheads.is_empty() && c.units.is_empty() && c.unit_files.is_empty());

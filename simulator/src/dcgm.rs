@@ -381,7 +381,8 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
 
     let k_total = tl.scrapes;
     let iv = tl.interval_ms;
-    let max_gap = 2 * iv;
+    // DESIGN.md: max_gap = 2.5 x the interval (a single missed scrape stays covered).
+    let max_gap = 5 * iv / 2;
     // Next present scrape after each one: the end of its covered span.
     let mut next_present = vec![usize::MAX; k_total];
     let mut nxt = usize::MAX;
