@@ -4,7 +4,7 @@
 -- InactiveWorkload, PodsReadyTimeout, ...) or the pod's disruption; for a failed one, the last
 -- termination of its last pod (OOMKilled, Error) else the Workload or job reason. Beside it:
 -- the exit code, XID errors DCGM reported on its GPUs, and the Kubernetes events about its pods
--- and nodes while it ran. Causes are ranked by wasted GPU-hours and cost.
+-- and nodes while it ran. Causes are ranked by wasted GPU-hours and cost, per month.
 
 -- Every run segment with its GPU time and cost (all outcomes).
 CREATE OR REPLACE VIEW run_segments AS
@@ -75,8 +75,20 @@ WHERE COALESCE(e.last_seen, e.first_seen) >= f.started_at
   AND (f.ended_at IS NULL OR COALESCE(e.first_seen, e.last_seen) <= f.ended_at)
 GROUP BY f.namespace, f.run, f.segment, e.regarding_name, e.reason;
 
+-- Causes per month. A segment's wasted hours and cost count in the months they were spent (as in
+-- the chargeback), so a month's causes add up to its failed and preempted hours and cost; a
+-- segment with no GPU time counts once, in the month it ended.
 CREATE OR REPLACE VIEW failure_causes AS
-SELECT to_char(COALESCE(ended_at, started_at), '%Y-%m') AS month, outcome, cause,
-       COUNT(*) AS segments, SUM(gpu_hours) AS gpu_hours, SUM(cost) AS cost
-FROM run_failures
-GROUP BY to_char(COALESCE(ended_at, started_at), '%Y-%m'), outcome, cause;
+SELECT month, outcome, cause, COUNT(*) AS segments, SUM(gpu_hours) AS gpu_hours, SUM(cost) AS cost
+FROM (
+    SELECT h.month, f.outcome, f.cause, h.gpu_hours, h.cost
+    FROM run_failures f
+    JOIN (SELECT namespace, run, segment, month, SUM(gpu_hours) AS gpu_hours, SUM(cost) AS cost
+          FROM priced_state_hours WHERE run IS NOT NULL
+          GROUP BY namespace, run, segment, month) h
+      ON h.namespace = f.namespace AND h.run = f.run AND h.segment = f.segment
+    UNION ALL
+    SELECT to_char(COALESCE(ended_at, started_at), '%Y-%m') AS month, outcome, cause, 0.0 AS gpu_hours, 0.0 AS cost
+    FROM run_failures WHERE gpu_hours = 0
+)
+GROUP BY month, outcome, cause;

@@ -151,5 +151,26 @@ pub async fn run_accounting(store: &StoreLocation, config: &Config, options: &Ru
         }
     };
     let accounting = Accounting::run(ctx, store, config, &options, &mut report).await.with_context(|| format!("accounting over {store}"))?;
+    report_bad_annotations(&accounting).await?;
     Ok((accounting, session.memory()))
+}
+
+/// Annotations the accounting ignored as bad input: counted, and the first few named, on stderr.
+async fn report_bad_annotations(accounting: &Accounting) -> anyhow::Result<()> {
+    const SHOWN: usize = 10;
+    let batches = accounting
+        .query("SELECT kind || ' ' || namespace || '/' || name || ': ' || annotation || ' = \"' || value || '\" (' || reason || ')' FROM bad_annotations ORDER BY namespace, kind, name")
+        .await?;
+    let lines: Vec<String> = gpuledger_ledger::accounting::strings(&batches, 0).into_iter().flatten().collect();
+    if lines.is_empty() {
+        return Ok(());
+    }
+    eprintln!("gpuledger: {} bad annotation value(s) ignored:", lines.len());
+    for line in lines.iter().take(SHOWN) {
+        eprintln!("  {line}");
+    }
+    if lines.len() > SHOWN {
+        eprintln!("  ... and {} more (SELECT * FROM bad_annotations)", lines.len() - SHOWN);
+    }
+    Ok(())
 }
