@@ -128,8 +128,15 @@ fn slt_files() -> Vec<PathBuf> {
 }
 
 fn main() {
-    // `cargo test` passes libtest's flags too; the first plain word is a name filter.
-    let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    // `cargo test -- ...` passes libtest's flags too (some with a value): the first other word
+    // is a name filter.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let takes_value = ["--test-threads", "--skip", "--format", "--color", "--logfile", "-Z"];
+    let filter: Option<String> = args
+        .iter()
+        .enumerate()
+        .find(|(i, a)| !a.starts_with('-') && !(*i > 0 && takes_value.contains(&args[i - 1].as_str())))
+        .map(|(_, a)| a.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let mut failed = Vec::new();
     let mut ran = 0;
