@@ -7,19 +7,35 @@
 -- Inputs: pods, jobs, workloads, namespaces, nodes (store tables); settings (one row from the
 -- configuration file: team_label, thresholds, prices, idle policy).
 
--- One row per pod (namespace, name), with the time it started: status.startTime, else the
--- first time the pod was seen at all.
+-- One row per pod incarnation. Pods reuse names (a PyTorchJob's `-master-0`, a StatefulSet, a
+-- bare pod deleted and created again), so a pod is keyed by its uid (`pod_key`; namespace/name
+-- where the capture has no uid) and `incarnation` numbers the pods of one name by start.
+-- `first_seen` is status.startTime, else the first time the pod was seen at all. A sample
+-- naming the pod belongs to the incarnation that started last at or before it (the first one
+-- for samples before any start): [valid_from_ms, valid_to_ms), valid_to_ms null for the last.
 CREATE OR REPLACE VIEW pods_latest AS
-SELECT namespace, name AS pod, uid, node_name, phase, reason, owner_kind, owner_name, owner_uid,
+SELECT namespace, pod, pod_key, uid, incarnation, node_name, phase, reason, owner_kind, owner_name, owner_uid,
        job_name, workload_name, start_time, first_seen, disruption_target, disruption_reason,
-       last_termination_reason, last_exit_code, labels, observed_at AS last_seen
+       last_termination_reason, last_exit_code, labels, last_seen, gpu_request,
+       CASE WHEN incarnation = 1 THEN CAST(0 AS BIGINT) ELSE epoch_ms(first_seen) END AS valid_from_ms,
+       epoch_ms(next_first_seen) AS valid_to_ms
 FROM (
-    SELECT p.*,
-           COALESCE(MIN(start_time) OVER (PARTITION BY namespace, name),
-                    MIN(observed_at) OVER (PARTITION BY namespace, name)) AS first_seen,
-           ROW_NUMBER() OVER (PARTITION BY namespace, name ORDER BY observed_at DESC, seq DESC) AS version_rank
-    FROM pods p
-) WHERE version_rank = 1;
+    SELECT *,
+           ROW_NUMBER() OVER (PARTITION BY namespace, pod ORDER BY first_seen, pod_key) AS incarnation,
+           LEAD(first_seen) OVER (PARTITION BY namespace, pod ORDER BY first_seen, pod_key) AS next_first_seen
+    FROM (
+        SELECT namespace, name AS pod, pod_key, uid, node_name, phase, reason, owner_kind, owner_name, owner_uid,
+               job_name, workload_name, start_time, first_seen, disruption_target, disruption_reason,
+               last_termination_reason, last_exit_code, labels, observed_at AS last_seen, gpu_request
+        FROM (
+            SELECT p.*,
+                   COALESCE(MIN(start_time) OVER (PARTITION BY pod_key),
+                            MIN(observed_at) OVER (PARTITION BY pod_key)) AS first_seen,
+                   ROW_NUMBER() OVER (PARTITION BY pod_key ORDER BY observed_at DESC, seq DESC) AS version_rank
+            FROM (SELECT *, COALESCE(uid, namespace || '/' || name) AS pod_key FROM pods) p
+        ) WHERE version_rank = 1
+    )
+);
 
 -- One row per job (namespace, kind, name): batch/v1 Jobs, JobSets, RayJobs, PyTorchJobs, ...
 CREATE OR REPLACE VIEW jobs_latest AS
@@ -35,7 +51,7 @@ FROM (
 -- (a Workload moved between ClusterQueues reports the alphabetically last one).
 CREATE OR REPLACE VIEW workloads_latest AS
 SELECT namespace, name AS workload, uid, created_at, owner_kind, owner_name, owner_uid, queue_name,
-       admitted_cluster_queue, labels, annotations
+       admitted_cluster_queue, labels, annotations, gpu_count
 FROM (
     SELECT w.*,
            MAX(cluster_queue) OVER (PARTITION BY namespace, name) AS admitted_cluster_queue,

@@ -81,9 +81,13 @@ LEFT JOIN workload_segment_ends e
        ON e.namespace = a.namespace AND e.workload = a.workload AND e.segment = a.segment
 LEFT JOIN workload_jobs j ON j.namespace = a.namespace AND j.workload = a.workload;
 
--- The Workload of each pod, first found of: Kueue's kueue.x-k8s.io/workload annotation (plain
--- pods); a Workload owned by the pod's owner (a Job); a Workload owned by that owner's owner (a
--- Job inside a JobSet, say); a Workload owned by an owner of the same kind and name.
+-- The Workload of each pod incarnation, first found of (DESIGN.md "Identity"):
+--   0        the Workload its kueue.x-k8s.io/workload annotation names;
+--   1        a Workload owned by the pod itself (Kueue's plain pods);
+--   2 + d    the Workload owned by the nearest controller owner, following owners upward through
+--            the jobs (Job -> JobSet -> TrainJob, RayCluster -> RayJob, ...; d = hops above the pod's
+--            owner, at most 9, so 10 levels in all);
+--   20       a Workload owned by an owner of the same kind and name (captures without uids).
 CREATE OR REPLACE VIEW workload_owners AS
 SELECT namespace, workload, owner_uid, owner_kind, owner_name
 FROM (
@@ -91,30 +95,81 @@ FROM (
     FROM workloads_latest w WHERE owner_uid IS NOT NULL
 ) WHERE owner_rank = 1;
 
-CREATE OR REPLACE VIEW pod_workloads AS
-SELECT p.namespace, p.pod,
-       COALESCE(wa.workload, wo.workload, wg.workload, wn.workload) AS workload
-FROM pods_latest p
-LEFT JOIN workloads_latest wa ON wa.namespace = p.namespace AND wa.workload = p.workload_name
-LEFT JOIN workload_owners wo ON wo.owner_uid = p.owner_uid
-LEFT JOIN jobs_latest j ON j.uid = p.owner_uid
-LEFT JOIN workload_owners wg ON wg.owner_uid = j.owner_uid
-LEFT JOIN workloads_latest wn ON p.owner_uid IS NULL AND wn.namespace = p.namespace
-                              AND wn.owner_kind = p.owner_kind AND wn.owner_name = p.owner_name;
+-- Each job's controller owners upward: a1 its owner, a2 that owner's owner, ... up to a9.
+-- (Written out join by join rather than as a recursive query, which not every engine runs.)
+CREATE OR REPLACE VIEW job_chains AS
+SELECT j0.uid, j0.owner_uid AS a1, j1.owner_uid AS a2, j2.owner_uid AS a3, j3.owner_uid AS a4, j4.owner_uid AS a5, j5.owner_uid AS a6, j6.owner_uid AS a7, j7.owner_uid AS a8, j8.owner_uid AS a9
+FROM jobs_latest j0
+LEFT JOIN jobs_latest j1 ON j1.uid = j0.owner_uid
+LEFT JOIN jobs_latest j2 ON j2.uid = j1.owner_uid
+LEFT JOIN jobs_latest j3 ON j3.uid = j2.owner_uid
+LEFT JOIN jobs_latest j4 ON j4.uid = j3.owner_uid
+LEFT JOIN jobs_latest j5 ON j5.uid = j4.owner_uid
+LEFT JOIN jobs_latest j6 ON j6.uid = j5.owner_uid
+LEFT JOIN jobs_latest j7 ON j7.uid = j6.owner_uid
+LEFT JOIN jobs_latest j8 ON j8.uid = j7.owner_uid
+WHERE j0.uid IS NOT NULL;
 
--- Each pod's run, segment, outcome and team. A Workload pod belongs to the segment of the last
--- admission at or before it started (the first segment if it started earlier). A pod without a
--- Workload is its own run: preempted when it was evicted or disrupted, else by its phase.
+-- Each job and its controller owners upward: (job, ancestor, hops), the job itself at 0 hops.
+CREATE OR REPLACE VIEW job_ancestors AS
+SELECT uid, ancestor_uid, depth FROM (
+    SELECT uid, uid AS ancestor_uid, CAST(0 AS BIGINT) AS depth FROM job_chains
+    UNION ALL
+    SELECT uid, a1, 1 FROM job_chains
+    UNION ALL
+    SELECT uid, a2, 2 FROM job_chains
+    UNION ALL
+    SELECT uid, a3, 3 FROM job_chains
+    UNION ALL
+    SELECT uid, a4, 4 FROM job_chains
+    UNION ALL
+    SELECT uid, a5, 5 FROM job_chains
+    UNION ALL
+    SELECT uid, a6, 6 FROM job_chains
+    UNION ALL
+    SELECT uid, a7, 7 FROM job_chains
+    UNION ALL
+    SELECT uid, a8, 8 FROM job_chains
+    UNION ALL
+    SELECT uid, a9, 9 FROM job_chains
+) WHERE ancestor_uid IS NOT NULL;
+
+CREATE OR REPLACE VIEW pod_workloads AS
+SELECT pod_key, workload
+FROM (
+    SELECT pod_key, workload, ROW_NUMBER() OVER (PARTITION BY pod_key ORDER BY priority, workload) AS found_rank
+    FROM (
+        SELECT p.pod_key, w.workload, CAST(0 AS BIGINT) AS priority
+        FROM pods_latest p JOIN workloads_latest w ON w.namespace = p.namespace AND w.workload = p.workload_name
+        UNION ALL
+        SELECT p.pod_key, wo.workload, 1
+        FROM pods_latest p JOIN workload_owners wo ON wo.owner_uid = p.uid
+        UNION ALL
+        SELECT p.pod_key, wo.workload, 2 + COALESCE(a.depth, 0)
+        FROM pods_latest p
+        LEFT JOIN job_ancestors a ON a.uid = p.owner_uid
+        JOIN workload_owners wo ON wo.owner_uid = COALESCE(a.ancestor_uid, p.owner_uid)
+        UNION ALL
+        SELECT p.pod_key, wn.workload, 20
+        FROM pods_latest p JOIN workloads_latest wn ON p.owner_uid IS NULL AND wn.namespace = p.namespace
+                                                   AND wn.owner_kind = p.owner_kind AND wn.owner_name = p.owner_name
+    )
+) WHERE found_rank = 1;
+
+-- Each pod incarnation's run, segment, outcome and team. A Workload pod belongs to the segment of
+-- the last admission at or before it started (the first segment if it started earlier). A pod
+-- without a Workload is its own run (`pod/<name>`, `pod/<name>#2` for a later incarnation of the
+-- name): preempted when it was evicted or disrupted, else by its phase.
 -- Team: the team label on the pod, else on the Workload, else on the namespace, else the
 -- namespace name; a label with an empty value counts as absent.
 CREATE OR REPLACE VIEW pod_runs AS
 SELECT namespace, pod, workload, run, segment, outcome, team, pod_started, segment_started, segment_ended,
-       last_termination_reason, last_exit_code, node_name
+       last_termination_reason, last_exit_code, node_name, pod_key, incarnation, valid_from_ms, valid_to_ms
 FROM (
-    SELECT *, ROW_NUMBER() OVER (PARTITION BY namespace, pod ORDER BY segment_order) AS segment_rank
+    SELECT *, ROW_NUMBER() OVER (PARTITION BY pod_key ORDER BY segment_order) AS segment_rank
     FROM (
         SELECT p.namespace, p.pod, pw.workload,
-               COALESCE(pw.workload, 'pod/' || p.pod) AS run,
+               COALESCE(pw.workload, 'pod/' || p.pod || CASE WHEN p.incarnation > 1 THEN '#' || CAST(p.incarnation AS VARCHAR) ELSE '' END) AS run,
                CASE WHEN pw.workload IS NULL THEN 1 ELSE ws.segment END AS segment,
                CASE
                    WHEN pw.workload IS NOT NULL THEN COALESCE(ws.outcome, 'running')
@@ -129,12 +184,13 @@ FROM (
                CASE WHEN pw.workload IS NOT NULL THEN ws.ended_at
                     WHEN p.phase IN ('Failed', 'Succeeded') OR p.disruption_target THEN p.last_seen END AS segment_ended,
                p.last_termination_reason, p.last_exit_code, p.node_name,
+               p.pod_key, p.incarnation, p.valid_from_ms, p.valid_to_ms,
                -- Latest admission at or before the pod started first; failing that, the earliest.
                CASE WHEN ws.admitted_at <= p.first_seen THEN -epoch_ms(ws.admitted_at)
                     ELSE 4102444800000 + epoch_ms(ws.admitted_at) END AS segment_order
         FROM settings s
         CROSS JOIN pods_latest p
-        LEFT JOIN pod_workloads pw ON pw.namespace = p.namespace AND pw.pod = p.pod
+        LEFT JOIN pod_workloads pw ON pw.pod_key = p.pod_key
         LEFT JOIN workloads_latest w ON w.namespace = p.namespace AND w.workload = pw.workload
         LEFT JOIN workload_segments ws ON ws.namespace = p.namespace AND ws.workload = pw.workload
         LEFT JOIN namespaces_latest n ON n.namespace = p.namespace

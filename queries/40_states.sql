@@ -77,7 +77,9 @@ SELECT sp.date, COALESCE(hn.node, sp.hostname) AS node, sp.uuid, sp.model_name, 
        CAST(sp.piece_ms * sp.sevenths AS DOUBLE) / sp.pods AS gpu_ms7
 FROM settings s
 CROSS JOIN sample_pieces sp
+-- A name may have several incarnations: the sample's time picks one.
 LEFT JOIN pod_runs r ON r.namespace = sp.namespace AND r.pod = sp.pod
+                    AND sp.t >= r.valid_from_ms AND (r.valid_to_ms IS NULL OR sp.t < r.valid_to_ms)
 LEFT JOIN namespaces_latest n ON n.namespace = sp.namespace
 LEFT JOIN hostname_nodes hn ON hn.hostname = sp.hostname
 UNION ALL
@@ -88,6 +90,13 @@ SELECT sp.date, COALESCE(hn.node, sp.hostname) AS node, sp.uuid, sp.model_name, 
 FROM sample_pieces sp
 LEFT JOIN hostname_nodes hn ON hn.hostname = sp.hostname
 WHERE sp.mig_instance IS NOT NULL AND sp.gpu_sevenths < 7;
+
+-- The pod incarnations a sample names: they held a GPU (only GPU runs accept units).
+CREATE OR REPLACE VIEW gpu_pods AS
+SELECT DISTINCT r.pod_key
+FROM sample_spans sp
+JOIN pod_runs r ON r.namespace = sp.namespace AND r.pod = sp.pod
+               AND sp.t >= r.valid_from_ms AND (r.valid_to_ms IS NULL OR sp.t < r.valid_to_ms);
 
 -- GPU-hours by day, node, GPU model, team, run segment and state: the ledger's base table.
 -- `date` is the day of the samples (the store partition they came from); `day` is the UTC day
@@ -107,20 +116,29 @@ FROM (
     GROUP BY date, piece_start / 86400000, node, model_name, team, namespace, run, segment, outcome, state
 );
 
--- Time no sample covered (the rest of gaps longer than max_gap), whole GPUs, by day and node.
--- Not a state: it is reported beside the ledger, never charged.
+-- Time no observation covered (the rest of gaps longer than max_gap), whole GPUs, by day and
+-- node, split at every UTC midnight however long the gap. Not a state: it is reported beside the
+-- ledger, never charged.
 CREATE OR REPLACE VIEW unobserved_gpu_hours AS
 SELECT date, to_char(to_timestamp_millis(day_number * 86400000), '%Y-%m') AS month,
-       node, model_name, gpu_ms / 3600000.0 AS gpu_hours
+       node, model_name, gpu_ms / 3600000.0 AS gpu_hours,
+       to_char(to_timestamp_millis(day_number * 86400000), '%Y-%m-%d') AS day
 FROM (
-  SELECT date, t / 86400000 AS day_number, node, model_name, SUM(unobserved_ms) AS gpu_ms
-  FROM (
-    -- One row per GPU and instant: MIG instances of one GPU share its gap.
-    SELECT sp.date, COALESCE(hn.node, sp.hostname) AS node, sp.uuid, sp.model_name, sp.t, MAX(sp.unobserved_ms) AS unobserved_ms
-    FROM sample_spans sp
-    LEFT JOIN hostname_nodes hn ON hn.hostname = sp.hostname
-    GROUP BY sp.date, COALESCE(hn.node, sp.hostname), sp.uuid, sp.model_name, sp.t
-)
-  WHERE unobserved_ms > 0
-  GROUP BY date, t / 86400000, node, model_name
+    SELECT date, day_number, node, model_name,
+           SUM(LEAST(gap_end, (day_number + 1) * 86400000) - GREATEST(gap_start, day_number * 86400000)) AS gpu_ms
+    FROM (
+        -- One row per GPU and instant (MIG instances of one GPU share its gap), and per day the
+        -- gap touches (calendar_days: every day of the data, from the ledger).
+        SELECT g.*, c.day_number
+        FROM (
+            SELECT sp.date, COALESCE(hn.node, sp.hostname) AS node, sp.uuid, sp.model_name, sp.t,
+                   MAX(sp.covered_end) AS gap_start, MAX(sp.covered_end + sp.unobserved_ms) AS gap_end
+            FROM sample_spans sp
+            LEFT JOIN hostname_nodes hn ON hn.hostname = sp.hostname
+            WHERE sp.unobserved_ms > 0
+            GROUP BY sp.date, COALESCE(hn.node, sp.hostname), sp.uuid, sp.model_name, sp.t
+        ) g
+        JOIN calendar_days c ON c.day_number >= g.gap_start / 86400000 AND c.day_number <= (g.gap_end - 1) / 86400000
+    )
+    GROUP BY date, day_number, node, model_name
 );

@@ -5,15 +5,52 @@
 -- the count, and gpuledger.io/unit names the unit (default `run`); a bad value is ignored. Failed and preempted runs
 -- accept nothing. extra_units (the configuration's [units] files) adds units measured elsewhere.
 
--- Each run's final outcome: its last segment's.
+-- Each run: its final outcome (its last segment's), whether it held a GPU (a pod of it appears in
+-- the DCGM samples, or its Workload asks for nvidia.com/gpu), and its team: that of its earliest
+-- pod that held a GPU (earliest start, name breaking ties). A Workload none of whose pods was
+-- captured is a run too, with the Workload's team.
 CREATE OR REPLACE VIEW runs AS
-SELECT namespace, run, workload, team, outcome, ended_at, segments
-FROM (
-    SELECT r.namespace, r.run, r.workload, r.team, r.outcome, r.segment_ended AS ended_at,
-           MAX(r.segment) OVER (PARTITION BY r.namespace, r.run) AS segments,
-           ROW_NUMBER() OVER (PARTITION BY r.namespace, r.run ORDER BY r.segment DESC, epoch_ms(r.pod_started) DESC, r.pod DESC) AS run_rank
-    FROM pod_runs r
-) WHERE run_rank = 1;
+WITH run_pods AS (
+    SELECT r.*, g.pod_key IS NOT NULL AS held_gpu,
+           -- Sorts a run's pods: GPU pods first, then by start, name and incarnation.
+           CASE WHEN g.pod_key IS NOT NULL THEN '0 ' ELSE '1 ' END || to_char(r.pod_started, '%Y-%m-%dT%H:%M:%S%.3f')
+               || ' ' || r.pod || ' ' || lpad(CAST(r.incarnation AS VARCHAR), 6, '0') AS pod_order
+    FROM pod_runs r LEFT JOIN (SELECT DISTINCT pod_key FROM gpu_pods) g ON g.pod_key = r.pod_key
+),
+run_summary AS (
+    SELECT namespace, run, MAX(segment) AS segments, MIN(pod_order) AS first_pod_order,
+           bool_or(held_gpu) AS held_gpu
+    FROM run_pods GROUP BY namespace, run
+),
+last_segments AS (
+    -- The pods of a Workload segment share its outcome and end.
+    SELECT p.namespace, p.run, MIN(p.workload) AS workload, MIN(p.outcome) AS outcome, MAX(p.segment_ended) AS ended_at
+    FROM run_pods p JOIN run_summary s ON s.namespace = p.namespace AND s.run = p.run AND p.segment = s.segments
+    GROUP BY p.namespace, p.run
+),
+uncaptured AS (
+    SELECT ws.namespace, ws.workload, ws.outcome, ws.ended_at, ws.segment
+    FROM workload_segments ws
+    JOIN (SELECT namespace, workload, MAX(segment) AS segment FROM workload_segments GROUP BY namespace, workload) l
+      ON l.namespace = ws.namespace AND l.workload = ws.workload AND l.segment = ws.segment
+    LEFT JOIN (SELECT DISTINCT namespace, workload FROM pod_runs WHERE workload IS NOT NULL) pr
+           ON pr.namespace = ws.namespace AND pr.workload = ws.workload
+    WHERE pr.workload IS NULL
+)
+SELECT l.namespace, l.run, l.workload, e.team, l.outcome, l.ended_at, s.segments,
+       s.held_gpu OR COALESCE(w.gpu_count, 0) > 0 AS held_gpu
+FROM last_segments l
+JOIN run_summary s ON s.namespace = l.namespace AND s.run = l.run
+JOIN run_pods e ON e.namespace = s.namespace AND e.run = s.run AND e.pod_order = s.first_pod_order
+LEFT JOIN workloads_latest w ON w.namespace = l.namespace AND w.workload = l.workload
+UNION ALL
+SELECT u.namespace, u.workload AS run, u.workload,
+       COALESCE(NULLIF(label(w.labels, s.team_label), ''), n.team_label, u.namespace) AS team,
+       u.outcome, u.ended_at, u.segment AS segments, COALESCE(w.gpu_count, 0) > 0 AS held_gpu
+FROM settings s
+CROSS JOIN uncaptured u
+JOIN workloads_latest w ON w.namespace = u.namespace AND w.workload = u.workload
+LEFT JOIN namespaces_latest n ON n.namespace = u.namespace;
 
 -- Every gpuledger.io/accepted-units annotation on a Workload or job, with its value as a number
 -- where it is one. A value that is not a finite number >= 0 (NaN, "lots", -1) is bad input: it
@@ -46,7 +83,7 @@ LEFT JOIN workloads_latest w ON w.namespace = r.namespace AND w.workload = r.wor
 LEFT JOIN workload_jobs j ON j.namespace = r.namespace AND j.workload = r.workload
 LEFT JOIN unit_annotations wu ON wu.kind = 'Workload' AND wu.namespace = r.namespace AND wu.name = r.workload
 LEFT JOIN unit_annotations ju ON ju.kind = j.job_kind AND ju.namespace = r.namespace AND ju.name = j.job
-WHERE r.outcome = 'succeeded' AND r.ended_at IS NOT NULL;
+WHERE r.outcome = 'succeeded' AND r.ended_at IS NOT NULL AND r.held_gpu;
 
 CREATE OR REPLACE VIEW accepted_units_monthly AS
 SELECT month, team, unit, SUM(accepted_units) AS accepted_units

@@ -16,7 +16,7 @@ FROM (
            MIN(segment_started) AS segment_started, MAX(segment_ended) AS segment_ended,
            COUNT(*) AS pods,
            -- The pod that started last (name breaks ties): its termination speaks for the segment.
-           MAX(to_char(pod_started, '%Y-%m-%dT%H:%M:%S') || ' ' || pod) AS last_pod
+           substr(MAX(to_char(pod_started, '%Y-%m-%dT%H:%M:%S') || ' ' || pod || ' ' || pod_key), 21) AS last_pod
     FROM pod_runs
     GROUP BY namespace, run, segment
 ) r
@@ -40,7 +40,7 @@ FROM run_segments rs
 LEFT JOIN workload_segments ws
        ON ws.namespace = rs.namespace AND ws.workload = rs.workload AND ws.segment = rs.segment
 LEFT JOIN pods_latest p
-       ON p.namespace = rs.namespace AND p.pod = substr(rs.last_pod, 21)
+       ON p.namespace = rs.namespace AND p.pod_key = split_part(rs.last_pod, ' ', 2)
 LEFT JOIN (
     -- Warning events about the segment's pods (or its Workload) while it ran, by reason. The
     -- pod and Workload matches are two joins on the full name, not one join with an OR in it:

@@ -2,10 +2,12 @@
 //!
 //! The SQL files are the accounting; this module only feeds them and decides what to
 //! materialise. The files are written for a whole store at once (so an analyst can run them
-//! anywhere); to keep memory bounded by one day of samples, the driver runs the two sample
-//! steps (`30_spans.sql`, `40_states.sql`) once per day partition, with `gpu_samples` narrowed
-//! to that day and the next (a day's last sample looks ahead to the next day's first), keeping
-//! only rows of that day. The object steps run once before, the monthly steps once after.
+//! anywhere); to keep memory bounded by one day of samples, the driver runs the sample steps
+//! (`30_observations.sql` to `40_states.sql`) once per day partition, with `gpu_samples`
+//! narrowed to that day, the last second before it and the next day, keeping only rows of that
+//! day. A first pass over the days, last day first, gathers what the month's scrape intervals
+//! and multi-day gaps need (each GPU's first observation per day, spacing counts); the second
+//! computes the spans. The object steps run once before, the monthly steps once after.
 
 use std::collections::BTreeMap;
 use gpuledger_schemas::location::StoreLocation;
@@ -28,7 +30,9 @@ use crate::first_line;
 pub const QUERY_FILES: &[(&str, &str)] = &[
     ("10_objects.sql", include_str!("../../queries/10_objects.sql")),
     ("20_runs.sql", include_str!("../../queries/20_runs.sql")),
-    ("30_spans.sql", include_str!("../../queries/30_spans.sql")),
+    ("30_observations.sql", include_str!("../../queries/30_observations.sql")),
+    ("31_intervals.sql", include_str!("../../queries/31_intervals.sql")),
+    ("32_spans.sql", include_str!("../../queries/32_spans.sql")),
     ("40_states.sql", include_str!("../../queries/40_states.sql")),
     ("50_units.sql", include_str!("../../queries/50_units.sql")),
     ("60_chargeback.sql", include_str!("../../queries/60_chargeback.sql")),
@@ -37,11 +41,15 @@ pub const QUERY_FILES: &[(&str, &str)] = &[
 ];
 
 /// Views computed once and kept as tables, because later steps read them many times.
-const OBJECT_TABLES: &[&str] = &["pods_latest", "workloads_latest", "namespaces_latest", "nodes_latest", "pod_runs", "workload_segments"];
+const OBJECT_TABLES: &[&str] = &["pods_latest", "jobs_latest", "workloads_latest", "namespaces_latest", "nodes_latest", "pod_runs", "workload_segments"];
 
 /// Views of the monthly steps kept as tables as soon as they are created, because the views
 /// after them, and the derived tables, read them again (each read of a view recomputes it).
 const REUSED_VIEWS: &[&str] = &["run_segments", "queue_waits", "run_failures"];
+
+/// The results of the sample steps (`40_states.sql`) that the monthly steps read: computed one
+/// day at a time in process, then gathered.
+const PER_DAY_TABLES: &[&str] = &["gpu_state_hours", "unobserved_gpu_hours", "gpu_pods"];
 
 /// The derived tables `gpuledger ledger` writes to the store: (table, the view it comes from).
 pub const DERIVED_TABLES: &[(&str, &str)] = &[
@@ -141,6 +149,7 @@ impl Accounting {
         }
 
         let days = sample_days(store).await?;
+        register_calendar(&ctx, days.first().map(String::as_str), days.last().map(String::as_str), scratch).await?;
         if let Some(s) = scratch {
             // The sample steps once, over every day.
             sample_and_monthly_steps(&ctx, scratch).await?;
@@ -153,43 +162,55 @@ impl Accounting {
             .deregister_table("gpu_samples")
             .map_err(|source| Error::Query { sql: "deregister gpu_samples".into(), source })?
             .ok_or_else(|| Error::Store { path: store.join("").into(), reason: "table gpu_samples is not registered".into() })?;
-        let mut state_hours: Vec<RecordBatch> = Vec::new();
-        let mut unobserved: Vec<RecordBatch> = Vec::new();
-        let mut state_schema: Option<SchemaRef> = None;
-        let mut unobserved_schema: Option<SchemaRef> = None;
         // With no samples at all, one pass over an empty window still yields the schemas.
         let passes: Vec<Option<&String>> = if days.is_empty() { vec![None] } else { days.iter().map(Some).collect() };
+
+        // Pass 1, last day first: each day's first observations and spacing counts. A day's last
+        // observation may find its successor only days later: in a later day's first
+        // observations, gathered before (`known_day_starts`).
+        let mut starts: Option<(SchemaRef, Vec<RecordBatch>)> = None;
+        let mut spacings: Option<(SchemaRef, Vec<RecordBatch>)> = None;
+        for day in passes.iter().rev() {
+            narrow_samples(&ctx, &samples, day.map(String::as_str))?;
+            exec_file(&ctx, "30_observations.sql", scratch).await?;
+            gather(&mut starts, collect(&ctx, &format!("SELECT * FROM day_first_starts{}", day_filter(*day))).await?);
+            if let Some((schema, batches)) = &starts {
+                replace_table(&ctx, "known_day_starts", mem_table(schema.clone(), batches.clone())?)?;
+            }
+            exec_file(&ctx, "31_intervals.sql", scratch).await?;
+            gather(&mut spacings, collect(&ctx, &format!("SELECT * FROM spacing_counts{}", day_filter(*day))).await?);
+        }
+
+        // Pass 2: the spans and states of each day, with the month's scrape intervals.
+        let mut gathered: Vec<(SchemaRef, Vec<RecordBatch>)> = Vec::new();
         for (i, day) in passes.iter().enumerate() {
-            let window = match day {
-                Some(d) => vec![lit(d.as_str()), lit(next_day(d))],
-                None => vec![],
-            };
-            let narrowed = ctx
-                .read_table(samples.clone())
-                .and_then(|df| df.filter(if window.is_empty() { lit(false) } else { col("date").in_list(window, false) }))
-                .map_err(|source| Error::Query { sql: "gpu_samples for one day".into(), source })?;
-            replace_table(&ctx, "gpu_samples", narrowed.into_view())?;
-            exec_file(&ctx, "30_spans.sql", scratch).await?;
+            narrow_samples(&ctx, &samples, day.map(String::as_str))?;
+            exec_file(&ctx, "30_observations.sql", scratch).await?;
+            exec_file(&ctx, "31_intervals.sql", scratch).await?;
+            if let Some((schema, batches)) = &spacings {
+                replace_table(&ctx, "spacing_counts", mem_table(schema.clone(), batches.clone())?)?;
+            }
+            exec_file(&ctx, "32_spans.sql", scratch).await?;
             let keep = match day {
                 Some(d) => format!("SELECT * FROM sample_spans WHERE date = '{d}'"),
                 None => "SELECT * FROM sample_spans".to_string(),
             };
             materialise(&ctx, "sample_spans", &keep, None).await?;
             exec_file(&ctx, "40_states.sql", scratch).await?;
-            let (schema, batches) = collect(&ctx, "SELECT * FROM gpu_state_hours").await?;
-            state_schema.get_or_insert(schema);
-            state_hours.extend(batches);
-            let (schema, batches) = collect(&ctx, "SELECT * FROM unobserved_gpu_hours").await?;
-            unobserved_schema.get_or_insert(schema);
-            unobserved.extend(batches);
+            for (k, table) in PER_DAY_TABLES.iter().enumerate() {
+                let (schema, batches) = collect(&ctx, &format!("SELECT * FROM {table}")).await?;
+                match gathered.get_mut(k) {
+                    Some((_, all)) => all.extend(batches),
+                    None => gathered.push((schema, batches)),
+                }
+            }
             if let Some(d) = day {
                 progress(i + 1, days.len(), d);
             }
         }
         replace_table(&ctx, "gpu_samples", samples)?;
-        if let (Some(s), Some(u)) = (state_schema, unobserved_schema) {
-            replace_table(&ctx, "gpu_state_hours", mem_table(s, state_hours)?)?;
-            replace_table(&ctx, "unobserved_gpu_hours", mem_table(u, unobserved)?)?;
+        for (table, (schema, batches)) in PER_DAY_TABLES.iter().zip(gathered) {
+            replace_table(&ctx, table, mem_table(schema, batches)?)?;
         }
 
         for file in ["50_units.sql", "60_chargeback.sql", "70_queue.sql", "80_failures.sql"] {
@@ -209,6 +230,9 @@ impl Accounting {
         for table in OBJECT_TABLES {
             materialise(&ctx, table, &format!("SELECT * FROM {table}"), None).await?;
         }
+        let (_, range) = collect(&ctx, "SELECT MIN(date), MAX(date) FROM gpu_samples").await?;
+        let (first, last) = (strings(&range, 0).into_iter().flatten().next(), strings(&range, 1).into_iter().flatten().next());
+        register_calendar(&ctx, first.as_deref(), last.as_deref(), None).await?;
         sample_and_monthly_steps(&ctx, None).await?;
         Ok(Accounting { ctx, days: Vec::new(), scratch: None })
     }
@@ -255,16 +279,76 @@ impl Accounting {
 
 /// The sample steps over every day at once, then the monthly steps.
 async fn sample_and_monthly_steps(ctx: &SessionContext, scratch: Option<&Scratch>) -> Result<()> {
-    exec_file(ctx, "30_spans.sql", scratch).await?;
+    exec_file(ctx, "30_observations.sql", scratch).await?;
+    materialise(ctx, "known_day_starts", "SELECT * FROM day_first_starts", scratch).await?;
+    exec_file(ctx, "31_intervals.sql", scratch).await?;
+    materialise(ctx, "spacing_counts", "SELECT * FROM spacing_counts", scratch).await?;
+    exec_file(ctx, "32_spans.sql", scratch).await?;
     materialise(ctx, "sample_spans", "SELECT * FROM sample_spans", scratch).await?;
     exec_file(ctx, "40_states.sql", scratch).await?;
-    for view in ["gpu_state_hours", "unobserved_gpu_hours"] {
+    for view in PER_DAY_TABLES {
         materialise(ctx, view, &format!("SELECT * FROM {view}"), scratch).await?;
     }
     for file in ["50_units.sql", "60_chargeback.sql", "70_queue.sql", "80_failures.sql"] {
         exec_file(ctx, file, scratch).await?;
     }
     Ok(())
+}
+
+/// Narrows `gpu_samples` to what one day's pass reads: the day, the last second of the day
+/// before (a sample there may start the observation a day's first sample belongs to) and the
+/// whole next day (a day's last observation looks ahead to the next one). `None`: nothing.
+fn narrow_samples(ctx: &SessionContext, samples: &Arc<dyn TableProvider>, day: Option<&str>) -> Result<()> {
+    let filter = match day.and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok()) {
+        Some(d) => {
+            let start_ms = d.and_hms_opt(0, 0, 0).map_or(0, |t| t.and_utc().timestamp_millis());
+            let end_ms = start_ms + 2 * 86_400_000;
+            let ts = |ms: i64| lit(datafusion::scalar::ScalarValue::TimestampMillisecond(Some(ms), Some("UTC".into())));
+            let dates = vec![lit(previous_day(&d)), lit(d.format("%Y-%m-%d").to_string()), lit(next_day(&d.format("%Y-%m-%d").to_string()))];
+            col("date").in_list(dates, false).and(col("ts").gt_eq(ts(start_ms - LOOKBEHIND_MS))).and(col("ts").lt(ts(end_ms)))
+        }
+        None => lit(false),
+    };
+    let narrowed = ctx
+        .read_table(samples.clone())
+        .and_then(|df| df.filter(filter))
+        .map_err(|source| Error::Query { sql: "gpu_samples for one day".into(), source })?;
+    replace_table(ctx, "gpu_samples", narrowed.into_view())
+}
+
+/// How far before midnight a day's pass reads: the 1000 ms that make one observation.
+const LOOKBEHIND_MS: i64 = 1000;
+
+/// `WHERE` clause keeping one day's rows of a table with a `day_number` column.
+fn day_filter(day: Option<&String>) -> String {
+    match day.and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok()) {
+        Some(d) => format!(" WHERE day_number = {}", d.and_hms_opt(0, 0, 0).map_or(0, |t| t.and_utc().timestamp()) / 86_400),
+        None => String::new(),
+    }
+}
+
+/// Adds one day's result to what earlier passes gathered.
+fn gather(into: &mut Option<(SchemaRef, Vec<RecordBatch>)>, (schema, batches): (SchemaRef, Vec<RecordBatch>)) {
+    match into {
+        Some((_, all)) => all.extend(batches),
+        None => *into = Some((schema, batches)),
+    }
+}
+
+fn previous_day(d: &NaiveDate) -> String {
+    d.pred_opt().map(|p| p.format("%Y-%m-%d").to_string()).unwrap_or_default()
+}
+
+/// `calendar_days`: one row per day from the day before `first` to the day after `last`
+/// (`YYYY-MM-DD`), so that the SQL can split a gap of any length at every midnight.
+async fn register_calendar(ctx: &SessionContext, first: Option<&str>, last: Option<&str>, scratch: Option<&Scratch>) -> Result<()> {
+    let day_number = |d: Option<&str>| d.and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok()).and_then(|d| d.and_hms_opt(0, 0, 0)).map(|t| t.and_utc().timestamp() / 86_400);
+    let days: Vec<i64> = match (day_number(first), day_number(last)) {
+        (Some(a), Some(b)) if a <= b => ((a - 1)..=(b + 1)).collect(),
+        _ => Vec::new(),
+    };
+    let b = batch(vec![("day_number", Arc::new(Int64Array::from(days)) as ArrayRef)])?;
+    keep_table(ctx, "calendar_days", b.schema(), vec![b], scratch).await
 }
 
 /// The configuration as small tables the SQL joins against.

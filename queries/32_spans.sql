@@ -1,0 +1,64 @@
+-- 32  Observed time: the span of GPU time each observation of a GPU covers.
+--
+-- An observation at t covers [t, t_next), t_next being the GPU's next observation (31). A gap
+-- longer than max_gap_factor x the month's scrape interval ends the covered span at t + interval,
+-- and the rest of the gap is unobserved, however long. The last observation covers one interval.
+--
+-- Allocation: an observation naming k distinct pods of one GPU (time-slicing, MPS: the exporter
+-- repeats the GPU's series once per pod) gives each pod 1/k of the span (`pods` = k); the pods
+-- and values are those of the observation's earliest sample.
+--
+-- A MIG instance with profile Ng.* (3g.40gb) weighs N sevenths of its GPU; a whole GPU weighs 7.
+-- What a MIG GPU's instances leave over (7 minus their sevenths) is the parent GPU's own time.
+--
+-- Input besides 30 and 31: `spacing_counts` (31) over the whole month; the in-process ledger
+-- gathers it day by day before it computes any span.
+--
+-- In a CROSS JOIN the small table comes first: DataFusion holds the left side in memory.
+
+-- The median spacing per GPU and month, read off the running count of the sorted spacings:
+-- with n spacings the middle ranks are (n + 1) / 2 and n / 2 + 1 (integer division; the same
+-- rank when n is odd).
+CREATE OR REPLACE VIEW scrape_intervals AS
+SELECT hostname, uuid, mig_instance, month,
+       (MIN(CASE WHEN upto >= (total + 1) / 2 THEN spacing_ms END)
+        + MIN(CASE WHEN upto >= total / 2 + 1 THEN spacing_ms END)) / 2.0 AS interval_ms
+FROM (
+    SELECT *, SUM(spacings) OVER (PARTITION BY hostname, uuid, mig_instance, month ORDER BY spacing_ms
+                                  ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS upto,
+              SUM(spacings) OVER (PARTITION BY hostname, uuid, mig_instance, month) AS total
+    FROM (SELECT hostname, uuid, mig_instance, month, spacing_ms, SUM(spacings) AS spacings
+          FROM spacing_counts GROUP BY hostname, uuid, mig_instance, month, spacing_ms)
+)
+GROUP BY hostname, uuid, mig_instance, month;
+
+-- Each observation with its month's scrape interval and how many pods held the GPU.
+CREATE OR REPLACE VIEW observations AS
+SELECT o.hostname, o.uuid, o.mig_instance, o.t, o.t_next, k.pods,
+       COALESCE(i.interval_ms, 30000.0) AS interval_ms
+FROM observation_next o
+JOIN (SELECT hostname, uuid, mig_instance, t, COUNT(*) AS pods
+      FROM pod_samples GROUP BY hostname, uuid, mig_instance, t) k
+  ON (k.hostname IS NOT DISTINCT FROM o.hostname) AND (k.uuid IS NOT DISTINCT FROM o.uuid)
+ AND (k.mig_instance IS NOT DISTINCT FROM o.mig_instance) AND (k.t IS NOT DISTINCT FROM o.t)
+LEFT JOIN scrape_intervals i
+  ON (i.hostname IS NOT DISTINCT FROM o.hostname) AND (i.uuid IS NOT DISTINCT FROM o.uuid)
+ AND (i.mig_instance IS NOT DISTINCT FROM o.mig_instance)
+ AND (i.month IS NOT DISTINCT FROM to_char(to_timestamp_millis(o.t), '%Y-%m'));
+
+CREATE OR REPLACE VIEW sample_spans AS
+SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, engine_active, gpu_util, xid_error,
+       sevenths, pods, t, covered_end,
+       -- The part of a long gap not covered (0 when the next observation came in time).
+       CASE WHEN t_next IS NOT NULL AND t_next > covered_end THEN t_next - covered_end ELSE 0 END AS unobserved_ms
+FROM (
+    SELECT p.*, o.t_next, o.pods,
+           CAST(CASE WHEN o.t_next IS NOT NULL AND o.t_next - o.t <= s.max_gap_factor * o.interval_ms THEN o.t_next
+                     ELSE o.t + o.interval_ms END AS BIGINT) AS covered_end
+    FROM settings s
+    CROSS JOIN observations o
+    -- IS NOT DISTINCT FROM: a sample without a Hostname, UUID or MIG instance still joins.
+    JOIN pod_samples p
+      ON (p.hostname IS NOT DISTINCT FROM o.hostname) AND (p.uuid IS NOT DISTINCT FROM o.uuid)
+     AND (p.mig_instance IS NOT DISTINCT FROM o.mig_instance) AND (p.t IS NOT DISTINCT FROM o.t)
+);
