@@ -82,12 +82,12 @@ LEFT JOIN workload_segment_ends e
 LEFT JOIN workload_jobs j ON j.namespace = a.namespace AND j.workload = a.workload;
 
 -- The Workload of each pod incarnation, first found of (DESIGN.md "Identity"):
---   0        the Workload its kueue.x-k8s.io/workload annotation names;
---   1        a Workload owned by the pod itself (Kueue's plain pods);
---   2 + d    the Workload owned by the nearest controller owner, following owners upward through
---            the jobs (Job -> JobSet -> TrainJob, RayCluster -> RayJob, ...; d = hops above the pod's
---            owner, at most 9, so 10 levels in all);
---   20       a Workload owned by an owner of the same kind and name (captures without uids).
+--   wa       the Workload its kueue.x-k8s.io/workload annotation names;
+--   wp       a Workload owned by the pod itself (Kueue's plain pods);
+--   w0..w9   the Workload owned by the nearest controller owner, following owners upward through
+--            the jobs (Job -> JobSet -> TrainJob, RayCluster -> RayJob, ...): w0 the pod's owner,
+--            wN its owner N levels up (10 levels in all);
+--   wn       a Workload owned by an owner of the same kind and name (captures without uids).
 CREATE OR REPLACE VIEW workload_owners AS
 SELECT namespace, workload, owner_uid, owner_kind, owner_name
 FROM (
@@ -110,51 +110,26 @@ LEFT JOIN jobs_latest j7 ON j7.uid = j6.owner_uid
 LEFT JOIN jobs_latest j8 ON j8.uid = j7.owner_uid
 WHERE j0.uid IS NOT NULL;
 
--- Each job and its controller owners upward: (job, ancestor, hops), the job itself at 0 hops.
-CREATE OR REPLACE VIEW job_ancestors AS
-SELECT uid, ancestor_uid, depth FROM (
-    SELECT uid, uid AS ancestor_uid, CAST(0 AS BIGINT) AS depth FROM job_chains
-    UNION ALL
-    SELECT uid, a1, 1 FROM job_chains
-    UNION ALL
-    SELECT uid, a2, 2 FROM job_chains
-    UNION ALL
-    SELECT uid, a3, 3 FROM job_chains
-    UNION ALL
-    SELECT uid, a4, 4 FROM job_chains
-    UNION ALL
-    SELECT uid, a5, 5 FROM job_chains
-    UNION ALL
-    SELECT uid, a6, 6 FROM job_chains
-    UNION ALL
-    SELECT uid, a7, 7 FROM job_chains
-    UNION ALL
-    SELECT uid, a8, 8 FROM job_chains
-    UNION ALL
-    SELECT uid, a9, 9 FROM job_chains
-) WHERE ancestor_uid IS NOT NULL;
-
 CREATE OR REPLACE VIEW pod_workloads AS
-SELECT pod_key, workload
-FROM (
-    SELECT pod_key, workload, ROW_NUMBER() OVER (PARTITION BY pod_key ORDER BY priority, workload) AS found_rank
-    FROM (
-        SELECT p.pod_key, w.workload, CAST(0 AS BIGINT) AS priority
-        FROM pods_latest p JOIN workloads_latest w ON w.namespace = p.namespace AND w.workload = p.workload_name
-        UNION ALL
-        SELECT p.pod_key, wo.workload, 1
-        FROM pods_latest p JOIN workload_owners wo ON wo.owner_uid = p.uid
-        UNION ALL
-        SELECT p.pod_key, wo.workload, 2 + COALESCE(a.depth, 0)
-        FROM pods_latest p
-        LEFT JOIN job_ancestors a ON a.uid = p.owner_uid
-        JOIN workload_owners wo ON wo.owner_uid = COALESCE(a.ancestor_uid, p.owner_uid)
-        UNION ALL
-        SELECT p.pod_key, wn.workload, 20
-        FROM pods_latest p JOIN workloads_latest wn ON p.owner_uid IS NULL AND wn.namespace = p.namespace
-                                                   AND wn.owner_kind = p.owner_kind AND wn.owner_name = p.owner_name
-    )
-) WHERE found_rank = 1;
+SELECT p.pod_key,
+       COALESCE(wa.workload, wp.workload, w0.workload, w1.workload, w2.workload, w3.workload, w4.workload,
+                w5.workload, w6.workload, w7.workload, w8.workload, w9.workload, wn.workload) AS workload
+FROM pods_latest p
+LEFT JOIN workloads_latest wa ON wa.namespace = p.namespace AND wa.workload = p.workload_name
+LEFT JOIN workload_owners wp ON wp.owner_uid = p.uid
+LEFT JOIN job_chains c ON c.uid = p.owner_uid
+LEFT JOIN workload_owners w0 ON w0.owner_uid = p.owner_uid
+LEFT JOIN workload_owners w1 ON w1.owner_uid = c.a1
+LEFT JOIN workload_owners w2 ON w2.owner_uid = c.a2
+LEFT JOIN workload_owners w3 ON w3.owner_uid = c.a3
+LEFT JOIN workload_owners w4 ON w4.owner_uid = c.a4
+LEFT JOIN workload_owners w5 ON w5.owner_uid = c.a5
+LEFT JOIN workload_owners w6 ON w6.owner_uid = c.a6
+LEFT JOIN workload_owners w7 ON w7.owner_uid = c.a7
+LEFT JOIN workload_owners w8 ON w8.owner_uid = c.a8
+LEFT JOIN workload_owners w9 ON w9.owner_uid = c.a9
+LEFT JOIN workloads_latest wn ON p.owner_uid IS NULL AND wn.namespace = p.namespace
+                              AND wn.owner_kind = p.owner_kind AND wn.owner_name = p.owner_name;
 
 -- Each pod incarnation's run, segment, outcome and team. A Workload pod belongs to the segment of
 -- the last admission at or before it started (the first segment if it started earlier). A pod

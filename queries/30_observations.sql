@@ -17,14 +17,20 @@ SELECT date, hostname, uuid, mig_instance, epoch_ms(ts) AS t, namespace, pod,
 FROM gpu_samples
 GROUP BY date, hostname, uuid, mig_instance, epoch_ms(ts), namespace, pod;
 
--- The instants that start an observation, and the next such instant in the data at hand.
+-- The instants that start an observation, how many distinct pods the GPU's series named at
+-- that instant (k pods sharing the GPU hold 1/k each), and the next such instant in the data
+-- at hand.
 CREATE OR REPLACE VIEW observation_starts AS
-SELECT hostname, uuid, mig_instance, t, t / 86400000 AS day_number,
+SELECT hostname, uuid, mig_instance, t, pods, t / 86400000 AS day_number,
        LEAD(t) OVER (PARTITION BY hostname, uuid, mig_instance ORDER BY t) AS t_next_seen
 FROM (
-    SELECT hostname, uuid, mig_instance, t,
+    SELECT hostname, uuid, mig_instance, t, pods,
            LAG(t) OVER (PARTITION BY hostname, uuid, mig_instance ORDER BY t) AS t_prev
-    FROM (SELECT DISTINCT hostname, uuid, mig_instance, epoch_ms(ts) AS t FROM gpu_samples)
+    FROM (
+        SELECT hostname, uuid, mig_instance, t, COUNT(*) AS pods
+        FROM (SELECT DISTINCT hostname, uuid, mig_instance, epoch_ms(ts) AS t, namespace, pod FROM gpu_samples)
+        GROUP BY hostname, uuid, mig_instance, t
+    )
 )
 WHERE t_prev IS NULL OR t - t_prev >= 1000;
 

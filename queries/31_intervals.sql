@@ -12,7 +12,7 @@
 -- Each observation with the next one: the next at hand, else the GPU's first observation of the
 -- next later day it was seen (however many days later).
 CREATE OR REPLACE VIEW observation_next AS
-SELECT o.hostname, o.uuid, o.mig_instance, o.t, o.day_number, COALESCE(o.t_next_seen, n.next_first_t) AS t_next
+SELECT o.hostname, o.uuid, o.mig_instance, o.t, o.day_number, o.pods, COALESCE(o.t_next_seen, n.next_first_t) AS t_next
 FROM observation_starts o
 LEFT JOIN (
     SELECT hostname, uuid, mig_instance, day_number,

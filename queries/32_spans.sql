@@ -32,15 +32,11 @@ FROM (
 )
 GROUP BY hostname, uuid, mig_instance, month;
 
--- Each observation with its month's scrape interval and how many pods held the GPU.
+-- Each observation with its month's scrape interval.
 CREATE OR REPLACE VIEW observations AS
-SELECT o.hostname, o.uuid, o.mig_instance, o.t, o.t_next, k.pods,
+SELECT o.hostname, o.uuid, o.mig_instance, o.t, o.t_next, o.pods,
        COALESCE(i.interval_ms, 30000.0) AS interval_ms
 FROM observation_next o
-JOIN (SELECT hostname, uuid, mig_instance, t, COUNT(*) AS pods
-      FROM pod_samples GROUP BY hostname, uuid, mig_instance, t) k
-  ON (k.hostname IS NOT DISTINCT FROM o.hostname) AND (k.uuid IS NOT DISTINCT FROM o.uuid)
- AND (k.mig_instance IS NOT DISTINCT FROM o.mig_instance) AND (k.t IS NOT DISTINCT FROM o.t)
 LEFT JOIN scrape_intervals i
   ON (i.hostname IS NOT DISTINCT FROM o.hostname) AND (i.uuid IS NOT DISTINCT FROM o.uuid)
  AND (i.mig_instance IS NOT DISTINCT FROM o.mig_instance)

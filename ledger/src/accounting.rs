@@ -4,10 +4,10 @@
 //! materialise. The files are written for a whole store at once (so an analyst can run them
 //! anywhere); to keep memory bounded by one day of samples, the driver runs the sample steps
 //! (`30_observations.sql` to `40_states.sql`) once per day partition, with `gpu_samples`
-//! narrowed to that day, the last second before it and the next day, keeping only rows of that
-//! day. A first pass over the days, last day first, gathers what the month's scrape intervals
-//! and multi-day gaps need (each GPU's first observation per day, spacing counts); the second
-//! computes the spans. The object steps run once before, the monthly steps once after.
+//! narrowed to that day and the last second before it, keeping only rows of that day. A first
+//! pass over the days, last day first, gathers what the month's scrape intervals and the
+//! observations after a day's last need (each GPU's first observation per day, spacing
+//! counts); the second computes the spans. The object steps run once before, the monthly steps once after.
 
 use std::collections::BTreeMap;
 use gpuledger_schemas::location::StoreLocation;
@@ -43,9 +43,9 @@ pub const QUERY_FILES: &[(&str, &str)] = &[
 /// Views computed once and kept as tables, because later steps read them many times.
 const OBJECT_TABLES: &[&str] = &["pods_latest", "jobs_latest", "workloads_latest", "namespaces_latest", "nodes_latest", "pod_runs", "workload_segments"];
 
-/// Views of the monthly steps kept as tables as soon as they are created, because the views
-/// after them, and the derived tables, read them again (each read of a view recomputes it).
-const REUSED_VIEWS: &[&str] = &["run_segments", "queue_waits", "run_failures"];
+/// Views kept as tables as soon as they are created, because the views after them, and the
+/// derived tables, read them again (each read of a view recomputes it).
+const REUSED_VIEWS: &[&str] = &["observation_starts", "run_segments", "queue_waits", "run_failures"];
 
 /// The results of the sample steps (`40_states.sql`) that the monthly steps read: computed one
 /// day at a time in process, then gathered.
@@ -295,16 +295,16 @@ async fn sample_and_monthly_steps(ctx: &SessionContext, scratch: Option<&Scratch
     Ok(())
 }
 
-/// Narrows `gpu_samples` to what one day's pass reads: the day, the last second of the day
-/// before (a sample there may start the observation a day's first sample belongs to) and the
-/// whole next day (a day's last observation looks ahead to the next one). `None`: nothing.
+/// Narrows `gpu_samples` to what one day's pass reads: the day and the last second of the day
+/// before (a sample there may start the observation a day's first sample belongs to). A day's
+/// last observation finds the next one in `known_day_starts`. `None`: nothing.
 fn narrow_samples(ctx: &SessionContext, samples: &Arc<dyn TableProvider>, day: Option<&str>) -> Result<()> {
     let filter = match day.and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok()) {
         Some(d) => {
             let start_ms = d.and_hms_opt(0, 0, 0).map_or(0, |t| t.and_utc().timestamp_millis());
-            let end_ms = start_ms + 2 * 86_400_000;
+            let end_ms = start_ms + 86_400_000;
             let ts = |ms: i64| lit(datafusion::scalar::ScalarValue::TimestampMillisecond(Some(ms), Some("UTC".into())));
-            let dates = vec![lit(previous_day(&d)), lit(d.format("%Y-%m-%d").to_string()), lit(next_day(&d.format("%Y-%m-%d").to_string()))];
+            let dates = vec![lit(previous_day(&d)), lit(d.format("%Y-%m-%d").to_string())];
             col("date").in_list(dates, false).and(col("ts").gt_eq(ts(start_ms - LOOKBEHIND_MS))).and(col("ts").lt(ts(end_ms)))
         }
         None => lit(false),
@@ -545,14 +545,6 @@ async fn sample_days(location: &StoreLocation) -> Result<Vec<String>> {
     Ok(days)
 }
 
-fn next_day(day: &str) -> String {
-    NaiveDate::parse_from_str(day, "%Y-%m-%d")
-        .ok()
-        .and_then(|d| d.succ_opt())
-        .map(|d| d.format("%Y-%m-%d").to_string())
-        .unwrap_or_default()
-}
-
 /// Column `i` of `batches` as strings (any string-like or numeric type, via a cast).
 pub fn strings(batches: &[RecordBatch], i: usize) -> Vec<Option<String>> {
     let mut out = Vec::new();
@@ -610,7 +602,9 @@ mod tests {
 
     #[test]
     fn days_roll_over_months() {
-        assert_eq!(next_day("2026-10-31"), "2026-11-01");
-        assert_eq!(next_day("2026-12-31"), "2027-01-01");
+        let day = |s: &str| NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap();
+        assert_eq!(previous_day(&day("2026-11-01")), "2026-10-31");
+        assert_eq!(previous_day(&day("2027-01-01")), "2026-12-31");
+        assert_eq!(day_filter(Some(&"1970-01-03".to_string())), " WHERE day_number = 2");
     }
 }

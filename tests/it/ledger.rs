@@ -226,10 +226,6 @@ fn report_json(store: &Path, config: &Path, month: &str, policy: &str) -> BTreeM
     rows
 }
 
-fn report_csv(store: &Path, config: &Path, month: &str, policy: &str) -> BTreeMap<(String, String), BTreeMap<String, f64>> {
-    parse_csv(&String::from_utf8(report_output(store, config, month, policy, "csv")).unwrap())
-}
-
 /// `gpuledger report` of one month in one format and idle policy: its stdout.
 fn report_output(store: &Path, config: &Path, month: &str, policy: &str, format: &str) -> Vec<u8> {
     let (store, config) = (store.display().to_string(), config.display().to_string());
@@ -466,17 +462,25 @@ fn check_simulated(gpus: u32, days: u32, seed: u64, interval: u32, start: &str) 
     );
     ingest(&[&capture], &store);
     let config = tmp.path().join("gpuledger.toml");
-    std::fs::write(&config, SIM_CONFIG).unwrap();
     std::fs::write(tmp.path().join("units.csv"), SIM_UNITS).unwrap();
     let expected: Value = serde_json::from_slice(&std::fs::read(capture.join("expected.json")).unwrap()).unwrap();
     let case = format!("{gpus} GPUs, {days} days, seed {seed}, {interval}s from {start}");
 
     for policy in ["platform", "share"] {
+        // One ledger run per policy gives every month's chargeback (the report's CSV columns);
+        // `report --format csv` is the same query (serve_http and the demo test compare them).
+        std::fs::write(&config, SIM_CONFIG.replace("idle_policy = \"platform\"", &format!("idle_policy = \"{policy}\""))).unwrap();
+        let (s, c) = (store.display().to_string(), config.display().to_string());
+        run(&["ledger", "--store", &s, "--config", &c, "--progress", "off"], 0);
+        let sql = format!("SELECT {} FROM chargeback_monthly ORDER BY month, team", gpuledger_ledger::report::CSV_COLUMNS.join(", "));
+        let all = parse_csv(&String::from_utf8(run(&["query", "--store", &s, "--format", "csv", &sql], 0).stdout).unwrap());
         let want = expected_chargeback(&expected, policy);
         let months: std::collections::BTreeSet<&String> = want.keys().map(|(m, _)| m).collect();
         assert!(!months.is_empty(), "{case}: the simulation has no months");
+        let got_months: std::collections::BTreeSet<&String> = all.keys().map(|(m, _)| m).collect();
+        assert_eq!(got_months, months, "{case} {policy}: months");
         for month in months {
-            let got = report_csv(&store, &config, month, policy);
+            let got: BTreeMap<(String, String), BTreeMap<String, f64>> = all.iter().filter(|((m, _), _)| m == month).map(|(k, v)| (k.clone(), v.clone())).collect();
             let want_teams: Vec<&String> = want.keys().filter(|(m, _)| m == month).map(|(_, t)| t).collect();
             let got_teams: Vec<&String> = got.keys().map(|(_, t)| t).collect();
             assert_eq!(got_teams, want_teams, "{case} {month} {policy}: teams");

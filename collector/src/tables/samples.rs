@@ -201,19 +201,13 @@ impl SampleTables {
         if blank {
             self.counts.blank += 1;
         }
+        if let (None, Some(identity), BlankRule::Gauge | BlankRule::Counter) = (metric.gpu_column, series.identity, metric.blank) {
+            // Any DCGM field observes its GPU (DESIGN.md "Observation"), even one that is not a
+            // column (FB_TOTAL, PSTATE, ...): the GPU gets its row; the value goes long form.
+            self.gpu_row(identity, ts_ms);
+        }
         if let (Some(col), Some(identity)) = (metric.gpu_column, series.identity) {
-            let row = match self.row_of.get(&(identity, ts_ms)) {
-                Some(r) => *r as usize,
-                None => {
-                    let r = self.g_ts.len();
-                    self.row_of.insert((identity, ts_ms), r as u32);
-                    self.g_ts.push(ts_ms);
-                    self.g_identity.push(identity);
-                    self.g_set.push(0);
-                    self.g_values.push([0.0; N_METRICS]);
-                    r
-                }
-            };
+            let row = self.gpu_row(identity, ts_ms);
             let bit = 1u32 << col;
             let repeated = self.g_set[row] & bit != 0;
             let richer = self.identities[identity as usize].1 != series.extras;
@@ -230,6 +224,22 @@ impl SampleTables {
         self.m_name.push(metric.name);
         self.m_labels.push(series.labels);
         self.m_value.push(if blank { None } else { Some(value) });
+    }
+
+    /// The `gpu_samples` row of a GPU at a time, made empty if it is new.
+    fn gpu_row(&mut self, identity: u32, ts_ms: i64) -> usize {
+        match self.row_of.get(&(identity, ts_ms)) {
+            Some(r) => *r as usize,
+            None => {
+                let r = self.g_ts.len();
+                self.row_of.insert((identity, ts_ms), r as u32);
+                self.g_ts.push(ts_ms);
+                self.g_identity.push(identity);
+                self.g_set.push(0);
+                self.g_values.push([0.0; N_METRICS]);
+                r
+            }
+        }
     }
 
     /// Builds `gpu_samples` and `metric_samples` batches (empty tables are left out) and clears
@@ -583,5 +593,25 @@ mod tests {
         let names: Vec<&str> = (0..2).map(|i| col(m, "metric").as_string::<i32>().value(i)).collect();
         assert_eq!(names, ["DCGM_FI_DEV_XID_ERRORS", "vllm:num_requests_waiting"]);
         assert!(col(m, "labels").as_string::<i32>().value(0).contains("\"err_msg\":\"fell off the bus\""));
+    }
+
+    #[test]
+    fn any_dcgm_field_observes_its_gpu() {
+        let mut t = SampleTables::new();
+        let gpu = t.series(pairs(&[("gpu", "0"), ("UUID", "GPU-t4"), ("Hostname", "n1")]));
+        let fb_total = t.metric(b"DCGM_FI_DEV_FB_TOTAL");
+        let pstate = t.metric(b"DCGM_FI_DEV_PSTATE");
+        let other = t.metric(b"node_gpu_something");
+        t.push(fb_total, gpu, 1000, 15360.0);
+        t.push(pstate, gpu, 1000, 0.0);
+        t.push(other, gpu, 2000, 1.0);
+        let batches = t.take_batches().unwrap();
+        let g = &batches.iter().find(|(t, _)| t.name == "gpu_samples").expect("a gpu_samples row").1;
+        // One row at t = 1000 (two fields, one observation); the non-DCGM metric observes nothing.
+        assert_eq!(g.num_rows(), 1);
+        assert_eq!(col(g, "uuid").as_string::<i32>().value(0), "GPU-t4");
+        assert!(col(g, "gpu_util").is_null(0));
+        let m = &batches.iter().find(|(t, _)| t.name == "metric_samples").unwrap().1;
+        assert_eq!(m.num_rows(), 3, "every value still lands long form");
     }
 }
