@@ -1173,15 +1173,10 @@ impl Sched<'_> {
                     Kind::Debug => rng.range(150, 700),
                     Kind::Notebook => rng.range(50, 450),
                 } as u64;
-                let suffix = rng.name_suffix(5);
-                let pod_name = match (kind, job.pods > 1) {
-                    // A distributed training job's pods are named by role and rank, as the
-                    // Kubeflow training operator names them: every retry of the job reuses the
-                    // names (DESIGN.md "Identity": each incarnation is its own pod).
-                    (Kind::Train, true) if i == 0 => format!("{}-master-0", job.name),
-                    (Kind::Train, true) => format!("{}-worker-{}", job.name, i - 1),
-                    (_, true) => format!("{}-{}-{}", job.name, i, suffix),
-                    (_, false) => format!("{}-{}", job.name, suffix),
+                let pod_name = if job.pods > 1 {
+                    format!("{}-{}-{}", job.name, i, rng.name_suffix(5))
+                } else {
+                    format!("{}-{}", job.name, rng.name_suffix(5))
                 };
                 let uid = rng.uuid();
                 self.ip_counter += 1;
