@@ -182,7 +182,7 @@ impl Accounting {
         }
 
         // Pass 2: the spans and states of each day, with the month's scrape intervals.
-        let mut gathered: Vec<(SchemaRef, Vec<RecordBatch>)> = Vec::new();
+        let mut gathered: Vec<Option<(SchemaRef, Vec<RecordBatch>)>> = vec![None; PER_DAY_TABLES.len()];
         for (i, day) in passes.iter().enumerate() {
             narrow_samples(&ctx, &samples, day.map(String::as_str))?;
             exec_file(&ctx, "30_observations.sql", scratch).await?;
@@ -197,19 +197,16 @@ impl Accounting {
             };
             materialise(&ctx, "sample_spans", &keep, None).await?;
             exec_file(&ctx, "40_states.sql", scratch).await?;
-            for (k, table) in PER_DAY_TABLES.iter().enumerate() {
-                let (schema, batches) = collect(&ctx, &format!("SELECT * FROM {table}")).await?;
-                match gathered.get_mut(k) {
-                    Some((_, all)) => all.extend(batches),
-                    None => gathered.push((schema, batches)),
-                }
+            for (into, table) in gathered.iter_mut().zip(PER_DAY_TABLES) {
+                gather(into, collect(&ctx, &format!("SELECT * FROM {table}")).await?);
             }
             if let Some(d) = day {
                 progress(i + 1, days.len(), d);
             }
         }
         replace_table(&ctx, "gpu_samples", samples)?;
-        for (table, (schema, batches)) in PER_DAY_TABLES.iter().zip(gathered) {
+        // Every pass (at least one) yields each table, so each was gathered.
+        for (table, (schema, batches)) in PER_DAY_TABLES.iter().zip(gathered.into_iter().flatten()) {
             replace_table(&ctx, table, mem_table(schema, batches)?)?;
         }
 
@@ -299,13 +296,11 @@ async fn sample_and_monthly_steps(ctx: &SessionContext, scratch: Option<&Scratch
 /// before (a sample there may start the observation a day's first sample belongs to). A day's
 /// last observation finds the next one in `known_day_starts`. `None`: nothing.
 fn narrow_samples(ctx: &SessionContext, samples: &Arc<dyn TableProvider>, day: Option<&str>) -> Result<()> {
-    let filter = match day.and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok()) {
-        Some(d) => {
-            let start_ms = d.and_hms_opt(0, 0, 0).map_or(0, |t| t.and_utc().timestamp_millis());
-            let end_ms = start_ms + 86_400_000;
+    let filter = match day.zip(day.and_then(day_start_ms)) {
+        Some((d, start_ms)) => {
             let ts = |ms: i64| lit(datafusion::scalar::ScalarValue::TimestampMillisecond(Some(ms), Some("UTC".into())));
-            let dates = vec![lit(previous_day(&d)), lit(d.format("%Y-%m-%d").to_string())];
-            col("date").in_list(dates, false).and(col("ts").gt_eq(ts(start_ms - LOOKBEHIND_MS))).and(col("ts").lt(ts(end_ms)))
+            let dates = vec![lit(previous_day(d)), lit(d)];
+            col("date").in_list(dates, false).and(col("ts").gt_eq(ts(start_ms - LOOKBEHIND_MS))).and(col("ts").lt(ts(start_ms + MS_PER_DAY)))
         }
         None => lit(false),
     };
@@ -319,10 +314,19 @@ fn narrow_samples(ctx: &SessionContext, samples: &Arc<dyn TableProvider>, day: O
 /// How far before midnight a day's pass reads: the 1000 ms that make one observation.
 const LOOKBEHIND_MS: i64 = 1000;
 
-/// `WHERE` clause keeping one day's rows of a table with a `day_number` column.
+const MS_PER_DAY: i64 = 86_400_000;
+
+/// Milliseconds since the epoch at the start of a `YYYY-MM-DD` day (UTC).
+fn day_start_ms(day: &str) -> Option<i64> {
+    let d = NaiveDate::parse_from_str(day, "%Y-%m-%d").ok()?;
+    Some(d.and_hms_opt(0, 0, 0)?.and_utc().timestamp_millis())
+}
+
+/// `WHERE` clause keeping one day's rows of a table with a `day_number` column (the SQL's days
+/// since the epoch).
 fn day_filter(day: Option<&String>) -> String {
-    match day.and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok()) {
-        Some(d) => format!(" WHERE day_number = {}", d.and_hms_opt(0, 0, 0).map_or(0, |t| t.and_utc().timestamp()) / 86_400),
+    match day.and_then(|d| day_start_ms(d)) {
+        Some(ms) => format!(" WHERE day_number = {}", ms / MS_PER_DAY),
         None => String::new(),
     }
 }
@@ -335,14 +339,18 @@ fn gather(into: &mut Option<(SchemaRef, Vec<RecordBatch>)>, (schema, batches): (
     }
 }
 
-fn previous_day(d: &NaiveDate) -> String {
-    d.pred_opt().map(|p| p.format("%Y-%m-%d").to_string()).unwrap_or_default()
+fn previous_day(day: &str) -> String {
+    NaiveDate::parse_from_str(day, "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.pred_opt())
+        .map(|d| d.format("%Y-%m-%d").to_string())
+        .unwrap_or_default()
 }
 
 /// `calendar_days`: one row per day from the day before `first` to the day after `last`
 /// (`YYYY-MM-DD`), so that the SQL can split a gap of any length at every midnight.
 async fn register_calendar(ctx: &SessionContext, first: Option<&str>, last: Option<&str>, scratch: Option<&Scratch>) -> Result<()> {
-    let day_number = |d: Option<&str>| d.and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok()).and_then(|d| d.and_hms_opt(0, 0, 0)).map(|t| t.and_utc().timestamp() / 86_400);
+    let day_number = |d: Option<&str>| d.and_then(day_start_ms).map(|ms| ms / MS_PER_DAY);
     let days: Vec<i64> = match (day_number(first), day_number(last)) {
         (Some(a), Some(b)) if a <= b => ((a - 1)..=(b + 1)).collect(),
         _ => Vec::new(),
@@ -602,9 +610,9 @@ mod tests {
 
     #[test]
     fn days_roll_over_months() {
-        let day = |s: &str| NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap();
-        assert_eq!(previous_day(&day("2026-11-01")), "2026-10-31");
-        assert_eq!(previous_day(&day("2027-01-01")), "2026-12-31");
+        assert_eq!(previous_day("2026-11-01"), "2026-10-31");
+        assert_eq!(previous_day("2027-01-01"), "2026-12-31");
+        assert_eq!(day_start_ms("1970-01-02"), Some(MS_PER_DAY));
         assert_eq!(day_filter(Some(&"1970-01-03".to_string())), " WHERE day_number = 2");
     }
 }

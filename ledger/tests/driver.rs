@@ -7,6 +7,9 @@
 //! duplicate is the next day's first sample; a node silent for three days; a GPU whose scrape
 //! interval changes at a month boundary.
 
+// Tests may unwrap: a panic is how they fail.
+#![allow(clippy::unwrap_used)]
+
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Float64Array, RecordBatch, StringArray, TimestampMillisecondArray, new_null_array};

@@ -77,7 +77,7 @@ impl AsyncDB for Session {
         }
         let upper = trimmed.get(..6).unwrap_or(trimmed).to_ascii_uppercase();
         let batches = self.ctx.sql(sql).await?.collect().await?;
-        if upper != "SELECT" && upper != "WITH" && !upper.starts_with("WITH") {
+        if !(upper.starts_with("SELECT") || upper.starts_with("WITH")) {
             return Ok(DBOutput::StatementComplete(0));
         }
         let columns = batches.first().map_or(0, |b| b.num_columns());
@@ -132,11 +132,8 @@ fn main() {
     // is a name filter.
     let args: Vec<String> = std::env::args().skip(1).collect();
     let takes_value = ["--test-threads", "--skip", "--format", "--color", "--logfile", "-Z"];
-    let filter: Option<String> = args
-        .iter()
-        .enumerate()
-        .find(|(i, a)| !a.starts_with('-') && !(*i > 0 && takes_value.contains(&args[i - 1].as_str())))
-        .map(|(_, a)| a.clone());
+    let is_flag_value = |i: usize| i > 0 && takes_value.contains(&args[i - 1].as_str());
+    let filter: Option<String> = args.iter().enumerate().find(|(i, a)| !a.starts_with('-') && !is_flag_value(*i)).map(|(_, a)| a.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let mut failed = Vec::new();
     let mut ran = 0;
