@@ -38,9 +38,11 @@ FROM (
 );
 
 -- One row per job (namespace, kind, name): batch/v1 Jobs, JobSets, RayJobs, PyTorchJobs, ...
+-- `deleted_at`: when its deletion was seen (a job deleted before it finished was cancelled).
 CREATE OR REPLACE VIEW jobs_latest AS
 SELECT namespace, kind, name AS job, uid, owner_kind, owner_name, owner_uid, completion_time,
-       outcome, outcome_reason, labels, annotations
+       outcome, outcome_reason, labels, annotations,
+       CASE WHEN event_type = 'DELETED' THEN observed_at END AS deleted_at
 FROM (
     SELECT j.*, ROW_NUMBER() OVER (PARTITION BY namespace, kind, name ORDER BY observed_at DESC, seq DESC) AS version_rank
     FROM jobs j
@@ -51,7 +53,8 @@ FROM (
 -- (a Workload moved between ClusterQueues reports the alphabetically last one).
 CREATE OR REPLACE VIEW workloads_latest AS
 SELECT namespace, name AS workload, uid, created_at, owner_kind, owner_name, owner_uid, queue_name,
-       admitted_cluster_queue, labels, annotations, gpu_count
+       admitted_cluster_queue, labels, annotations, gpu_count,
+       CASE WHEN event_type = 'DELETED' THEN observed_at END AS deleted_at
 FROM (
     SELECT w.*,
            MAX(cluster_queue) OVER (PARTITION BY namespace, name) AS admitted_cluster_queue,

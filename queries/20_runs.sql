@@ -11,8 +11,8 @@ SELECT DISTINCT namespace, name AS workload, type, status, reason, last_transiti
 FROM workload_conditions
 WHERE last_transition_time IS NOT NULL;
 
--- Admissions: QuotaReserved turning True (Kueue before 0.5 only had Admitted).
--- Segment n runs from its admission to the next one.
+-- Admissions: Admitted turning True (the Workload's pods may start), else QuotaReserved for a
+-- Workload that has no Admitted condition at all. Segment n runs from its admission to the next.
 CREATE OR REPLACE VIEW workload_admissions AS
 SELECT namespace, workload, at AS admitted_at,
        ROW_NUMBER() OVER (PARTITION BY namespace, workload ORDER BY at) AS segment,
@@ -20,11 +20,10 @@ SELECT namespace, workload, at AS admitted_at,
 FROM (
     SELECT DISTINCT t.namespace, t.workload, t.at
     FROM workload_transitions t
-    LEFT JOIN (SELECT DISTINCT namespace, workload FROM workload_transitions
-               WHERE type = 'QuotaReserved' AND status = 'True') q
+    LEFT JOIN (SELECT DISTINCT namespace, workload FROM workload_transitions WHERE type = 'Admitted') q
            ON q.namespace = t.namespace AND q.workload = t.workload
     WHERE t.status = 'True'
-      AND t.type = CASE WHEN q.workload IS NULL THEN 'Admitted' ELSE 'QuotaReserved' END
+      AND t.type = CASE WHEN q.workload IS NULL THEN 'QuotaReserved' ELSE 'Admitted' END
 );
 
 -- What ended each segment: the first Evicted or Finished transition to True inside it.
@@ -48,18 +47,24 @@ SELECT w.namespace, w.workload, COALESCE(ju.job, jn.job) AS job, COALESCE(ju.kin
        COALESCE(ju.outcome, jn.outcome) AS job_outcome,
        COALESCE(ju.outcome_reason, jn.outcome_reason) AS job_outcome_reason,
        COALESCE(ju.completion_time, jn.completion_time) AS job_completion_time,
-       COALESCE(ju.annotations, jn.annotations) AS job_annotations
+       COALESCE(ju.annotations, jn.annotations) AS job_annotations,
+       COALESCE(ju.deleted_at, jn.deleted_at) AS job_deleted_at
 FROM workloads_latest w
 LEFT JOIN jobs_latest ju ON ju.uid = w.owner_uid
 LEFT JOIN jobs_latest jn ON w.owner_uid IS NULL AND jn.namespace = w.namespace
                          AND jn.kind = w.owner_kind AND jn.job = w.owner_name;
 
--- Every segment of every Workload with its outcome. The Workload's history decides first
--- (Evicted -> preempted; Finished -> its reason); a segment the data shows no end for takes the
--- job's final condition if it is the last segment, and was evicted if a later admission exists.
+-- Every segment of every Workload with its outcome. The Workload's history decides first:
+-- Evicted -> preempted, except an eviction that gave up on the run (PodsReadyTimeout: its pods
+-- never became ready; InactiveWorkload / Deactivated: its owner deactivated it), which failed;
+-- Finished -> its reason. A segment the data shows no end for takes the job's final condition
+-- if it is the last segment, was evicted if a later admission exists, and failed (cancelled)
+-- if its Workload or job was deleted before it finished.
 CREATE OR REPLACE VIEW workload_segments AS
 SELECT a.namespace, a.workload, a.segment, a.admitted_at,
        CASE
+           WHEN e.end_type = 'Evicted' AND (e.end_reason IN ('PodsReadyTimeout', 'InactiveWorkload')
+                                            OR e.end_reason LIKE 'Deactivated%') THEN 'failed'
            WHEN e.end_type = 'Evicted' THEN 'preempted'
            WHEN e.end_type = 'Finished' AND e.end_reason = 'Failed' THEN 'failed'
            WHEN e.end_type = 'Finished' AND e.end_reason = 'Succeeded' THEN 'succeeded'
@@ -68,15 +73,19 @@ SELECT a.namespace, a.workload, a.segment, a.admitted_at,
            WHEN a.next_admitted_at IS NOT NULL THEN 'preempted'
            WHEN j.job_outcome = 'Failed' THEN 'failed'
            WHEN j.job_outcome = 'Complete' THEN 'succeeded'
+           WHEN w.deleted_at IS NOT NULL OR j.job_deleted_at IS NOT NULL THEN 'failed'
            ELSE 'running'
        END AS outcome,
        CASE
            WHEN e.ended_at IS NOT NULL THEN e.ended_at
            WHEN a.next_admitted_at IS NOT NULL THEN a.next_admitted_at
            WHEN j.job_outcome IS NOT NULL THEN j.job_completion_time
+           ELSE LEAST(w.deleted_at, j.job_deleted_at)
        END AS ended_at,
-       COALESCE(e.end_reason, j.job_outcome_reason) AS end_reason
+       COALESCE(e.end_reason, j.job_outcome_reason,
+                CASE WHEN w.deleted_at IS NOT NULL OR j.job_deleted_at IS NOT NULL THEN 'Deleted' END) AS end_reason
 FROM workload_admissions a
+LEFT JOIN workloads_latest w ON w.namespace = a.namespace AND w.workload = a.workload
 LEFT JOIN workload_segment_ends e
        ON e.namespace = a.namespace AND e.workload = a.workload AND e.segment = a.segment
 LEFT JOIN workload_jobs j ON j.namespace = a.namespace AND j.workload = a.workload;
@@ -137,9 +146,12 @@ LEFT JOIN workloads_latest wn ON p.owner_uid IS NULL AND wn.namespace = p.namesp
 -- name): preempted when it was evicted or disrupted, else by its phase.
 -- Team: the team label on the pod, else on the Workload, else on the namespace, else the
 -- namespace name; a label with an empty value counts as absent.
+-- `pod_failed`: the pod itself failed (phase Failed). In a segment that went on (the job
+-- retried it) that pod's time is a failed attempt (40_states.sql).
 CREATE OR REPLACE VIEW pod_runs AS
 SELECT namespace, pod, workload, run, segment, outcome, team, pod_started, segment_started, segment_ended,
-       last_termination_reason, last_exit_code, node_name, pod_key, incarnation, valid_from_ms, valid_to_ms
+       last_termination_reason, last_exit_code, node_name, pod_key, incarnation, valid_from_ms, valid_to_ms,
+       uid, pod_failed, pod_reason
 FROM (
     SELECT *, ROW_NUMBER() OVER (PARTITION BY pod_key ORDER BY segment_order) AS segment_rank
     FROM (
@@ -160,6 +172,7 @@ FROM (
                     WHEN p.phase IN ('Failed', 'Succeeded') OR p.disruption_target THEN p.last_seen END AS segment_ended,
                p.last_termination_reason, p.last_exit_code, p.node_name,
                p.pod_key, p.incarnation, p.valid_from_ms, p.valid_to_ms,
+               p.uid, COALESCE(p.phase = 'Failed', false) AS pod_failed, p.reason AS pod_reason,
                -- Latest admission at or before the pod started first; failing that, the earliest.
                CASE WHEN ws.admitted_at <= p.first_seen THEN -epoch_ms(ws.admitted_at)
                     ELSE 4102444800000 + epoch_ms(ws.admitted_at) END AS segment_order

@@ -8,13 +8,52 @@
 --
 -- Times are milliseconds since the epoch; `day_number` counts UTC days since the epoch.
 
+-- Samples from HA pairs of scrapers. Samples with a replica label (`prometheus_replica`,
+-- `replica`, `__replica__`) come from two scrapers, each scraping at its own moments: per GPU
+-- and UTC day only the replica seen first counts (else the GPU would be seen twice as often,
+-- its pods named alternately by the two). Samples without one all count. (`strpos` first: most
+-- rows have no replica, and reading their labels as JSON would cost every row.)
+CREATE OR REPLACE VIEW replica_samples AS
+SELECT * FROM gpu_samples
+WHERE labels IS NULL OR strpos(labels, 'replica') = 0
+UNION ALL
+SELECT * EXCLUDE (replica, first_replica)
+FROM (
+    SELECT *, FIRST_VALUE(replica) OVER (PARTITION BY hostname, uuid, epoch_ms(ts) / 86400000
+                                         ORDER BY ts, replica) AS first_replica
+    FROM (
+        SELECT *, COALESCE(NULLIF(label(labels, 'prometheus_replica'), ''), NULLIF(label(labels, 'replica'), ''),
+                           NULLIF(label(labels, '__replica__'), '')) AS replica
+        FROM gpu_samples
+        WHERE strpos(labels, 'replica') > 0
+    )
+)
+WHERE replica IS NULL OR replica = first_replica;
+
+-- The samples that count. Where a GPU has MIG instance series (that UTC day), its series
+-- without an instance (device-wide fields: power, temperature) are not a second observation
+-- of the whole GPU: its time is its instances' shares and the leftover (40_states.sql).
+CREATE OR REPLACE VIEW counted_samples AS
+SELECT * FROM replica_samples WHERE mig_instance IS NOT NULL
+UNION ALL
+SELECT s.*
+FROM replica_samples s
+LEFT JOIN (SELECT DISTINCT hostname, uuid, epoch_ms(ts) / 86400000 AS day_number
+           FROM replica_samples WHERE mig_instance IS NOT NULL) m
+       ON m.hostname = s.hostname AND m.uuid = s.uuid AND m.day_number = epoch_ms(s.ts) / 86400000
+WHERE s.mig_instance IS NULL AND m.uuid IS NULL;
+
 -- One row per GPU, instant and pod (several containers of one pod, or a row stored twice, are
--- one holder of the GPU).
+-- one holder of the GPU). The steps below read the samples only through it. `pod_uid`: the pod's uid where the exporter writes it (DESIGN.md
+-- "Identity": it decides which pod of that name the sample names). An A30's MIG instance is
+-- N/4 of its GPU, not N/7: in sevenths, 7N/4.
 CREATE OR REPLACE VIEW pod_samples AS
 SELECT date, hostname, uuid, mig_instance, epoch_ms(ts) AS t, namespace, pod,
        MIN(model_name) AS model_name, MAX(engine_active) AS engine_active, MAX(gpu_util) AS gpu_util,
-       MAX(xid_error) AS xid_error, MIN(COALESCE(mig_sevenths(mig_profile), 7)) AS sevenths
-FROM gpu_samples
+       MAX(xid_error) AS xid_error,
+       MIN(COALESCE(mig_sevenths(mig_profile) * CASE WHEN strpos(upper(model_name), 'A30') > 0 THEN 1.75 ELSE 1.0 END, 7.0)) AS sevenths,
+       MAX(CASE WHEN strpos(labels, 'pod_uid') > 0 THEN NULLIF(label(labels, 'pod_uid'), '') END) AS pod_uid
+FROM counted_samples
 GROUP BY date, hostname, uuid, mig_instance, epoch_ms(ts), namespace, pod;
 
 -- The instants that start an observation, how many distinct pods the GPU's series named at
@@ -28,7 +67,7 @@ FROM (
            LAG(t) OVER (PARTITION BY hostname, uuid, mig_instance ORDER BY t) AS t_prev
     FROM (
         SELECT hostname, uuid, mig_instance, t, COUNT(*) AS pods
-        FROM (SELECT DISTINCT hostname, uuid, mig_instance, epoch_ms(ts) AS t, namespace, pod FROM gpu_samples)
+        FROM pod_samples
         GROUP BY hostname, uuid, mig_instance, t
     )
 )
@@ -40,3 +79,21 @@ CREATE OR REPLACE VIEW day_first_starts AS
 SELECT hostname, uuid, mig_instance, day_number, MIN(t) AS first_t
 FROM observation_starts
 GROUP BY hostname, uuid, mig_instance, day_number;
+
+-- The XID field of each GPU at each instant it was read. DCGM_FI_DEV_XID_ERRORS holds the last
+-- XID error the GPU reported (0: none since the driver loaded), so an error happened where the
+-- value changes to a non-zero code (32_spans.sql). MIG instances repeat their GPU's field: the
+-- readings of one GPU at one instant are one reading.
+CREATE OR REPLACE VIEW xid_readings AS
+SELECT hostname, uuid, t, t / 86400000 AS day_number, MAX(xid_error) AS xid
+FROM pod_samples
+WHERE xid_error IS NOT NULL
+GROUP BY hostname, uuid, t;
+
+-- Each GPU's last XID reading of each day: what a later day's first reading is compared with.
+CREATE OR REPLACE VIEW day_last_xids AS
+SELECT hostname, uuid, day_number, xid
+FROM (
+    SELECT *, ROW_NUMBER() OVER (PARTITION BY hostname, uuid, day_number ORDER BY t DESC, xid DESC) AS reading_rank
+    FROM xid_readings
+) WHERE reading_rank = 1;

@@ -43,7 +43,7 @@ LEFT JOIN scrape_intervals i
  AND (i.month IS NOT DISTINCT FROM to_char(to_timestamp_millis(o.t), '%Y-%m'));
 
 CREATE OR REPLACE VIEW sample_spans AS
-SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, engine_active, gpu_util, xid_error,
+SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, engine_active, gpu_util, xid_error,
        sevenths, pods, t, covered_end,
        -- The part of a long gap not covered (0 when the next observation came in time).
        CASE WHEN t_next IS NOT NULL AND t_next > covered_end THEN t_next - covered_end ELSE 0 END AS unobserved_ms
@@ -58,3 +58,22 @@ FROM (
       ON (p.hostname IS NOT DISTINCT FROM o.hostname) AND (p.uuid IS NOT DISTINCT FROM o.uuid)
      AND (p.mig_instance IS NOT DISTINCT FROM o.mig_instance) AND (p.t IS NOT DISTINCT FROM o.t)
 );
+
+-- XID errors: the readings whose code is not 0 and differs from the GPU's reading before it
+-- (the previous one at hand, else the GPU's last reading of the latest earlier day it was read:
+-- `known_day_last_xids`, which is `day_last_xids` over every day). A GPU's first reading in the
+-- data is not an error: the code may date from long before.
+CREATE OR REPLACE VIEW xid_errors AS
+SELECT r.hostname, r.uuid, r.t, r.day_number, r.xid
+FROM (
+    SELECT *, LAG(xid) OVER (PARTITION BY hostname, uuid ORDER BY t) AS xid_before
+    FROM xid_readings
+) r
+LEFT JOIN (
+    SELECT hostname, uuid, day_number,
+           LAG(xid) OVER (PARTITION BY hostname, uuid ORDER BY day_number) AS last_xid_before
+    FROM known_day_last_xids
+) k ON r.xid_before IS NULL AND (k.hostname IS NOT DISTINCT FROM r.hostname)
+   AND (k.uuid IS NOT DISTINCT FROM r.uuid) AND k.day_number = r.day_number
+WHERE r.xid <> 0 AND COALESCE(r.xid_before, k.last_xid_before) IS NOT NULL
+  AND r.xid <> COALESCE(r.xid_before, k.last_xid_before);

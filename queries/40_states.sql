@@ -3,7 +3,8 @@
 --
 --   productive      allocated; its run segment not failed or preempted; GPU active in the sample
 --   allocated_idle  allocated; its run segment not failed or preempted; GPU not active
---   failed          allocated to a segment that ended failed, whatever the activity
+--   failed          allocated to a segment that ended failed, or to a pod that failed while its
+--                   segment went on (an attempt the job retried), whatever the activity
 --   preempted       allocated to a segment that ended preempted, whatever the activity
 --   unallocated     no pod on the GPU (team `platform`)
 --
@@ -20,21 +21,21 @@
 -- (most rows) skip that window: it would sort every row for nothing.
 CREATE OR REPLACE VIEW sample_pieces AS
 WITH pieces AS (
-    SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, engine_active, gpu_util, xid_error,
+    SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, engine_active, gpu_util, xid_error,
            sevenths, pods, t, t AS piece_start, LEAST(covered_end, (t / 86400000 + 1) * 86400000) AS piece_end
     FROM sample_spans
     UNION ALL
-    SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, engine_active, gpu_util, xid_error,
+    SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, engine_active, gpu_util, xid_error,
            sevenths, pods, t, (t / 86400000 + 1) * 86400000 AS piece_start, covered_end AS piece_end
     FROM sample_spans
     WHERE covered_end > (t / 86400000 + 1) * 86400000
 )
-SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, engine_active, gpu_util, xid_error,
+SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, engine_active, gpu_util, xid_error,
        sevenths, pods, t, piece_start, piece_end - piece_start AS piece_ms, 7.0 AS gpu_sevenths, 1.0 AS instances
 FROM pieces
 WHERE mig_instance IS NULL AND piece_end > piece_start
 UNION ALL
-SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, engine_active, gpu_util, xid_error,
+SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, engine_active, gpu_util, xid_error,
        sevenths, pods, t, piece_start, piece_end - piece_start AS piece_ms,
        -- k pods sharing one instance are k rows of it: each counts 1/k.
        SUM(CAST(sevenths AS DOUBLE) / pods) OVER (PARTITION BY hostname, uuid, t, piece_start) AS gpu_sevenths,
@@ -69,6 +70,7 @@ SELECT sp.date, COALESCE(hn.node, sp.hostname) AS node, sp.uuid, sp.model_name, 
            WHEN sp.pod IS NULL OR sp.namespace IS NULL THEN 'unallocated'
            WHEN r.outcome = 'failed' THEN 'failed'
            WHEN r.outcome = 'preempted' THEN 'preempted'
+           WHEN r.pod_failed THEN 'failed'
            WHEN CASE WHEN sp.engine_active IS NOT NULL THEN sp.engine_active >= s.active_threshold_engine
                      ELSE COALESCE(sp.gpu_util, 0) >= s.active_threshold_util END THEN 'productive'
            ELSE 'allocated_idle'
@@ -77,9 +79,11 @@ SELECT sp.date, COALESCE(hn.node, sp.hostname) AS node, sp.uuid, sp.model_name, 
        CAST(sp.piece_ms * sp.sevenths AS DOUBLE) / sp.pods AS gpu_ms7
 FROM settings s
 CROSS JOIN sample_pieces sp
--- A name may have several incarnations: the sample's time picks one.
+-- A name may have several incarnations: the sample's pod_uid picks one where the exporter writes
+-- it (and the capture knows the pod's uid), else the sample's time.
 LEFT JOIN pod_runs r ON r.namespace = sp.namespace AND r.pod = sp.pod
-                    AND sp.t >= r.valid_from_ms AND (r.valid_to_ms IS NULL OR sp.t < r.valid_to_ms)
+                    AND CASE WHEN sp.pod_uid IS NOT NULL AND r.uid IS NOT NULL THEN r.uid = sp.pod_uid
+                             ELSE sp.t >= r.valid_from_ms AND (r.valid_to_ms IS NULL OR sp.t < r.valid_to_ms) END
 LEFT JOIN namespaces_latest n ON n.namespace = sp.namespace
 LEFT JOIN hostname_nodes hn ON hn.hostname = sp.hostname
 UNION ALL
@@ -96,7 +100,15 @@ CREATE OR REPLACE VIEW gpu_pods AS
 SELECT DISTINCT r.pod_key
 FROM sample_spans sp
 JOIN pod_runs r ON r.namespace = sp.namespace AND r.pod = sp.pod
-               AND sp.t >= r.valid_from_ms AND (r.valid_to_ms IS NULL OR sp.t < r.valid_to_ms);
+               AND CASE WHEN sp.pod_uid IS NOT NULL AND r.uid IS NOT NULL THEN r.uid = sp.pod_uid
+                        ELSE sp.t >= r.valid_from_ms AND (r.valid_to_ms IS NULL OR sp.t < r.valid_to_ms) END;
+
+-- The GPUs (and their nodes) each failed or preempted segment held: where to look for the
+-- hardware faults that make a lost run the platform's (55_who_pays.sql).
+CREATE OR REPLACE VIEW lost_segment_gpus AS
+SELECT DISTINCT namespace, run, segment, node, uuid
+FROM gpu_state_pieces
+WHERE state IN ('failed', 'preempted');
 
 -- GPU-hours by day, node, GPU model, team, run segment and state: the ledger's base table.
 -- `date` is the day of the samples (the store partition they came from); `day` is the UTC day

@@ -5,7 +5,8 @@
 --
 --   compute     = cost of productive time
 --   idle        = cost of allocated_idle time + the team's share of unallocated time
---   failed_runs = cost of failed + preempted time
+--   failed_runs = cost of failed + preempted time, less what the platform pays for (55); the
+--                 platform team's failed_runs is what it pays for
 --   network, storage, support, operations = configured amounts, given per team or spread over
 --                 teams in proportion to their allocated GPU-hours
 --   total       = compute + network + storage + support + idle + failed_runs + operations
@@ -13,7 +14,8 @@
 --
 -- Idle policy `platform` keeps unallocated cost on the team `platform`; `share` spreads it over
 -- teams by allocated GPU-hours (the hours stay `platform`'s). A month with no allocated time
--- leaves every spread amount with `platform`.
+-- leaves every spread amount with `platform`. `lost_gpu_hours_platform_paid` and
+-- `lost_cost_platform_paid` say how much of a team's failed and preempted time the platform paid.
 
 -- The price each node's labels earn, from price_by_node_label (the lowest rank wins when a node
 -- matches several rules).
@@ -30,7 +32,9 @@ CREATE OR REPLACE VIEW priced_state_hours AS
 SELECT h.*,
        COALESCE(np.price, np2.price, pm.price, s.default_price) AS price,
        h.gpu_hours * COALESCE(np.price, np2.price, pm.price, s.default_price) AS cost,
-       COALESCE(np.label_value, np2.label_value) AS pool
+       COALESCE(np.label_value, np2.label_value) AS pool,
+       -- Who pays for lost time (55_who_pays.sql): `platform` or `team`; null for other states.
+       CASE WHEN h.state IN ('failed', 'preempted') THEN COALESCE(lp.paid_by, 'team') END AS paid_by
 FROM settings s
 CROSS JOIN gpu_state_hours h
 LEFT JOIN node_prices np ON np.node = h.node
@@ -39,7 +43,8 @@ LEFT JOIN (SELECT n.hostname_label, MIN(p.price) AS price, MIN(p.label_value) AS
            FROM nodes_latest n JOIN node_prices p ON p.node = n.node
            WHERE n.hostname_label IS NOT NULL AND n.hostname_label <> n.node
            GROUP BY n.hostname_label) np2 ON np.node IS NULL AND np2.hostname_label = h.node
-LEFT JOIN price_by_model pm ON pm.model_name = h.model_name;
+LEFT JOIN price_by_model pm ON pm.model_name = h.model_name
+LEFT JOIN lost_segment_payers lp ON lp.namespace = h.namespace AND lp.run = h.run AND lp.segment = h.segment;
 
 -- GPU-hours and price-list cost per month, team and state.
 CREATE OR REPLACE VIEW team_month_usage AS
@@ -54,14 +59,17 @@ SELECT month, team,
        SUM(CASE WHEN state = 'productive' THEN cost ELSE 0 END) AS productive_cost,
        SUM(CASE WHEN state = 'allocated_idle' THEN cost ELSE 0 END) AS allocated_idle_cost,
        SUM(CASE WHEN state IN ('failed', 'preempted') THEN cost ELSE 0 END) AS failed_cost,
-       SUM(CASE WHEN state = 'unallocated' THEN cost ELSE 0 END) AS unallocated_cost
+       SUM(CASE WHEN state = 'unallocated' THEN cost ELSE 0 END) AS unallocated_cost,
+       SUM(CASE WHEN paid_by = 'platform' THEN gpu_hours ELSE 0 END) AS lost_gpu_hours_platform_paid,
+       SUM(CASE WHEN paid_by = 'platform' THEN cost ELSE 0 END) AS lost_cost_platform_paid
 FROM priced_state_hours
 GROUP BY month, team;
 
--- Each month's allocated GPU-hours (the key for spreading) and unallocated cost (what the
--- idle policy hands out).
+-- Each month's allocated GPU-hours (the key for spreading), unallocated cost (what the idle
+-- policy hands out) and the lost cost the platform pays for.
 CREATE OR REPLACE VIEW month_usage AS
-SELECT month, SUM(allocated_gpu_hours) AS allocated_gpu_hours, SUM(unallocated_cost) AS unallocated_cost
+SELECT month, SUM(allocated_gpu_hours) AS allocated_gpu_hours, SUM(unallocated_cost) AS unallocated_cost,
+       SUM(lost_cost_platform_paid) AS lost_cost_platform_paid
 FROM team_month_usage
 GROUP BY month;
 
@@ -107,7 +115,7 @@ SELECT month, team, productive_gpu_hours, allocated_idle_gpu_hours, failed_gpu_h
        CASE WHEN accepted_units > 0
             THEN (compute + network + storage + support + idle + failed_runs + operations) / accepted_units
        END AS cost_per_accepted_unit,
-       provisional_gpu_hours
+       provisional_gpu_hours, lost_gpu_hours_platform_paid, lost_cost_platform_paid
 FROM (
     SELECT t.month, t.team,
            COALESCE(u.productive_gpu_hours, 0) AS productive_gpu_hours,
@@ -124,10 +132,13 @@ FROM (
                     THEN COALESCE(m.unallocated_cost, 0) * t.share
                     WHEN t.team = 'platform' THEN COALESCE(m.unallocated_cost, 0)
                     ELSE 0 END AS idle,
-           COALESCE(u.failed_cost, 0) AS failed_runs,
+           COALESCE(u.failed_cost, 0) - COALESCE(u.lost_cost_platform_paid, 0)
+             + CASE WHEN t.team = 'platform' THEN COALESCE(m.lost_cost_platform_paid, 0) ELSE 0 END AS failed_runs,
            COALESCE(o.operations, 0) AS operations,
            COALESCE(a.accepted_units, 0) AS accepted_units,
-           COALESCE(u.provisional_gpu_hours, 0) AS provisional_gpu_hours
+           COALESCE(u.provisional_gpu_hours, 0) AS provisional_gpu_hours,
+           COALESCE(u.lost_gpu_hours_platform_paid, 0) AS lost_gpu_hours_platform_paid,
+           COALESCE(u.lost_cost_platform_paid, 0) AS lost_cost_platform_paid
     FROM settings s
     CROSS JOIN team_month_shares t
     LEFT JOIN team_month_usage u ON u.month = t.month AND u.team = t.team

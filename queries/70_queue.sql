@@ -1,8 +1,9 @@
 -- 70  Queue waits: how long Workloads waited for admission.
 --
--- Per Workload: the first wait is its first admission (QuotaReserved) minus its creation; after
--- each eviction, the next admission minus the requeue (Requeued turning True, else the eviction
--- itself). Per team and ClusterQueue: admissions, p50, p95 and max wait (nearest-rank
+-- Per Workload: the first wait is its first admission (Admitted, else QuotaReserved where the
+-- Workload has no Admitted condition: 20_runs.sql) minus its creation; after each eviction, the
+-- next admission minus the eviction (else the requeue, where the eviction's time was not kept).
+-- A wait counts in the month of its admission. Per team and ClusterQueue: admissions, p50, p95 and max wait (nearest-rank
 -- percentiles: the smallest wait at or above that fraction of the sorted waits), and the
 -- evictions with their reasons.
 
@@ -18,8 +19,8 @@ JOIN (
     -- When each segment's wait began.
     SELECT a.namespace, a.workload, a.segment,
            CASE WHEN a.segment = 1 THEN w.created_at
-                ELSE COALESCE(MAX(CASE WHEN t.type = 'Requeued' THEN t.at END),
-                              MAX(CASE WHEN t.type = 'Evicted' THEN t.at END), prev.admitted_at) END AS queued_at
+                ELSE COALESCE(MAX(CASE WHEN t.type = 'Evicted' THEN t.at END),
+                              MAX(CASE WHEN t.type = 'Requeued' THEN t.at END), prev.admitted_at) END AS queued_at
     FROM workload_admissions a
     JOIN workloads_latest w ON w.namespace = a.namespace AND w.workload = a.workload
     LEFT JOIN workload_admissions prev

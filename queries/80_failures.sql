@@ -1,46 +1,63 @@
 -- 80  Why runs failed: each failed or preempted segment, its cause, and what it wasted.
 --
--- Cause: for a preempted segment, the reason of the Workload's eviction (Preempted,
+-- Cause: a hardware fault first (55_who_pays.sql: XID <code>, NodeNotReady, NodeDeleted); else for a preempted segment, the reason of the Workload's eviction (Preempted,
 -- InactiveWorkload, PodsReadyTimeout, ...) or the pod's disruption; for a failed one, the last
 -- termination of its last pod (OOMKilled, Error) else the Workload or job reason. Beside it:
 -- the exit code, XID errors DCGM reported on its GPUs, and the Kubernetes events about its pods
 -- and nodes while it ran. Causes are ranked by wasted GPU-hours and cost, per month.
 
--- Every run segment with its GPU time and cost (all outcomes).
+-- Every run segment with its GPU time and cost (all outcomes), and the part of it lost
+-- (failed and preempted time: the whole of a lost segment, a retried attempt's time otherwise).
 CREATE OR REPLACE VIEW run_segments AS
 SELECT r.namespace, r.run, r.workload, r.segment, r.team, r.outcome, r.segment_started AS started_at,
-       r.segment_ended AS ended_at, r.pods, r.last_pod,
-       COALESCE(h.gpu_hours, 0) AS gpu_hours, COALESCE(h.cost, 0) AS cost, h.xid_error, h.nodes
+       r.segment_ended AS ended_at, r.pods, r.last_pod, r.failed_attempts, r.last_failed_pod,
+       COALESCE(h.gpu_hours, 0) AS gpu_hours, COALESCE(h.cost, 0) AS cost,
+       COALESCE(h.lost_gpu_hours, 0) AS lost_gpu_hours, COALESCE(h.lost_cost, 0) AS lost_cost, h.xid_error, h.nodes
 FROM (
     SELECT namespace, run, MIN(workload) AS workload, segment, MIN(team) AS team, MIN(outcome) AS outcome,
            MIN(segment_started) AS segment_started, MAX(segment_ended) AS segment_ended,
            COUNT(*) AS pods,
            -- The pod that started last (name breaks ties): its termination speaks for the segment.
-           substr(MAX(to_char(pod_started, '%Y-%m-%dT%H:%M:%S') || ' ' || pod || ' ' || pod_key), 21) AS last_pod
+           substr(MAX(to_char(pod_started, '%Y-%m-%dT%H:%M:%S') || ' ' || pod || ' ' || pod_key), 21) AS last_pod,
+           -- Pods that failed while their segment went on, and the last of them.
+           SUM(CASE WHEN pod_failed AND outcome NOT IN ('failed', 'preempted') THEN 1 ELSE 0 END) AS failed_attempts,
+           substr(MAX(CASE WHEN pod_failed THEN to_char(pod_started, '%Y-%m-%dT%H:%M:%S') || ' ' || pod || ' ' || pod_key END), 21) AS last_failed_pod
     FROM pod_runs
     GROUP BY namespace, run, segment
 ) r
 LEFT JOIN (
     SELECT namespace, run, segment, SUM(gpu_hours) AS gpu_hours, SUM(cost) AS cost,
+           SUM(CASE WHEN state IN ('failed', 'preempted') THEN gpu_hours ELSE 0 END) AS lost_gpu_hours,
+           SUM(CASE WHEN state IN ('failed', 'preempted') THEN cost ELSE 0 END) AS lost_cost,
            MAX(xid_error) AS xid_error, string_agg(DISTINCT node, ',') AS nodes
     FROM priced_state_hours
     WHERE run IS NOT NULL
     GROUP BY namespace, run, segment
 ) h ON h.namespace = r.namespace AND h.run = r.run AND h.segment = r.segment;
 
+-- Each failed or preempted segment, and each segment that went on after failed attempts (outcome
+-- `failed`: its attempts' time is failed time; the last failed pod's termination is the cause).
 CREATE OR REPLACE VIEW run_failures AS
-SELECT rs.namespace, rs.run, rs.workload, rs.segment, rs.team, rs.outcome, rs.started_at, rs.ended_at,
+SELECT rs.namespace, rs.run, rs.workload, rs.segment, rs.team,
+       CASE WHEN rs.outcome IN ('failed', 'preempted') THEN rs.outcome ELSE 'failed' END AS outcome,
+       rs.started_at, rs.ended_at,
        CASE
+           WHEN lp.fault IS NOT NULL THEN lp.fault
            WHEN rs.outcome = 'preempted' THEN COALESCE(ws.end_reason, p.disruption_reason, p.reason, 'Preempted')
-           ELSE COALESCE(NULLIF(p.last_termination_reason, 'Completed'), ws.end_reason, p.reason, 'Failed')
+           WHEN rs.outcome = 'failed' THEN COALESCE(NULLIF(p.last_termination_reason, 'Completed'), ws.end_reason, p.reason, 'Failed')
+           ELSE COALESCE(NULLIF(p.last_termination_reason, 'Completed'), p.reason, 'Failed')
        END AS cause,
-       p.last_exit_code AS exit_code, rs.xid_error, rs.gpu_hours, rs.cost, rs.nodes,
-       ev.event_reasons
+       p.last_exit_code AS exit_code, rs.xid_error, rs.lost_gpu_hours AS gpu_hours, rs.lost_cost AS cost, rs.nodes,
+       ev.event_reasons, lp.paid_by
 FROM run_segments rs
+LEFT JOIN lost_segment_payers lp
+       ON lp.namespace = rs.namespace AND lp.run = rs.run AND lp.segment = rs.segment
 LEFT JOIN workload_segments ws
        ON ws.namespace = rs.namespace AND ws.workload = rs.workload AND ws.segment = rs.segment
+-- The pod whose termination speaks: the last pod of a lost segment, the last failed one otherwise.
 LEFT JOIN pods_latest p
-       ON p.namespace = rs.namespace AND p.pod_key = split_part(rs.last_pod, ' ', 2)
+       ON p.namespace = rs.namespace
+      AND p.pod_key = split_part(CASE WHEN rs.outcome IN ('failed', 'preempted') THEN rs.last_pod ELSE rs.last_failed_pod END, ' ', 2)
 LEFT JOIN (
     -- Warning events about the segment's pods (or its Workload) while it ran, by reason. The
     -- pod and Workload matches are two joins on the full name, not one join with an OR in it:
@@ -63,7 +80,7 @@ LEFT JOIN (
       AND (segment_ended IS NULL OR COALESCE(first_seen, last_seen) <= segment_ended)
     GROUP BY namespace, run, segment
 ) ev ON ev.namespace = rs.namespace AND ev.run = rs.run AND ev.segment = rs.segment
-WHERE rs.outcome IN ('failed', 'preempted');
+WHERE rs.outcome IN ('failed', 'preempted') OR rs.failed_attempts > 0;
 
 -- Events about the nodes a failed segment ran on (NodeNotReady, XID reports, ...).
 CREATE OR REPLACE VIEW run_failure_node_events AS
@@ -84,7 +101,7 @@ FROM (
     SELECT h.month, f.outcome, f.cause, h.gpu_hours, h.cost
     FROM run_failures f
     JOIN (SELECT namespace, run, segment, month, SUM(gpu_hours) AS gpu_hours, SUM(cost) AS cost
-          FROM priced_state_hours WHERE run IS NOT NULL
+          FROM priced_state_hours WHERE run IS NOT NULL AND state IN ('failed', 'preempted')
           GROUP BY namespace, run, segment, month) h
       ON h.namespace = f.namespace AND h.run = f.run AND h.segment = f.segment
     UNION ALL

@@ -35,6 +35,7 @@ pub const QUERY_FILES: &[(&str, &str)] = &[
     ("32_spans.sql", include_str!("../../queries/32_spans.sql")),
     ("40_states.sql", include_str!("../../queries/40_states.sql")),
     ("50_units.sql", include_str!("../../queries/50_units.sql")),
+    ("55_who_pays.sql", include_str!("../../queries/55_who_pays.sql")),
     ("60_chargeback.sql", include_str!("../../queries/60_chargeback.sql")),
     ("70_queue.sql", include_str!("../../queries/70_queue.sql")),
     ("80_failures.sql", include_str!("../../queries/80_failures.sql")),
@@ -45,11 +46,14 @@ const OBJECT_TABLES: &[&str] = &["pods_latest", "jobs_latest", "workloads_latest
 
 /// Views kept as tables as soon as they are created, because the views after them, and the
 /// derived tables, read them again (each read of a view recomputes it).
-const REUSED_VIEWS: &[&str] = &["observation_starts", "run_segments", "queue_waits", "run_failures"];
+const REUSED_VIEWS: &[&str] = &["pod_samples", "observation_starts", "run_segments", "queue_waits", "run_failures"];
 
 /// The results of the sample steps (`40_states.sql`) that the monthly steps read: computed one
 /// day at a time in process, then gathered.
-const PER_DAY_TABLES: &[&str] = &["gpu_state_hours", "unobserved_gpu_hours", "gpu_pods"];
+const PER_DAY_TABLES: &[&str] = &["gpu_state_hours", "unobserved_gpu_hours", "gpu_pods", "lost_segment_gpus"];
+
+/// The steps after the sample steps, once over the gathered results.
+const MONTHLY_FILES: [&str; 5] = ["50_units.sql", "55_who_pays.sql", "60_chargeback.sql", "70_queue.sql", "80_failures.sql"];
 
 /// The derived tables `gpuledger ledger` writes to the store: (table, the view it comes from).
 pub const DERIVED_TABLES: &[(&str, &str)] = &[
@@ -170,10 +174,12 @@ impl Accounting {
         // observations, gathered before (`known_day_starts`).
         let mut starts: Option<(SchemaRef, Vec<RecordBatch>)> = None;
         let mut spacings: Option<(SchemaRef, Vec<RecordBatch>)> = None;
+        let mut last_xids: Option<(SchemaRef, Vec<RecordBatch>)> = None;
         for day in passes.iter().rev() {
             narrow_samples(&ctx, &samples, day.map(String::as_str))?;
             exec_file(&ctx, "30_observations.sql", scratch).await?;
             gather(&mut starts, collect(&ctx, &format!("SELECT * FROM day_first_starts{}", day_filter(*day))).await?);
+            gather(&mut last_xids, collect(&ctx, &format!("SELECT * FROM day_last_xids{}", day_filter(*day))).await?);
             if let Some((schema, batches)) = &starts {
                 replace_table(&ctx, "known_day_starts", mem_table(schema.clone(), batches.clone())?)?;
             }
@@ -182,7 +188,11 @@ impl Accounting {
         }
 
         // Pass 2: the spans and states of each day, with the month's scrape intervals.
+        if let Some((schema, batches)) = last_xids {
+            replace_table(&ctx, "known_day_last_xids", mem_table(schema, batches)?)?;
+        }
         let mut gathered: Vec<Option<(SchemaRef, Vec<RecordBatch>)>> = vec![None; PER_DAY_TABLES.len()];
+        let mut xid_errors: Option<(SchemaRef, Vec<RecordBatch>)> = None;
         for (i, day) in passes.iter().enumerate() {
             narrow_samples(&ctx, &samples, day.map(String::as_str))?;
             exec_file(&ctx, "30_observations.sql", scratch).await?;
@@ -200,6 +210,8 @@ impl Accounting {
             for (into, table) in gathered.iter_mut().zip(PER_DAY_TABLES) {
                 gather(into, collect(&ctx, &format!("SELECT * FROM {table}")).await?);
             }
+            // Read off the day's samples and the second before: keep the day's own.
+            gather(&mut xid_errors, collect(&ctx, &format!("SELECT * FROM xid_errors{}", day_filter(*day))).await?);
             if let Some(d) = day {
                 progress(i + 1, days.len(), d);
             }
@@ -209,8 +221,11 @@ impl Accounting {
         for (table, (schema, batches)) in PER_DAY_TABLES.iter().zip(gathered.into_iter().flatten()) {
             replace_table(&ctx, table, mem_table(schema, batches)?)?;
         }
+        if let Some((schema, batches)) = xid_errors {
+            replace_table(&ctx, "xid_errors", mem_table(schema, batches)?)?;
+        }
 
-        for file in ["50_units.sql", "60_chargeback.sql", "70_queue.sql", "80_failures.sql"] {
+        for file in MONTHLY_FILES {
             exec_file(&ctx, file, scratch).await?;
         }
         Ok(Accounting { ctx, days, scratch: None })
@@ -278,15 +293,16 @@ impl Accounting {
 async fn sample_and_monthly_steps(ctx: &SessionContext, scratch: Option<&Scratch>) -> Result<()> {
     exec_file(ctx, "30_observations.sql", scratch).await?;
     materialise(ctx, "known_day_starts", "SELECT * FROM day_first_starts", scratch).await?;
+    materialise(ctx, "known_day_last_xids", "SELECT * FROM day_last_xids", scratch).await?;
     exec_file(ctx, "31_intervals.sql", scratch).await?;
     materialise(ctx, "spacing_counts", "SELECT * FROM spacing_counts", scratch).await?;
     exec_file(ctx, "32_spans.sql", scratch).await?;
     materialise(ctx, "sample_spans", "SELECT * FROM sample_spans", scratch).await?;
     exec_file(ctx, "40_states.sql", scratch).await?;
-    for view in PER_DAY_TABLES {
+    for view in PER_DAY_TABLES.iter().chain(&["xid_errors"]) {
         materialise(ctx, view, &format!("SELECT * FROM {view}"), scratch).await?;
     }
-    for file in ["50_units.sql", "60_chargeback.sql", "70_queue.sql", "80_failures.sql"] {
+    for file in MONTHLY_FILES {
         exec_file(ctx, file, scratch).await?;
     }
     Ok(())
@@ -371,7 +387,10 @@ async fn register_config(ctx: &SessionContext, config: &Config, options: &RunOpt
         ("max_gap_factor", float(vec![a.max_gap_factor])),
         ("default_price", float(vec![config.prices.default])),
         ("currency", text(vec![Some(a.currency.clone())])),
+        ("hardware_failures", text(vec![Some(a.hardware_failures.as_str().to_string())])),
+        ("preemptions", text(vec![Some(a.preemptions.as_str().to_string())])),
     ])?;
+    let xids = batch(vec![("xid", Arc::new(Int64Array::from(a.hardware_xids.clone())) as ArrayRef)])?;
     let labels = &config.prices.by_node_label;
     let by_label = batch(vec![
         ("rank", Arc::new(Int64Array::from_iter_values(0..labels.len() as i64)) as ArrayRef),
@@ -406,7 +425,7 @@ async fn register_config(ctx: &SessionContext, config: &Config, options: &RunOpt
         ("unit", text(u.iter().map(|r| Some(r.unit.clone())).collect())),
         ("accepted_units", float(u.iter().map(|r| r.accepted_units).collect())),
     ])?;
-    for (name, b) in [("settings", settings), ("price_by_node_label", by_label), ("price_by_model", by_model), ("overheads", overheads), ("extra_units", extra_units)] {
+    for (name, b) in [("settings", settings), ("price_by_node_label", by_label), ("price_by_model", by_model), ("overheads", overheads), ("extra_units", extra_units), ("hardware_xids", xids)] {
         keep_table(ctx, name, b.schema(), vec![b], scratch).await?;
     }
     Ok(())

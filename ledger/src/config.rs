@@ -9,6 +9,9 @@
 //! active_threshold_util = 5.0         # DCGM_FI_DEV_GPU_UTIL (percent), where engine activity is absent
 //! max_gap_factor = 2.5                # a longer gap between samples is unobserved time
 //! currency = "USD"
+//! hardware_xids = [48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120]  # XID codes that are hardware faults
+//! hardware_failures = "platform"      # who pays for runs lost to a hardware fault, or "team"
+//! preemptions = "team"                # who pays for preempted runs, or "platform"
 //!
 //! [prices]
 //! default = 2.0                       # per GPU-hour; the only required key
@@ -52,6 +55,10 @@ pub const DEFAULT_ACTIVE_THRESHOLD_ENGINE: f64 = 0.05;
 pub const DEFAULT_ACTIVE_THRESHOLD_UTIL: f64 = 5.0;
 pub const DEFAULT_MAX_GAP_FACTOR: f64 = 2.5;
 pub const DEFAULT_CURRENCY: &str = "USD";
+/// XID codes that mean the hardware failed, not the job (DESIGN.md "Who pays for lost runs"):
+/// ECC and row remapping (48, 63, 64, 94, 95), GPU memory and NVLink faults (61, 62, 74, 92),
+/// fallen off the bus (79), GSP errors (119, 120).
+pub const DEFAULT_HARDWARE_XIDS: [i64; 12] = [48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120];
 
 /// The columns of an extra-units file, in the order they are documented.
 const UNIT_COLUMNS: [&str; 4] = ["month", "team", "unit", "accepted_units"];
@@ -94,6 +101,37 @@ impl FromStr for IdlePolicy {
             "platform" => Ok(IdlePolicy::Platform),
             "share" => Ok(IdlePolicy::Share),
             other => Err(UnknownIdlePolicy(other.to_string())),
+        }
+    }
+}
+
+/// Who pays for a lost (failed or preempted) run's GPU time: the policy moves its cost, never
+/// its hours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payer {
+    /// The platform team's `failed_runs` carries the cost.
+    Platform,
+    /// The run's own team carries it.
+    Team,
+}
+
+impl Payer {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Payer::Platform => "platform",
+            Payer::Team => "team",
+        }
+    }
+}
+
+impl FromStr for Payer {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "platform" => Ok(Payer::Platform),
+            "team" => Ok(Payer::Team),
+            other => Err(format!("unknown payer {other:?} (expected platform or team)")),
         }
     }
 }
@@ -154,6 +192,12 @@ pub struct Accounting {
     pub max_gap_factor: f64,
     /// ISO 4217 code, three uppercase letters.
     pub currency: String,
+    /// XID codes that make a lost run the platform's fault.
+    pub hardware_xids: Vec<i64>,
+    /// Who pays for runs lost to a hardware fault (default: the platform).
+    pub hardware_failures: Payer,
+    /// Who pays for preempted runs (default: their team).
+    pub preemptions: Payer,
 }
 
 impl Default for Accounting {
@@ -165,6 +209,9 @@ impl Default for Accounting {
             active_threshold_util: DEFAULT_ACTIVE_THRESHOLD_UTIL,
             max_gap_factor: DEFAULT_MAX_GAP_FACTOR,
             currency: DEFAULT_CURRENCY.to_string(),
+            hardware_xids: DEFAULT_HARDWARE_XIDS.to_vec(),
+            hardware_failures: Payer::Platform,
+            preemptions: Payer::Team,
         }
     }
 }
@@ -270,6 +317,9 @@ struct RawAccounting {
     active_threshold_util: Option<Spanned<f64>>,
     max_gap_factor: Option<Spanned<f64>>,
     currency: Option<Spanned<String>>,
+    hardware_xids: Option<Spanned<Vec<Spanned<i64>>>>,
+    hardware_failures: Option<Spanned<String>>,
+    preemptions: Option<Spanned<String>>,
 }
 
 /// Name -> price. The map's order is by name; the key spans give the file order back.
@@ -386,6 +436,22 @@ impl Doc<'_> {
                 return Err(self.err(v.span(), "accounting.currency", format!("currency {c:?} must be three uppercase letters (ISO 4217, e.g. USD)")));
             }
             acc.currency = c.clone();
+        }
+        if let Some(v) = raw.hardware_xids {
+            let mut codes = Vec::new();
+            for code in v.into_inner() {
+                let c = *code.get_ref();
+                if c <= 0 {
+                    return Err(self.err(code.span(), "accounting.hardware_xids", format!("{c} is not an XID code (a positive integer)")));
+                }
+                codes.push(c);
+            }
+            acc.hardware_xids = codes;
+        }
+        for (raw, key, slot) in [(raw.hardware_failures, "accounting.hardware_failures", &mut acc.hardware_failures), (raw.preemptions, "accounting.preemptions", &mut acc.preemptions)] {
+            if let Some(v) = raw {
+                *slot = v.get_ref().parse().map_err(|e: String| self.err(v.span(), key, e))?;
+            }
         }
         Ok(acc)
     }
@@ -709,6 +775,9 @@ active_threshold_engine = 0.05      # DCGM_FI_PROF_GR_ENGINE_ACTIVE
 active_threshold_util = 5.0         # DCGM_FI_DEV_GPU_UTIL, where engine activity is absent
 max_gap_factor = 2.0
 currency = "USD"
+hardware_xids = [79, 48]
+hardware_failures = "team"
+preemptions = "platform"
 
 [prices]
 default = 2.0                       # per GPU-hour
@@ -765,6 +834,9 @@ support = 50.0
                     active_threshold_util: 5.0,
                     max_gap_factor: 2.0,
                     currency: "USD".into(),
+                    hardware_xids: vec![79, 48],
+                    hardware_failures: Payer::Team,
+                    preemptions: Payer::Platform,
                 },
                 prices: Prices {
                     default: 2.0,
@@ -862,6 +934,22 @@ support = 50.0
             "accounting.idle_policy",
             &["unknown idle policy \"sharing\"", "platform", "share"],
         );
+    }
+
+    #[test]
+    fn who_pays_defaults_and_bad_values() {
+        let c = parse("[prices]\ndefault = 1.0\n").unwrap();
+        assert_eq!(c.accounting.hardware_xids, DEFAULT_HARDWARE_XIDS.to_vec());
+        assert_eq!((c.accounting.hardware_failures, c.accounting.preemptions), (Payer::Platform, Payer::Team));
+        assert_error(
+            "[prices]\ndefault = 1.0\n[accounting]\nhardware_failures = \"vendor\"\n",
+            4,
+            "accounting.hardware_failures",
+            &["\"vendor\"", "platform", "team"],
+        );
+        assert_error("[prices]\ndefault = 1.0\n[accounting]\npreemptions = \"\"\n", 4, "accounting.preemptions", &["expected platform or team"]);
+        assert_error("[prices]\ndefault = 1.0\n[accounting]\nhardware_xids = [79,\n  -3]\n", 5, "accounting.hardware_xids", &["-3", "positive integer"]);
+        assert_error("[prices]\ndefault = 1.0\n[accounting]\nhardware_xids = [\"79\"]\n", 4, "accounting.hardware_xids[0]", &["invalid type", "i64"]);
     }
 
     #[test]

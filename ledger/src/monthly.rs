@@ -73,6 +73,8 @@ async fn read_report(ctx: &SessionContext, names: Names, month: &str, currency: 
             accepted_units: f(&r, "accepted_units"),
             cost_per_accepted_unit: r.get("cost_per_accepted_unit").and_then(Value::as_f64),
             provisional_gpu_hours: f(&r, "provisional_gpu_hours"),
+            lost_gpu_hours_platform_paid: f(&r, "lost_gpu_hours_platform_paid"),
+            lost_cost_platform_paid: f(&r, "lost_cost_platform_paid"),
         })
         .collect();
     let units = rows(&query(&format!("SELECT * FROM accepted_units_monthly WHERE month = '{month_lit}' ORDER BY team, unit")).await?)?
@@ -82,9 +84,10 @@ async fn read_report(ctx: &SessionContext, names: Names, month: &str, currency: 
     let usage_sql = format!(
         "SELECT h.team, h.state, COALESCE(h.model_name, 'unknown') AS model_name, SUM(h.gpu_hours) AS gpu_hours,
                 SUM(CASE WHEN h.provisional THEN h.gpu_hours ELSE 0 END) AS provisional_gpu_hours,
-                SUM(h.cost) AS cost
+                SUM(h.cost) AS cost, COALESCE(h.paid_by = 'platform', false) AS platform_paid
          FROM {priced} h WHERE h.month = '{month_lit}'
-         GROUP BY h.team, h.state, COALESCE(h.model_name, 'unknown') ORDER BY h.team, h.state, model_name",
+         GROUP BY h.team, h.state, COALESCE(h.model_name, 'unknown'), COALESCE(h.paid_by = 'platform', false)
+         ORDER BY h.team, h.state, model_name, platform_paid",
         priced = names.priced_state_hours
     );
     let mut usage: Vec<UsageRow> = rows(&query(&usage_sql).await?)?
@@ -98,6 +101,7 @@ async fn read_report(ctx: &SessionContext, names: Names, month: &str, currency: 
             provisional_gpu_hours: f(&r, "provisional_gpu_hours"),
             cost: f(&r, "cost"),
             accepted_units: 0.0,
+            platform_paid: r.get("platform_paid").and_then(Value::as_bool).unwrap_or(false),
         })
         .collect();
     // A team's units go to its productive rows, in proportion to their GPU-hours.

@@ -26,7 +26,7 @@ pub struct Stats {
 }
 
 /// The SQL behind the ledger gauges: one row per month and team.
-pub const CHARGEBACK_SQL: &str = "SELECT month, team, productive_gpu_hours, allocated_idle_gpu_hours, failed_gpu_hours, preempted_gpu_hours, unallocated_gpu_hours, compute, network, storage, support, idle, failed_runs, operations, total, accepted_units, cost_per_accepted_unit FROM chargeback_monthly ORDER BY month, team";
+pub const CHARGEBACK_SQL: &str = "SELECT month, team, productive_gpu_hours, allocated_idle_gpu_hours, failed_gpu_hours, preempted_gpu_hours, unallocated_gpu_hours, compute, network, storage, support, idle, failed_runs, operations, total, accepted_units, cost_per_accepted_unit, lost_gpu_hours_platform_paid, lost_cost_platform_paid FROM chargeback_monthly ORDER BY month, team";
 
 const STATES: [(&str, &str); 5] = [
     ("productive", "productive_gpu_hours"),
@@ -58,6 +58,22 @@ pub fn render(chargeback: Option<&[RecordBatch]>, currency: &str, stats: &Stats)
                 if let Some(v) = row.number(component) {
                     sample(&mut out, "gpuledger_cost", &[("month", row.text("month")), ("team", row.text("team")), ("component", component.into()), ("currency", currency.into())], v);
                 }
+            }
+        });
+        gauge_header(
+            &mut out,
+            "gpuledger_lost_gpu_hours_platform_paid",
+            "Failed and preempted GPU-hours of the team whose cost the platform paid (hardware faults); inside gpuledger_gpu_hours.",
+        );
+        each_row(batches, |row| {
+            if let Some(v) = row.number("lost_gpu_hours_platform_paid") {
+                sample(&mut out, "gpuledger_lost_gpu_hours_platform_paid", &[("month", row.text("month")), ("team", row.text("team"))], v);
+            }
+        });
+        gauge_header(&mut out, "gpuledger_lost_cost_platform_paid", &format!("Cost in {currency} of those hours: in platform's failed_runs, not the team's."));
+        each_row(batches, |row| {
+            if let Some(v) = row.number("lost_cost_platform_paid") {
+                sample(&mut out, "gpuledger_lost_cost_platform_paid", &[("month", row.text("month")), ("team", row.text("team")), ("currency", currency.into())], v);
             }
         });
         gauge_header(&mut out, "gpuledger_accepted_units", "Accepted units of work finished in the month by team.");
@@ -164,7 +180,7 @@ mod tests {
     #[test]
     fn gauges_carry_each_team_month_and_escape_labels() {
         let mut fields = vec![Field::new("month", DataType::Utf8, false), Field::new("team", DataType::Utf8, true)];
-        let numeric = ["productive_gpu_hours", "allocated_idle_gpu_hours", "failed_gpu_hours", "preempted_gpu_hours", "unallocated_gpu_hours", "compute", "network", "storage", "support", "idle", "failed_runs", "operations", "total", "accepted_units", "cost_per_accepted_unit"];
+        let numeric = ["productive_gpu_hours", "allocated_idle_gpu_hours", "failed_gpu_hours", "preempted_gpu_hours", "unallocated_gpu_hours", "compute", "network", "storage", "support", "idle", "failed_runs", "operations", "total", "accepted_units", "cost_per_accepted_unit", "lost_gpu_hours_platform_paid", "lost_cost_platform_paid"];
         fields.extend(numeric.iter().map(|n| Field::new(*n, DataType::Float64, true)));
         let mut columns: Vec<arrow::array::ArrayRef> = vec![Arc::new(StringArray::from(vec!["2026-10", "2026-10"])), Arc::new(StringArray::from(vec!["ml\"a", "web"]))];
         for (k, n) in numeric.iter().enumerate() {
@@ -187,6 +203,8 @@ mod tests {
         assert_eq!(find("gpuledger_cost_per_accepted_unit", &[("team", "ml\\\"a")]).or(find("gpuledger_cost_per_accepted_unit", &[("team", "ml\"a")])), Some(14.0));
         assert_eq!(find("gpuledger_cost_per_accepted_unit", &[("team", "web")]), None, "no units, no gauge");
         assert!(text.contains("team=\"ml\\\"a\""), "{text}");
+        assert_eq!(find("gpuledger_lost_gpu_hours_platform_paid", &[("team", "web")]), Some(15.5));
+        assert_eq!(find("gpuledger_lost_cost_platform_paid", &[("team", "web"), ("currency", "USD")]), Some(16.5));
         assert_eq!(find("gpuledger_ledger_available", &[]), Some(1.0));
     }
 }

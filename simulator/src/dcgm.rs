@@ -15,7 +15,7 @@ use crate::out::{
     AtomicFile, MS_PER_DAY, create_dir, day_string, push_fixed6, push_u64, write_atomic,
 };
 use crate::rng::Rng;
-use crate::schedule::{Kind, Sim};
+use crate::schedule::{Kind, Sim, Term};
 use crate::truth::{Acc, Months, SegClass, State, split_span};
 
 /// DCGM's "blank" value for a field it could not read (it shows up as this integer).
@@ -282,6 +282,21 @@ pub fn write_all(ctx: &Ctx, threads: usize, progress: &mut dyn FnMut(f64)) -> Re
     })
 }
 
+/// The `Hostname` a node's exporter writes. Real exporters do not always write the Node's name:
+/// the first A100 node's writes it in upper case, the first L4 node's as an EC2 FQDN (the ledger
+/// matches without case and by first DNS label; its node-pool prices depend on that).
+pub fn exporter_hostname(cl: &crate::cluster::Cluster, ni: usize) -> String {
+    let node = &cl.nodes[ni];
+    let first_of = |pool: PoolId| cl.pool_nodes[pool as usize].first() == Some(&ni);
+    if first_of(PoolId::A100Mig) {
+        node.name.to_uppercase()
+    } else if first_of(PoolId::L4) {
+        format!("{}.ec2.internal", node.name)
+    } else {
+        node.name.clone()
+    }
+}
+
 struct Series {
     slot: usize,
     gpu: usize,
@@ -359,7 +374,7 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
                 None => (spec.mem_mib, spec.reserved_mib),
             };
             head.extend_from_slice(b"\",Hostname=\"");
-            head.extend_from_slice(node.name.as_bytes());
+            head.extend_from_slice(exporter_hostname(cl, ni).as_bytes());
             head.extend_from_slice(b"\",DCGM_FI_DRIVER_VERSION=\"");
             head.extend_from_slice(driver_version(pool).as_bytes());
             head.extend_from_slice(b"\",");
@@ -477,9 +492,13 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
                 Some(p) => {
                     let pod = &sim.pods[p as usize];
                     let class = ctx.seg_class[pod.seg as usize];
+                    // A pod that failed while its segment went on (the job retried it) is a
+                    // failed attempt: failed time, whatever its activity.
+                    let attempt_failed = matches!(pod.term, Term::OomKilled | Term::Error) && pod.end_s < ctx.tl.end_s;
                     let state = match class {
                         SegClass::Failed => State::Failed,
                         SegClass::Preempted => State::Preempted,
+                        _ if attempt_failed => State::Failed,
                         _ if active => State::Productive,
                         _ => State::AllocatedIdle,
                     };
@@ -494,6 +513,9 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
                             class == SegClass::Running,
                         );
                         acc.seg[pod.seg as usize] += amount;
+                        if matches!(state, State::Failed | State::Preempted) {
+                            acc.add_lost(pod.seg, month, pool, ni as u32, s.gpu as u32, amount);
+                        }
                     }
                 }
                 None => {

@@ -18,7 +18,7 @@ use crate::cluster::{
 use crate::error::{Result, SimError};
 use crate::out::{rfc3339, rfc3339_micros, write_atomic};
 use crate::rng::Rng;
-use crate::schedule::{FailReason, Group, Job, Kind, Plan, Pod, SegEnd, Sim, Term, slot_group};
+use crate::schedule::{FailReason, Group, Job, Kind, Plan, Pod, SegEnd, Shape, Sim, Term, ray_cluster_name, slot_group};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stream {
@@ -94,6 +94,46 @@ struct Emitter<'a> {
 /// etcd revisions are (opaque to readers, but a plausible number).
 fn resource_version(tl: &Timeline, t: i64, seq: u64) -> u64 {
     (t - tl.obj_start_s).max(0) as u64 * 100_000_000 + seq % 100_000_000
+}
+
+/// An ownerReference to a controller.
+fn owner_ref(api: &str, kind: &str, name: &str, uid: &str) -> Value {
+    json!({ "apiVersion": api, "kind": kind, "name": name, "uid": uid, "controller": true, "blockOwnerDeletion": true })
+}
+
+/// A uid derived from another, for the objects between a job's top and its pods.
+fn derived_uid(uid: &str, n: u16) -> String {
+    format!("{}{n:04x}", &uid[..uid.len().saturating_sub(4)])
+}
+
+/// The object that owns a job's Workload and carries its annotations: (apiVersion, kind).
+fn top_kind(shape: Shape) -> (&'static str, &'static str) {
+    match shape {
+        Shape::Batch | Shape::PlainPod => ("batch/v1", "Job"),
+        Shape::TrainJob => ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
+        Shape::PyTorchJob => ("kubeflow.org/v1", "PyTorchJob"),
+        Shape::RayJob => ("ray.io/v1", "RayJob"),
+    }
+}
+
+/// What owns a job's Workload: its top object, or for a plain pod the pod itself.
+fn workload_owner(sim: &Sim, job: &Job) -> Value {
+    if job.shape == Shape::PlainPod {
+        let pod = job
+            .segments
+            .first()
+            .and_then(|&s| sim.segs[s as usize].pods.iter().map(|&p| &sim.pods[p as usize]).find(|p| !p.cancelled));
+        if let Some(pod) = pod {
+            return owner_ref("v1", "Pod", &pod.name, &pod.uid);
+        }
+    }
+    let (api, kind) = top_kind(job.shape);
+    owner_ref(api, kind, &job.name, &job.uid)
+}
+
+/// The batch/v1 Job a TrainJob's JobSet runs: (name, uid).
+fn trainjob_inner_job(job: &Job) -> (String, String) {
+    (format!("{}-node-0", job.name), derived_uid(&job.uid, 2))
 }
 
 fn cond(kind: &str, status: bool, at: i64, reason: &str, message: &str) -> Value {
@@ -396,6 +436,42 @@ impl<'a> Emitter<'a> {
         if !annotations.is_empty() {
             o["metadata"]["annotations"] = Value::Object(annotations);
         }
+        // Who owns the pod, by the job's shape.
+        let meta = &mut o["metadata"];
+        match job.shape {
+            Shape::Batch => {}
+            Shape::TrainJob => {
+                let (name, uid) = trainjob_inner_job(job);
+                meta["ownerReferences"] = json!([owner_ref("batch/v1", "Job", &name, &uid)]);
+                meta["labels"] = json!({ "batch.kubernetes.io/job-name": name, "jobset.sigs.k8s.io/jobset-name": job.name });
+            }
+            Shape::PyTorchJob => {
+                meta["ownerReferences"] = json!([owner_ref("kubeflow.org/v1", "PyTorchJob", &job.name, &job.uid)]);
+                meta["labels"] = json!({ "training.kubeflow.org/job-name": job.name, "training.kubeflow.org/replica-index": pod.index.saturating_sub(1).to_string(),
+                                          "training.kubeflow.org/replica-type": if pod.index == 0 { "master" } else { "worker" } });
+                if let Some(m) = meta.as_object_mut() {
+                    m.remove("generateName");
+                    m.remove("finalizers");
+                }
+            }
+            Shape::RayJob => {
+                let cluster = ray_cluster_name(job);
+                meta["ownerReferences"] = json!([owner_ref("ray.io/v1", "RayCluster", &cluster, &derived_uid(&job.uid, 3))]);
+                meta["labels"] = json!({ "ray.io/cluster": cluster, "ray.io/node-type": if pod.index == 0 { "head" } else { "worker" } });
+                meta["finalizers"] = json!([]);
+            }
+            Shape::PlainPod => {
+                if let Some(m) = meta.as_object_mut() {
+                    m.remove("ownerReferences");
+                    m.remove("generateName");
+                }
+                meta["labels"] = json!({ "kueue.x-k8s.io/queue-name": LOCAL_QUEUE, "kueue.x-k8s.io/managed": "true" });
+                meta["finalizers"] = json!(["kueue.x-k8s.io/managed"]);
+            }
+        }
+        if let (Some(team), Shape::TrainJob | Shape::PyTorchJob | Shape::RayJob | Shape::PlainPod) = (job.pod_team, job.shape) {
+            o["metadata"]["labels"]["team"] = json!(team);
+        }
         let mut conds: Vec<Value> = Vec::new();
         let nodes_total = self.cl.nodes.len();
         if pod.unschedulable {
@@ -697,10 +773,10 @@ impl<'a> Emitter<'a> {
             let g = self.cl.slots[slot as usize].gpu as usize;
             let bus = &node.gpus[g].pci_bus_id;
             let short = bus.trim_start_matches("0000");
-            let text = if code == 79 {
-                "GPU has fallen off the bus."
-            } else {
-                "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer."
+            let text = match code {
+                79 => "GPU has fallen off the bus.",
+                13 => "Graphics Exception: ESR 0x404600=0x80000002",
+                _ => "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer.",
             };
             let pid_n = 10_000 + self.rng.next_u64() % 50_000;
             self.event((from_ms + 999) / 1000,
@@ -718,19 +794,101 @@ impl<'a> Emitter<'a> {
     fn emit_job(&mut self, j: usize) {
         let sim = self.sim;
         let job = &sim.jobs[j];
+        match job.shape {
+            Shape::Batch => self.emit_batch_job(j, &job.name, &job.uid, None),
+            Shape::TrainJob => {
+                self.emit_top(j);
+                let js_uid = derived_uid(&job.uid, 1);
+                let mut o = json!({
+                    "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                    "kind": "JobSet",
+                    "metadata": { "name": job.name, "namespace": NAMESPACES[job.ns].name, "uid": js_uid,
+                                  "creationTimestamp": rfc3339(job.created_s),
+                                  "ownerReferences": [owner_ref("trainer.kubeflow.org/v1alpha1", "TrainJob", &job.name, &job.uid)] },
+                    "spec": { "replicatedJobs": [{ "name": "node", "replicas": 1 }] },
+                });
+                self.push(job.created_s, Stream::Jobs, "ADDED", &mut o);
+                let (name, uid) = trainjob_inner_job(job);
+                self.emit_batch_job(j, &name, &uid, Some(owner_ref("jobset.x-k8s.io/v1alpha2", "JobSet", &job.name, &js_uid)));
+            }
+            Shape::PyTorchJob => self.emit_top(j),
+            Shape::RayJob => {
+                self.emit_top(j);
+                let mut o = json!({
+                    "apiVersion": "ray.io/v1",
+                    "kind": "RayCluster",
+                    "metadata": { "name": ray_cluster_name(job), "namespace": NAMESPACES[job.ns].name, "uid": derived_uid(&job.uid, 3),
+                                  "creationTimestamp": rfc3339(job.created_s),
+                                  "ownerReferences": [owner_ref("ray.io/v1", "RayJob", &job.name, &job.uid)] },
+                    "spec": { "headGroupSpec": {}, "workerGroupSpecs": [{ "groupName": "small-group", "replicas": job.pods.saturating_sub(1) }] },
+                });
+                self.push(job.created_s, Stream::Jobs, "ADDED", &mut o);
+            }
+            // A plain pod has no job object.
+            Shape::PlainPod => {}
+        }
+    }
+
+    /// The object at the top of a job that is not a batch/v1 Job (TrainJob, PyTorchJob, RayJob):
+    /// created with the job's annotations; finished with its outcome (and the annotations set
+    /// at the end); deleted when the job is.
+    fn emit_top(&mut self, j: usize) {
+        let sim = self.sim;
+        let job = &sim.jobs[j];
+        let (api, kind) = top_kind(job.shape);
+        let mut o = json!({
+            "apiVersion": api,
+            "kind": kind,
+            "metadata": { "name": job.name, "namespace": NAMESPACES[job.ns].name, "uid": job.uid,
+                          "creationTimestamp": rfc3339(job.created_s),
+                          "labels": { "kueue.x-k8s.io/queue-name": LOCAL_QUEUE } },
+            "spec": {},
+            "status": {},
+        });
+        if !job.job_annotations.is_empty() {
+            o["metadata"]["annotations"] = json!(job.job_annotations);
+        }
+        self.push(job.created_s, Stream::Jobs, "ADDED", &mut o);
+        if let Some((t, ok)) = job.finished {
+            if ok {
+                let mut ann = job.job_annotations.clone();
+                ann.extend(job.job_end_annotations.clone());
+                if !ann.is_empty() {
+                    o["metadata"]["annotations"] = json!(ann);
+                }
+            }
+            if job.shape == Shape::RayJob {
+                o["status"] = json!({ "jobStatus": if ok { "SUCCEEDED" } else { "FAILED" }, "jobDeploymentStatus": "Complete", "endTime": rfc3339(t) });
+            } else {
+                let (kind, reason) = if ok { ("Succeeded", "JobSucceeded") } else { ("Failed", "JobFailed") };
+                o["status"] = json!({ "conditions": [cond(kind, true, t, reason, "")], "completionTime": rfc3339(t) });
+            }
+            self.push(t, Stream::Jobs, "MODIFIED", &mut o);
+        }
+        if let Some(del) = job.deleted_s {
+            o["metadata"]["deletionTimestamp"] = json!(rfc3339(del));
+            self.push(del, Stream::Jobs, "DELETED", &mut o);
+        }
+    }
+
+    /// A batch/v1 Job, `name`/`uid`, with the given owner (a TrainJob's JobSet).
+    fn emit_batch_job(&mut self, j: usize, name: &str, uid: &str, owner: Option<Value>) {
+        let sim = self.sim;
+        let job = &sim.jobs[j];
         let ns = NAMESPACES[job.ns].name;
-        let mut labels = json!({ "kueue.x-k8s.io/queue-name": LOCAL_QUEUE });
+        // Kueue queues the top object of a chain, not the Job inside it.
+        let mut labels = if owner.is_none() { json!({ "kueue.x-k8s.io/queue-name": LOCAL_QUEUE }) } else { json!({}) };
         let app = job
             .name
             .rsplit_once('-')
             .map(|(a, _)| a)
-            .unwrap_or(&job.name);
+            .unwrap_or(name);
         labels["app.kubernetes.io/name"] = json!(app);
         let mut template_labels = json!({
-            "batch.kubernetes.io/controller-uid": job.uid,
-            "batch.kubernetes.io/job-name": job.name,
-            "controller-uid": job.uid,
-            "job-name": job.name,
+            "batch.kubernetes.io/controller-uid": uid,
+            "batch.kubernetes.io/job-name": name,
+            "controller-uid": uid,
+            "job-name": name,
         });
         if let Some(team) = job.pod_team {
             template_labels["team"] = json!(team);
@@ -740,9 +898,9 @@ impl<'a> Emitter<'a> {
             "apiVersion": "batch/v1",
             "kind": "Job",
             "metadata": {
-                "name": job.name,
+                "name": name,
                 "namespace": ns,
-                "uid": job.uid,
+                "uid": uid,
                 "generation": generation,
                 "creationTimestamp": rfc3339(job.created_s),
                 "labels": labels,
@@ -755,7 +913,7 @@ impl<'a> Emitter<'a> {
                 "suspend": true,
                 "manualSelector": false,
                 "podReplacementPolicy": "TerminatingOrFailed",
-                "selector": { "matchLabels": { "batch.kubernetes.io/controller-uid": job.uid } },
+                "selector": { "matchLabels": { "batch.kubernetes.io/controller-uid": uid } },
                 "template": { "metadata": { "labels": template_labels }, "spec": pod_template_spec(job) },
             },
             "status": {},
@@ -763,7 +921,9 @@ impl<'a> Emitter<'a> {
         if let Some(ttl) = job.ttl_s {
             o["spec"]["ttlSecondsAfterFinished"] = json!(ttl);
         }
-        if !job.job_annotations.is_empty() {
+        if let Some(owner) = owner.clone() {
+            o["metadata"]["ownerReferences"] = json!([owner]);
+        } else if !job.job_annotations.is_empty() {
             o["metadata"]["annotations"] = json!(job.job_annotations);
         }
         let mut conds: Vec<Value> = vec![cond(
@@ -798,7 +958,7 @@ impl<'a> Emitter<'a> {
             self.push(a, Stream::Jobs, "MODIFIED", &mut o);
             self.event(
                 a,
-                ("Job", "batch/v1", ns, &job.name, &job.uid),
+                ("Job", "batch/v1", ns, name, uid),
                 "Started",
                 format!("Admitted by clusterQueue {cq}"),
                 false,
@@ -809,7 +969,7 @@ impl<'a> Emitter<'a> {
             if seg.n > 1 {
                 self.event(
                     a,
-                    ("Job", "batch/v1", ns, &job.name, &job.uid),
+                    ("Job", "batch/v1", ns, name, uid),
                     "Resumed",
                     "Job resumed".to_string(),
                     false,
@@ -823,7 +983,7 @@ impl<'a> Emitter<'a> {
                 if !pod.cancelled {
                     self.event(
                         pod.created_s,
-                        ("Job", "batch/v1", ns, &job.name, &job.uid),
+                        ("Job", "batch/v1", ns, name, uid),
                         "SuccessfulCreate",
                         format!("Created pod: {}", pod.name),
                         false,
@@ -855,7 +1015,7 @@ impl<'a> Emitter<'a> {
                 SegEnd::Succeeded(t) => {
                     let mut ann = job.job_annotations.clone();
                     ann.extend(job.job_end_annotations.clone());
-                    if !ann.is_empty() {
+                    if !ann.is_empty() && owner.is_none() {
                         o["metadata"]["annotations"] = json!(ann);
                     }
                     set_cond(
@@ -882,7 +1042,7 @@ impl<'a> Emitter<'a> {
                     self.push(t, Stream::Jobs, "MODIFIED", &mut o);
                     self.event(
                         t,
-                        ("Job", "batch/v1", ns, &job.name, &job.uid),
+                        ("Job", "batch/v1", ns, name, uid),
                         "Completed",
                         "Job completed".to_string(),
                         false,
@@ -892,7 +1052,7 @@ impl<'a> Emitter<'a> {
                     );
                     self.event(
                         t,
-                        ("Job", "batch/v1", ns, &job.name, &job.uid),
+                        ("Job", "batch/v1", ns, name, uid),
                         "FinishedWorkload",
                         format!("Workload '{ns}/{}' is declared finished", job.wl_name),
                         false,
@@ -923,7 +1083,7 @@ impl<'a> Emitter<'a> {
                     self.push(t, Stream::Jobs, "MODIFIED", &mut o);
                     self.event(
                         t,
-                        ("Job", "batch/v1", ns, &job.name, &job.uid),
+                        ("Job", "batch/v1", ns, name, uid),
                         "BackoffLimitExceeded",
                         msg.to_string(),
                         true,
@@ -933,7 +1093,7 @@ impl<'a> Emitter<'a> {
                     );
                     self.event(
                         t,
-                        ("Job", "batch/v1", ns, &job.name, &job.uid),
+                        ("Job", "batch/v1", ns, name, uid),
                         "FinishedWorkload",
                         format!("Workload '{ns}/{}' is declared finished", job.wl_name),
                         false,
@@ -970,7 +1130,7 @@ impl<'a> Emitter<'a> {
                     let msg = preempt_message(sim, by_job, reason);
                     self.event(
                         at,
-                        ("Job", "batch/v1", ns, &job.name, &job.uid),
+                        ("Job", "batch/v1", ns, name, uid),
                         "Stopped",
                         msg,
                         false,
@@ -980,7 +1140,7 @@ impl<'a> Emitter<'a> {
                     );
                     self.event(
                         at,
-                        ("Job", "batch/v1", ns, &job.name, &job.uid),
+                        ("Job", "batch/v1", ns, name, uid),
                         "Suspended",
                         "Job suspended".to_string(),
                         false,
@@ -1026,14 +1186,7 @@ impl<'a> Emitter<'a> {
                 "generation": 1,
                 "creationTimestamp": rfc3339(job.created_s),
                 "labels": labels,
-                "ownerReferences": [{
-                    "apiVersion": "batch/v1",
-                    "kind": "Job",
-                    "name": job.name,
-                    "uid": job.uid,
-                    "controller": true,
-                    "blockOwnerDeletion": true,
-                }],
+                "ownerReferences": [workload_owner(sim, job)],
                 "finalizers": ["kueue.x-k8s.io/resource-in-use"],
             },
             "spec": {

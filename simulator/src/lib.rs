@@ -188,6 +188,7 @@ fn simulate_on(
     let objects: u64 = written.objects_by_kind.values().sum();
     let expected = truth::build_expected(
         cfg,
+        &cl,
         &tl,
         &sim,
         &months,

@@ -21,6 +21,24 @@ pub enum Kind {
     Notebook,
 }
 
+/// The Kubernetes objects a job is made of, and so how its pods find their Workload
+/// (DESIGN.md "Identity"): real clusters run more than batch/v1 Jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// batch/v1 Job -> Pods; the Workload is owned by the Job.
+    Batch,
+    /// TrainJob -> JobSet -> Job `<name>-node-0` -> Pods (three hops); the Workload is owned by
+    /// the TrainJob.
+    TrainJob,
+    /// PyTorchJob -> Pods named `<name>-master-0`, `<name>-worker-<i>`: the same names again
+    /// after a preemption or a retry (new uids).
+    PyTorchJob,
+    /// RayJob -> RayCluster -> Pods; the Workload is owned by the RayJob.
+    RayJob,
+    /// A Kueue plain pod: no job object; the Workload is owned by the Pod itself.
+    PlainPod,
+}
+
 #[derive(Debug, Clone, Copy)]
 pub enum TRes {
     Gpu(&'static [u32]),
@@ -403,6 +421,7 @@ pub struct Job {
     pub wl_annotations: BTreeMap<String, String>,
     pub wl_team: Option<&'static str>,
     pub pod_team: Option<&'static str>,
+    pub shape: Shape,
     pub segments: Vec<u32>,
     /// When the Job and Workload finished, and whether they succeeded.
     pub finished: Option<(i64, bool)>,
@@ -571,7 +590,7 @@ fn generate_jobs(seed: u64, cl: &Cluster, tl: &Timeline) -> Vec<Job> {
         }
     }
     arrivals.sort();
-    let mut jobs = Vec::with_capacity(arrivals.len());
+    let mut jobs: Vec<Job> = Vec::with_capacity(arrivals.len());
     for &(created, ti, n) in &arrivals {
         let t = &TEMPLATES[ti];
         let mut rng = Rng::stream(seed, tag::JOB, ((ti as u64) << 32) | n);
@@ -634,6 +653,14 @@ fn generate_jobs(seed: u64, cl: &Cluster, tl: &Timeline) -> Vec<Job> {
             }
         }
         let ns = ns_index(t.ns);
+        // Some training and batch-inference jobs are other kinds of object than batch/v1 Jobs.
+        let nth = jobs.iter().filter(|j| j.kind == t.kind).count();
+        let shape = match (t.kind, nth % 3) {
+            (Kind::Train, 1) => Shape::TrainJob,
+            (Kind::Train, 2) => Shape::PyTorchJob,
+            (Kind::BatchInfer, 1) => Shape::RayJob,
+            _ => Shape::Batch,
+        };
         jobs.push(Job {
             ns,
             uid: rng.uuid(),
@@ -661,6 +688,7 @@ fn generate_jobs(seed: u64, cl: &Cluster, tl: &Timeline) -> Vec<Job> {
             wl_annotations,
             wl_team: None,
             pod_team: None,
+            shape,
             segments: Vec::new(),
             finished: None,
             deleted_s: None,
@@ -703,6 +731,19 @@ fn mark_special_jobs(jobs: &mut [Job], start_s: i64) {
             .job_annotations
             .insert("gpuledger.io/unit".to_string(), "batch".to_string());
     }
+    // Bad unit annotations (DESIGN.md "Accepted units"): not a finite number >= 0, so ignored;
+    // the next source decides (here none: one unit per run).
+    if let Some(i) = pick(jobs, "batch-infer-", 1, true) {
+        jobs[i].wl_annotations.insert("gpuledger.io/accepted-units".to_string(), "NaN".to_string());
+    }
+    if let Some(i) = pick(jobs, "ocr-serve", 0, true) {
+        jobs[i].job_end_annotations.insert("gpuledger.io/accepted-units".to_string(), "-3".to_string());
+    }
+}
+
+/// The RayCluster a RayJob runs on.
+pub fn ray_cluster_name(job: &Job) -> String {
+    format!("{}-raycluster-{}", job.name, &job.uid[..5])
 }
 
 /// Accepted units of a job's succeeded run: each annotation read from the Workload first, then
@@ -714,8 +755,12 @@ pub fn accepted_units(job: &Job) -> (f64, String) {
             .or_else(|| job.job_end_annotations.get(key))
             .or_else(|| job.job_annotations.get(key))
     };
-    let count = look("gpuledger.io/accepted-units")
-        .and_then(|v| v.parse::<f64>().ok())
+    // A count that is not a finite number >= 0 is bad input: the next source decides.
+    let key = "gpuledger.io/accepted-units";
+    let count = [&job.wl_annotations, &job.job_end_annotations, &job.job_annotations]
+        .iter()
+        .filter_map(|a| a.get(key).and_then(|v| v.parse::<f64>().ok()))
+        .find(|c| c.is_finite() && *c >= 0.0)
         .unwrap_or(1.0);
     let unit = look("gpuledger.io/unit")
         .cloned()
@@ -1173,10 +1218,17 @@ impl Sched<'_> {
                     Kind::Debug => rng.range(150, 700),
                     Kind::Notebook => rng.range(50, 450),
                 } as u64;
-                let pod_name = if job.pods > 1 {
-                    format!("{}-{}-{}", job.name, i, rng.name_suffix(5))
-                } else {
-                    format!("{}-{}", job.name, rng.name_suffix(5))
+                let suffix = rng.name_suffix(5);
+                let pod_name = match job.shape {
+                    // Stable names: a retry or a readmission reuses them.
+                    Shape::PyTorchJob if i == 0 => format!("{}-master-0", job.name),
+                    Shape::PyTorchJob => format!("{}-worker-{}", job.name, i - 1),
+                    Shape::TrainJob => format!("{}-node-0-{}-{}", job.name, i, suffix),
+                    // Fields, not the whole job: `rng` borrows the job's generator.
+                    Shape::RayJob if i == 0 => format!("{}-raycluster-{}-head-{}", job.name, &job.uid[..5], suffix),
+                    Shape::RayJob => format!("{}-raycluster-{}-worker-{}", job.name, &job.uid[..5], suffix),
+                    _ if job.pods > 1 => format!("{}-{}-{}", job.name, i, suffix),
+                    _ => format!("{}-{}", job.name, suffix),
                 };
                 let uid = rng.uuid();
                 self.ip_counter += 1;
@@ -1312,8 +1364,30 @@ fn finish(seed: u64, cl: &Cluster, tl: &Timeline, sim: &mut Sim) {
         let team = run_team(&sim.jobs[sim.pods[p].job as usize]);
         sim.pods[p].team = sim.team_index(team);
     }
+    // Every other debug or notebook job that ran one pod once is a Kueue plain pod: its
+    // Workload, `pod-<pod>-<uid prefix>`, is owned by the pod (Kueue does not recreate plain
+    // pods, so only jobs without a second pod or segment can be one).
+    let mut plain = 0;
+    for j in 0..sim.jobs.len() {
+        let job = &sim.jobs[j];
+        if !matches!(job.kind, Kind::Debug | Kind::Notebook) || job.segments.len() != 1 {
+            continue;
+        }
+        let pods: Vec<u32> = sim.segs[job.segments[0] as usize].pods.iter().copied().filter(|&p| !sim.pods[p as usize].cancelled).collect();
+        if pods.len() != 1 {
+            continue;
+        }
+        plain += 1;
+        if plain % 2 == 1 {
+            let pod = &sim.pods[pods[0] as usize];
+            let wl_name = format!("pod-{}-{}", pod.name, &pod.uid[..5]);
+            let job = &mut sim.jobs[j];
+            job.shape = Shape::PlainPod;
+            job.wl_name = wl_name;
+        }
+    }
     let mut rng = Rng::stream(seed, tag::PICK, 0);
-    let wanted = 2 + cl.nodes.len() / 40;
+    let wanted = 3 + cl.nodes.len() / 40;
     let mut candidates: Vec<u32> = sim
         .pods
         .iter()
@@ -1337,7 +1411,9 @@ fn finish(seed: u64, cl: &Cluster, tl: &Timeline, sim: &mut Sim) {
         let p = candidates.swap_remove(i);
         let pod = &mut sim.pods[p as usize];
         let samples = rng.range(3, 5);
-        let code = if taken % 2 == 0 { 79 } else { 48 };
+        // 79 (fallen off the bus) and 48 (double-bit ECC) are hardware faults the platform pays
+        // for; 13 (graphics engine exception) is the program's own.
+        let code = [79, 13, 48][taken % 3];
         let to = pod.end_s * 1000;
         let from = to - samples * tl.interval_ms;
         if let Some(&slot) = pod.slots.first() {

@@ -4,11 +4,11 @@
 //! Amounts are kept as integer "sevenths of a GPU x milliseconds", so that sums are exact and do
 //! not depend on thread or summation order; they become f64 GPU-hours only in `expected.json`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::cluster::{CLUSTER_QUEUES, NAMESPACES, POOLS, PoolId, Timeline};
+use crate::cluster::{CLUSTER_QUEUES, Cluster, NAMESPACES, POOLS, PoolId, Timeline};
 use crate::out::{MS_PER_DAY, month_string, next_month_start_ms, rfc3339};
 use crate::schedule::{FailReason, SegEnd, Sim, Term, accepted_units, run_team};
 
@@ -109,6 +109,11 @@ pub struct Acc {
     unobserved: Vec<u64>,
     /// Per segment.
     pub seg: Vec<u64>,
+    /// Failed and preempted amounts per (segment, month, pool), kept apart until it is known
+    /// whether a hardware fault lost the segment (DESIGN.md "Who pays for lost runs").
+    pub lost: BTreeMap<(u32, usize, usize), u64>,
+    /// (segment, node, GPU of the node) each lost segment's time was observed on.
+    pub lost_gpus: BTreeSet<(u32, u32, u32)>,
 }
 
 impl Acc {
@@ -119,7 +124,15 @@ impl Acc {
             cells: vec![(0, 0); months * teams * 5 * 4],
             unobserved: vec![0; months * 4],
             seg: vec![0; segs],
+            lost: BTreeMap::new(),
+            lost_gpus: BTreeSet::new(),
         }
+    }
+
+    /// Files a lost (failed or preempted) segment's amount, observed on `gpu` of `node`.
+    pub fn add_lost(&mut self, seg: u32, month: usize, pool: PoolId, node: u32, gpu: u32, amount: u64) {
+        *self.lost.entry((seg, month, pool as usize)).or_insert(0) += amount;
+        self.lost_gpus.insert((seg, node, gpu));
     }
 
     #[inline]
@@ -156,6 +169,10 @@ impl Acc {
         for (a, b) in self.seg.iter_mut().zip(&other.seg) {
             *a += b;
         }
+        for (k, v) in &other.lost {
+            *self.lost.entry(*k).or_insert(0) += v;
+        }
+        self.lost_gpus.extend(other.lost_gpus.iter().copied());
     }
 }
 
@@ -202,6 +219,9 @@ pub struct GpuHoursRow {
     pub pool: &'static str,
     pub gpu_hours: f64,
     pub provisional_gpu_hours: f64,
+    /// Of the failed or preempted hours, those of segments a hardware fault lost (the platform
+    /// pays for them under `hardware_failures = "platform"`).
+    pub hardware_fault_gpu_hours: f64,
 }
 
 #[derive(Serialize)]
@@ -234,6 +254,8 @@ pub struct RunRow {
     pub cause: String,
     pub exit_code: Option<i32>,
     pub xid: Option<u64>,
+    /// The hardware fault that lost the segment (`XID 79`, `NodeNotReady`), if one did.
+    pub fault: Option<String>,
     pub cluster_queue: String,
     pub gpu_hours: f64,
 }
@@ -263,12 +285,24 @@ pub fn cluster_queue_of(ns: usize) -> String {
 
 pub fn build_expected(
     cfg: &crate::SimConfig,
+    cl: &Cluster,
     tl: &Timeline,
     sim: &Sim,
     months: &Months,
     acc: &Acc,
     counts: Counts,
 ) -> Expected {
+    let faults = hardware_faults(cl, tl, sim, acc);
+    // Hardware-fault hours per (month, team, state, pool).
+    let mut fault_cells: BTreeMap<(usize, String, usize, usize), u64> = BTreeMap::new();
+    for (&(seg, month, pool), &amount) in &acc.lost {
+        if faults.contains_key(&seg) {
+            let segment = &sim.segs[seg as usize];
+            let state = if seg_class(&segment.end) == SegClass::Failed { State::Failed } else { State::Preempted };
+            let team = run_team(&sim.jobs[segment.job as usize]).to_string();
+            *fault_cells.entry((month, team, state as usize, pool)).or_insert(0) += amount;
+        }
+    }
     let mut gpu_hours = Vec::new();
     for m in 0..acc.months {
         for t in 0..acc.teams {
@@ -287,6 +321,9 @@ pub fn build_expected(
                         pool: pool.spec().name,
                         gpu_hours: hours(total),
                         provisional_gpu_hours: hours(prov),
+                        hardware_fault_gpu_hours: hours(
+                            fault_cells.get(&(m, sim.teams[t].clone(), s, pool as usize)).copied().unwrap_or(0),
+                        ),
                     });
                 }
             }
@@ -334,9 +371,15 @@ pub fn build_expected(
         let ns = NAMESPACES[job.ns].name.to_string();
         let cq = cluster_queue_of(job.ns);
         let mut w = Vec::new();
+        let mut evicted_s = None;
         for &s in &job.segments {
             let seg = &sim.segs[s as usize];
-            w.push((seg.admitted_s - seg.queued_s) as f64);
+            // DESIGN.md "Queue": after an eviction the wait runs from the eviction, not the requeue.
+            w.push((seg.admitted_s - evicted_s.unwrap_or(seg.queued_s)) as f64);
+            evicted_s = match seg.end {
+                SegEnd::Preempted { at, .. } => Some(at),
+                _ => None,
+            };
             let (outcome, end, cause) = match seg.end {
                 SegEnd::Running => ("running", None, String::new()),
                 SegEnd::Succeeded(t) => ("succeeded", Some(rfc3339(t)), "Succeeded".to_string()),
@@ -385,6 +428,7 @@ pub fn build_expected(
                 cause,
                 exit_code,
                 xid,
+                fault: faults.get(&s).cloned(),
                 cluster_queue: cq.clone(),
                 gpu_hours: hours(acc.seg[s as usize]),
             });
@@ -421,6 +465,69 @@ pub fn build_expected(
         runs,
         queue_waits: waits,
     }
+}
+
+/// XID codes that are hardware faults: the ledger's default `hardware_xids`.
+const HARDWARE_XIDS: [u64; 12] = [48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120];
+
+/// The lost segments a hardware fault lost, with the fault (DESIGN.md "Who pays for lost
+/// runs"), worked out from the simulation: an XID error with a hardware code on a GPU the
+/// segment's time was observed on (the first sample showing the code), or reported by an event
+/// about such a node, during the segment or within max_gap (2.5 scrape intervals) after it; or a
+/// NodeNotReady event about such a node in its last 10 minutes. XID faults come first.
+fn hardware_faults(cl: &Cluster, tl: &Timeline, sim: &Sim, acc: &Acc) -> BTreeMap<u32, String> {
+    let max_gap = 5 * tl.interval_ms / 2;
+    // Each hardware XID error: (node, GPU, code, the first sample showing it, the event's time).
+    let mut errors = Vec::new();
+    for pod in &sim.pods {
+        let Some((slot, from, to, code)) = pod.xid else { continue };
+        if !HARDWARE_XIDS.contains(&code) {
+            continue;
+        }
+        let slot = &cl.slots[slot as usize];
+        let node = &cl.nodes[slot.node as usize];
+        let first = (0..tl.scrapes)
+            .filter(|&k| node.present[k])
+            .map(|k| tl.start_ms() + node.scrape_offset_ms + k as i64 * tl.interval_ms)
+            .find(|&t| from <= t && t < to);
+        // The event is stamped in whole seconds (k8s.rs).
+        let event = (from + 999) / 1000 * 1000;
+        errors.push((slot.node, slot.gpu, code, first, event));
+    }
+    let seg_nodes: BTreeSet<(u32, u32)> = acc.lost_gpus.iter().map(|&(s, n, _)| (s, n)).collect();
+    let mut faults = BTreeMap::new();
+    for (i, seg) in sim.segs.iter().enumerate() {
+        let end_ms = match seg.end {
+            SegEnd::Failed(t, _) => t * 1000,
+            SegEnd::Preempted { at, .. } => at * 1000,
+            _ => continue,
+        };
+        let s = i as u32;
+        let within = |t: i64| seg.admitted_s * 1000 <= t && t <= end_ms + max_gap;
+        // The earliest XID error; the code breaks a tie the way the ledger does (by its text).
+        let mut xid: Option<(i64, String)> = None;
+        for &(node, gpu, code, first, event) in &errors {
+            let on_node = seg_nodes.contains(&(s, node)) && within(event);
+            let on_gpu = first.filter(|&f| acc.lost_gpus.contains(&(s, node, gpu)) && within(f));
+            for t in [on_node.then_some(event), on_gpu].into_iter().flatten() {
+                let candidate = (t, format!("XID {code}"));
+                if xid.as_ref().is_none_or(|best| candidate < *best) {
+                    xid = Some(candidate);
+                }
+            }
+        }
+        if let Some((_, fault)) = xid {
+            faults.insert(s, fault);
+            continue;
+        }
+        let not_ready = seg_nodes.range((s, 0)..=(s, u32::MAX)).any(|&(_, n)| {
+            matches!(cl.nodes[n as usize].not_ready, Some((down, _)) if end_ms - 600_000 <= down * 1000 && down * 1000 <= end_ms)
+        });
+        if not_ready {
+            faults.insert(s, "NodeNotReady".to_string());
+        }
+    }
+    faults
 }
 
 #[cfg(test)]

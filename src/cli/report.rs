@@ -40,7 +40,10 @@ pub enum Format {
 The csv format has exactly these columns, one row per team (platform included):
   month,team,productive_gpu_hours,allocated_idle_gpu_hours,failed_gpu_hours,preempted_gpu_hours,
   unallocated_gpu_hours,compute,network,storage,support,idle,failed_runs,operations,total,
-  accepted_units,cost_per_accepted_unit   (the last is empty where a team accepted no units)
+  accepted_units,cost_per_accepted_unit,lost_gpu_hours_platform_paid,lost_cost_platform_paid
+cost_per_accepted_unit is empty where a team accepted no units. The last two say how much of a
+team's failed and preempted time the platform paid for (hardware faults: [accounting]
+hardware_failures; preemptions: [accounting] preemptions); that cost is in platform's failed_runs.
 
 GPU-hours of runs still running at the end of the data are provisional: table, markdown, json
 and html mark them; a later report restates the month once the runs end.

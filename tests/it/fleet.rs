@@ -173,12 +173,32 @@ fn ballista(moto: &Moto, args: &[&str], log: &Path) -> Process {
     Process(child)
 }
 
+/// A GPU on `gap-node` seen every 30 min on Nov 2 from 00:00 to 01:00, then not before Nov 5
+/// 12:00 (12:00, 12:30): a gap of three and a half days. Every sample is there twice, 7 ms
+/// apart (a capture read twice, a /federate file overlapping a scrape file).
+fn gap_and_duplicates(capture: &Path) {
+    let dir = capture.join("dcgm").join("gap-node");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut text = String::new();
+    for at in ["2026-11-02T00:00:00Z", "2026-11-02T00:30:00Z", "2026-11-02T01:00:00Z", "2026-11-05T12:00:00Z", "2026-11-05T12:30:00Z"] {
+        let ms = chrono::DateTime::parse_from_rfc3339(at).unwrap().timestamp_millis();
+        for t in [ms, ms + 7] {
+            text.push_str(&format!(
+                "DCGM_FI_DEV_GPU_UTIL{{gpu=\"0\",UUID=\"GPU-gap-0\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"gap-node\",container=\"\",namespace=\"\",pod=\"\"}} 0 {t}\n"
+            ));
+        }
+    }
+    std::fs::write(dir.join("gap.prom"), text).unwrap();
+}
+
 #[test]
 fn ballista_gives_the_in_process_chargeback_of_a_month() {
     let tmp = tempfile::tempdir().unwrap();
     let moto = Moto::start(&tmp.path().join("moto.log"));
-    // A month (November has 30 days) plus a day of October: two months, every outcome.
+    // A month (November has 30 days) plus a day of October: two months, every outcome; and a
+    // GPU with duplicate samples and a gap of more than three days.
     let capture = simulate(tmp.path(), 6, 31, "1800s", "2026-10-31T00:00:00Z");
+    gap_and_duplicates(&capture);
     let (cap, config) = (capture.display().to_string(), example_config().display().to_string());
     let local_store = tmp.path().join("store").display().to_string();
     let s3 = format!("s3://{BUCKET}/fleet/month");
@@ -204,9 +224,25 @@ fn ballista_gives_the_in_process_chargeback_of_a_month() {
     assert!(text.contains("chargeback_monthly"), "{text}");
     // The executor did the work: its shuffle files are under its work directory.
     assert!(walk(&work) > 0, "the executor wrote no shuffle files");
-    for sql in [CHARGEBACK, STATES, SEGMENTS, "SELECT * FROM queue_wait_summary ORDER BY 1, 2", "SELECT * FROM failure_causes ORDER BY 1, 2, 3"] {
+    let unobserved = "SELECT day, node, sum(gpu_hours) AS gpu_hours FROM unobserved_gpu_hours GROUP BY 1, 2 ORDER BY 1, 2";
+    for sql in [CHARGEBACK, STATES, SEGMENTS, unobserved, "SELECT * FROM queue_wait_summary ORDER BY 1, 2", "SELECT * FROM failure_causes ORDER BY 1, 2, 3"] {
         assert_same_rows(&rows(moto.command(), &s3, sql), &rows(bin(), &local_store, sql), sql);
     }
+    // The gap GPU by hand: the duplicates are one observation each, so the scrape interval is
+    // 30 min; the gap from 01:30 on Nov 2 (the last observation's 30 min) to 12:00 on Nov 5 is
+    // unobserved, split at each midnight: 22.5 + 24 + 24 + 12 h. Covered: 3 + 2 observations
+    // of 30 min, unallocated.
+    let gap = rows(moto.command(), &s3, "SELECT day, sum(gpu_hours) AS h FROM unobserved_gpu_hours WHERE node = 'gap-node' GROUP BY 1 ORDER BY 1");
+    let gap: Vec<(String, f64)> = gap.iter().map(|r| (r["day"].as_str().unwrap().to_string(), r["h"].as_f64().unwrap())).collect();
+    let want = [("2026-11-02", 22.5), ("2026-11-03", 24.0), ("2026-11-04", 24.0), ("2026-11-05", 12.0)];
+    assert_eq!(gap.len(), want.len(), "{gap:?}");
+    for ((day, h), (want_day, want_h)) in gap.iter().zip(want) {
+        assert!(day == want_day && (h - want_h).abs() < 1e-9, "{gap:?}");
+    }
+    let covered = rows(moto.command(), &s3, "SELECT state, sum(gpu_hours) AS h FROM gpu_state_hours WHERE node = 'gap-node' GROUP BY 1");
+    assert_eq!(covered.len(), 1, "{covered:?}");
+    assert_eq!(covered[0]["state"], "unallocated");
+    assert!((covered[0]["h"].as_f64().unwrap() - 2.5).abs() < 1e-9, "{covered:?}");
     // The scratch tables of the run are gone; only the derived tables stay under ledger/.
     let left = rows(moto.command(), &s3, "SELECT count(*) AS n FROM chargeback_monthly");
     assert!(left[0]["n"].as_i64().unwrap() > 0);

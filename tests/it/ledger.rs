@@ -326,11 +326,12 @@ fn hand_built_capture_follows_every_accounting_rule() {
             ("wl-train".into(), 1, "succeeded".into())
         ]
     );
-    // Waits: wl-eval waited 100 s (created -1000, admitted -900), then 40 s (requeued +210,
-    // readmitted +250); wl-train 400 s (created -1000, admitted -600).
+    // Waits: wl-eval waited 100 s (created -1000, admitted -900), then 50 s (evicted +200,
+    // readmitted +250: the wait runs from the eviction, not the requeue at +210); wl-train 400 s
+    // (created -1000, admitted -600).
     let waits = q("SELECT workload, segment, wait_seconds FROM queue_waits ORDER BY workload, segment");
     let waits: Vec<(String, i64, f64)> = waits.iter().map(|r| (r["workload"].as_str().unwrap().into(), r["segment"].as_i64().unwrap(), r["wait_seconds"].as_f64().unwrap())).collect();
-    assert_eq!(waits, vec![("wl-eval".into(), 1, 100.0), ("wl-eval".into(), 2, 40.0), ("wl-train".into(), 1, 400.0)]);
+    assert_eq!(waits, vec![("wl-eval".into(), 1, 100.0), ("wl-eval".into(), 2, 50.0), ("wl-train".into(), 1, 400.0)]);
     let failures = q("SELECT run, cause, exit_code FROM run_failures ORDER BY run");
     assert_eq!(failures[0]["run"], "pod/mig-1");
     assert_eq!(failures[0]["cause"], "OOMKilled");
@@ -381,9 +382,12 @@ files = ["units.csv"]
 /// Extra units from elsewhere (an inference server's success counter, say).
 const SIM_UNITS: &str = "month,team,unit,accepted_units\n2026-10,serving,request,1000\n2026-11,serving,request,250.5\n";
 
+/// Who pays for lost runs in one truth check: (hardware_failures, preemptions).
+type Payers = (&'static str, &'static str);
+
 /// The chargeback the simulator's truth implies, computed here independently of the ledger:
 /// GPU-hours by (month, team, state, pool, model) from expected.json, priced by the same rules.
-fn expected_chargeback(expected: &Value, policy: &str) -> BTreeMap<(String, String), BTreeMap<&'static str, f64>> {
+fn expected_chargeback(expected: &Value, policy: &str, (hardware, preemptions): Payers) -> BTreeMap<(String, String), BTreeMap<&'static str, f64>> {
     let price = |pool: &str, model: &str| match (pool, model) {
         ("a100-mig", _) => 1.60,
         ("l4", _) => 0.80,
@@ -392,6 +396,7 @@ fn expected_chargeback(expected: &Value, policy: &str) -> BTreeMap<(String, Stri
     };
     let mut rows: BTreeMap<(String, String), BTreeMap<&'static str, f64>> = BTreeMap::new();
     let mut months: BTreeMap<String, (f64, f64)> = BTreeMap::new(); // allocated hours, unallocated cost
+    let mut platform_paid: BTreeMap<String, f64> = BTreeMap::new(); // lost cost the platform pays, per month
     for r in expected["gpu_hours"].as_array().unwrap() {
         let (month, team, state) = (r["month"].as_str().unwrap(), r["team"].as_str().unwrap(), r["state"].as_str().unwrap());
         let hours = r["gpu_hours"].as_f64().unwrap();
@@ -409,7 +414,22 @@ fn expected_chargeback(expected: &Value, policy: &str) -> BTreeMap<(String, Stri
         match state {
             "productive" => *row.entry("compute").or_default() += cost,
             "allocated_idle" => *row.entry("idle").or_default() += cost,
-            "failed" | "preempted" => *row.entry("failed_runs").or_default() += cost,
+            "failed" | "preempted" => {
+                // Hours a hardware fault lost, and all preempted hours, as the settings say.
+                let fault = r["hardware_fault_gpu_hours"].as_f64().unwrap();
+                let paid = if state == "preempted" && preemptions == "platform" {
+                    hours
+                } else if hardware == "platform" {
+                    fault
+                } else {
+                    0.0
+                };
+                let paid_cost = paid * price(r["pool"].as_str().unwrap(), r["model_name"].as_str().unwrap());
+                *row.entry("failed_runs").or_default() += cost - paid_cost;
+                *row.entry("lost_gpu_hours_platform_paid").or_default() += paid;
+                *row.entry("lost_cost_platform_paid").or_default() += paid_cost;
+                *platform_paid.entry(month.into()).or_default() += paid_cost;
+            }
             _ => m.1 += cost,
         }
         if state != "unallocated" {
@@ -418,7 +438,8 @@ fn expected_chargeback(expected: &Value, policy: &str) -> BTreeMap<(String, Stri
         }
     }
     for month in months.keys() {
-        rows.entry((month.clone(), "platform".into())).or_default();
+        let platform = rows.entry((month.clone(), "platform".into())).or_default();
+        *platform.entry("failed_runs").or_default() += platform_paid.get(month).copied().unwrap_or(0.0);
     }
     let spread: BTreeMap<&str, [(&str, f64); 4]> = BTreeMap::from([
         ("2026-10", [("network", 310.0), ("storage", 190.0), ("support", 120.0), ("operations", 380.0)]),
@@ -466,15 +487,20 @@ fn check_simulated(gpus: u32, days: u32, seed: u64, interval: u32, start: &str) 
     let expected: Value = serde_json::from_slice(&std::fs::read(capture.join("expected.json")).unwrap()).unwrap();
     let case = format!("{gpus} GPUs, {days} days, seed {seed}, {interval}s from {start}");
 
-    for policy in ["platform", "share"] {
+    // Some lost segments were the hardware's fault (XID 79 or 48), so who pays is tested.
+    let fault_hours: f64 = expected["gpu_hours"].as_array().unwrap().iter().map(|r| r["hardware_fault_gpu_hours"].as_f64().unwrap()).sum();
+    assert!(fault_hours > 0.0, "{case}: no hardware faults drawn");
+    // Both idle policies, and both settings of each who-pays key (two ledger runs, not eight).
+    for (policy, payers) in [("platform", ("platform", "team")), ("share", ("team", "platform"))] {
         // One ledger run per policy gives every month's chargeback (the report's CSV columns);
         // `report --format csv` is the same query (serve_http and the demo test compare them).
-        std::fs::write(&config, SIM_CONFIG.replace("idle_policy = \"platform\"", &format!("idle_policy = \"{policy}\""))).unwrap();
+        let accounting = format!("idle_policy = \"{policy}\"\nhardware_failures = \"{}\"\npreemptions = \"{}\"", payers.0, payers.1);
+        std::fs::write(&config, SIM_CONFIG.replace("idle_policy = \"platform\"", &accounting)).unwrap();
         let (s, c) = (store.display().to_string(), config.display().to_string());
         run(&["ledger", "--store", &s, "--config", &c, "--progress", "off"], 0);
         let sql = format!("SELECT {} FROM chargeback_monthly ORDER BY month, team", gpuledger_ledger::report::CSV_COLUMNS.join(", "));
         let all = parse_csv(&String::from_utf8(run(&["query", "--store", &s, "--format", "csv", &sql], 0).stdout).unwrap());
-        let want = expected_chargeback(&expected, policy);
+        let want = expected_chargeback(&expected, policy, payers);
         let months: std::collections::BTreeSet<&String> = want.keys().map(|(m, _)| m).collect();
         assert!(!months.is_empty(), "{case}: the simulation has no months");
         let got_months: std::collections::BTreeSet<&String> = all.keys().map(|(m, _)| m).collect();
@@ -503,6 +529,25 @@ fn check_simulated(gpus: u32, days: u32, seed: u64, interval: u32, start: &str) 
             }
         }
     }
+
+    // The hardware fault the ledger names as each lost segment's cause is the one the simulator drew.
+    let sql = "SELECT namespace, run, segment, cause FROM run_failures WHERE cause LIKE 'XID %' OR cause IN ('NodeNotReady', 'NodeDeleted') ORDER BY namespace, run, segment";
+    let out = run(&["query", "--store", &store.display().to_string(), "--format", "json", sql], 0);
+    let got: Vec<(String, String, i64, String)> = serde_json::from_slice::<Vec<Value>>(&out.stdout)
+        .unwrap()
+        .iter()
+        .map(|r| (r["namespace"].as_str().unwrap().into(), r["run"].as_str().unwrap().into(), r["segment"].as_i64().unwrap(), r["cause"].as_str().unwrap().into()))
+        .collect();
+    let mut want: Vec<(String, String, i64, String)> = expected["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| !r["fault"].is_null())
+        .map(|r| (r["namespace"].as_str().unwrap().into(), r["workload"].as_str().unwrap().into(), r["segment"].as_i64().unwrap(), r["fault"].as_str().unwrap().into()))
+        .collect();
+    want.sort();
+    assert!(!want.is_empty(), "{case}: no lost segment has a hardware fault");
+    assert_eq!(got, want, "{case}: segments lost to hardware faults");
 }
 
 /// Crosses the October/November boundary, MIG, preemption and readmission, failures, a node

@@ -138,11 +138,16 @@ fn component_of(state: &str) -> &'static str {
 fn usage_row(u: &super::UsageRow) -> Row<'_> {
     Row {
         cost: u.cost,
-        description: format!("GPU time, {}, {}", u.state, u.model_name),
+        description: if u.platform_paid {
+            // Charged to platform: say whose run the hours were.
+            format!("GPU time, {} (paid by the platform for {}), {}", u.state, u.team, u.model_name)
+        } else {
+            format!("GPU time, {}, {}", u.state, u.model_name)
+        },
         resource_id: format!("gpu-model/{}", u.model_name),
         resource_name: u.model_name.clone(),
         gpu: true,
-        team: &u.team,
+        team: u.charged_to(),
         state: Some(&u.state),
         gpu_hours: u.gpu_hours,
         provisional_gpu_hours: u.provisional_gpu_hours,
@@ -156,7 +161,7 @@ fn rows(report: &Report) -> Vec<Row<'_>> {
     // Grouped by team in chargeback order, so a team's rows sit together in the files.
     for c in &report.chargeback {
         let mut sum = 0.0;
-        for u in report.usage.iter().filter(|u| u.team == c.team) {
+        for u in report.usage.iter().filter(|u| u.charged_to() == c.team) {
             sum += u.cost;
             out.push(usage_row(u));
         }
@@ -198,7 +203,7 @@ fn rows(report: &Report) -> Vec<Row<'_>> {
     }
     // Usage of a team without a chargeback row should not happen; export it rather than lose cost.
     for u in &report.usage {
-        if !report.chargeback.iter().any(|c| c.team == u.team) {
+        if !report.chargeback.iter().any(|c| c.team == u.charged_to()) {
             out.push(usage_row(u));
         }
     }
@@ -335,7 +340,7 @@ mod tests {
             report.chargeback.iter().map(|c| [c.network, c.storage, c.support, c.operations].iter().filter(|v| **v != 0.0).count()).sum();
         // Every team of the fixture needs a reconciliation row under the share policy.
         let reconciliations = strings(&b, "ChargeDescription").iter().filter(|d| **d == Some("Share of unallocated GPU time")).count();
-        assert_eq!((report.usage.len(), overheads, reconciliations), (8, 10, 3));
+        assert_eq!((report.usage.len(), overheads, reconciliations), (9, 10, 3));
         assert_eq!(b.num_rows(), report.usage.len() + overheads + reconciliations);
 
         let desc = strings(&b, "ChargeDescription");
@@ -362,6 +367,10 @@ mod tests {
             .find(|&k| desc[k] == Some("Share of unallocated GPU time") && strings(&b, "SubAccountId")[k] == Some("platform"))
             .unwrap();
         assert_eq!(floats(&b, "BilledCost")[k], -16.0);
+        // The failed hours the platform paid for are on platform's account, named for the team.
+        let p = desc.iter().position(|d| *d == Some("GPU time, failed (paid by the platform for ml-research), NVIDIA H100 80GB HBM3")).unwrap();
+        assert_eq!((strings(&b, "SubAccountId")[p], floats(&b, "BilledCost")[p], floats(&b, "x_GpuHours")[p]), (Some("platform"), 6.0, 3.0));
+        assert_eq!(strings(&b, "x_CostComponent")[p], Some("failed_runs"));
     }
 
     #[test]
@@ -376,7 +385,7 @@ mod tests {
         report.chargeback[2].idle = 2.0;
         report.chargeback[2].total -= 10.0;
         let b = focus_batch(&report).unwrap();
-        assert_eq!(b.num_rows(), 18);
+        assert_eq!(b.num_rows(), 19);
         assert!(!strings(&b, "ChargeDescription").contains(&Some("Share of unallocated GPU time")));
     }
 
@@ -408,7 +417,7 @@ mod tests {
         let files = write_focus(&report, &out, "focus-2026-10").unwrap();
         assert_eq!(files.csv, out.join("focus-2026-10.csv"));
         assert_eq!(files.parquet, out.join("focus-2026-10.parquet"));
-        assert_eq!(files.rows, 21);
+        assert_eq!(files.rows, 22);
         // No temporary file is left behind.
         let names: Vec<String> = fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         assert_eq!(names.len(), 2, "{names:?}");

@@ -133,6 +133,8 @@ fn chargeback_table(report: &Report) -> String {
         t.push_str(&num(money_fmt(r.total)));
         t.push_str(&num(units_fmt(r.accepted_units)));
         t.push_str(&num(r.cost_per_accepted_unit.map(per_unit_fmt).unwrap_or_else(|| "no units".into())));
+        t.push_str(&num(hours_fmt(r.lost_gpu_hours_platform_paid)));
+        t.push_str(&num(money_fmt(r.lost_cost_platform_paid)));
         t.push_str("</tr>\n");
     }
     t.push_str("</tbody>\n<tfoot><tr><td></td><td>TOTAL</td>");
@@ -150,7 +152,21 @@ fn chargeback_table(report: &Report) -> String {
     }
     t.push_str(&num(money_fmt(report.total())));
     // Units differ between teams (tokens, images...), so they have no total.
-    t.push_str("<td></td><td></td></tr></tfoot>\n</table></div>\n");
+    t.push_str("<td></td><td></td>");
+    let paid_hours: f64 = report.chargeback.iter().map(|r| r.lost_gpu_hours_platform_paid).sum();
+    let paid_cost: f64 = report.chargeback.iter().map(|r| r.lost_cost_platform_paid).sum();
+    t.push_str(&num(hours_fmt(paid_hours)));
+    t.push_str(&num(money_fmt(paid_cost)));
+    t.push_str("</tr></tfoot>\n</table></div>\n");
+    if paid_hours > 0.0 || paid_cost > 0.0 {
+        t.push_str(&format!(
+            "<p class=\"note paid\">The platform paid for {} lost GPU-hours ({} {}) of the teams' failed and preempted runs: \
+             hardware faults (or preemptions, where configured so). The hours stay the teams'; the cost is in platform's failed runs.</p>\n",
+            esc(&hours_fmt(paid_hours)),
+            esc(&money_fmt(paid_cost)),
+            esc(&report.currency)
+        ));
+    }
     t
 }
 
@@ -404,6 +420,8 @@ mod tests {
         for team in ["ml-research", "platform", "vision"] {
             assert!(html.contains(team), "{team} missing");
         }
+        assert!(html.contains("The platform paid for 3.0 lost GPU-hours (6.00 EUR)"), "platform-paid note");
+        assert!(html.contains("<th class=\"n\">lost cost platform paid</th>"));
         let opened = html.matches("<svg").count();
         assert_eq!(opened, 4, "hours, cost, per unit, failure causes");
         assert_eq!(opened, html.matches("</svg>").count());

@@ -10,7 +10,7 @@ pub mod text;
 use serde::Serialize;
 
 /// The columns of `report --format csv`, in this order (the contract finance scripts read).
-pub const CSV_COLUMNS: [&str; 17] = [
+pub const CSV_COLUMNS: [&str; 19] = [
     "month",
     "team",
     "productive_gpu_hours",
@@ -28,6 +28,8 @@ pub const CSV_COLUMNS: [&str; 17] = [
     "total",
     "accepted_units",
     "cost_per_accepted_unit",
+    "lost_gpu_hours_platform_paid",
+    "lost_cost_platform_paid",
 ];
 
 /// Everything a month's report shows.
@@ -74,6 +76,11 @@ pub struct ChargebackRow {
     /// GPU-hours of runs still running at the end of the data (already inside the
     /// productive and allocated_idle figures): they settle when the outcome arrives.
     pub provisional_gpu_hours: f64,
+    /// The team's failed and preempted GPU-hours whose cost the platform paid for (hardware
+    /// faults, or preemptions under `preemptions = "platform"`): inside failed/preempted hours.
+    pub lost_gpu_hours_platform_paid: f64,
+    /// Their cost: not in this team's `failed_runs`, but in `platform`'s.
+    pub lost_cost_platform_paid: f64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -98,6 +105,15 @@ pub struct UsageRow {
     pub cost: f64,
     /// Accepted units the team's runs on this model delivered (productive rows only; 0 elsewhere).
     pub accepted_units: f64,
+    /// Lost (failed or preempted) time whose cost the platform pays for: charged to `platform`.
+    pub platform_paid: bool,
+}
+
+impl UsageRow {
+    /// The team whose bill these hours' cost is on.
+    pub fn charged_to(&self) -> &str {
+        if self.platform_paid { "platform" } else { &self.team }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -129,6 +145,11 @@ impl Report {
     /// The team rows' totals (for a footer line).
     pub fn total(&self) -> f64 {
         self.chargeback.iter().map(|r| r.total).sum()
+    }
+
+    /// Whether the platform paid for any team's lost time this month.
+    pub fn platform_paid_any(&self) -> bool {
+        self.chargeback.iter().any(|r| r.lost_gpu_hours_platform_paid > 0.0 || r.lost_cost_platform_paid > 0.0)
     }
 
     /// GPU-hours of runs still running, summed over teams.
@@ -175,7 +196,8 @@ pub enum RenderError {
 ///
 /// Idle policy `share`: platform's 8 unallocated GPU-hours (16.00) were moved to the
 /// other teams' `idle` (6.00 to ml-research, 10.00 to vision), so the chargeback rows differ
-/// from the usage rows' price-list cost by exactly those amounts.
+/// from the usage rows' price-list cost by exactly those amounts. The platform paid for 3 of
+/// ml-research's 5 failed GPU-hours (6.00, a hardware fault): that is in platform's failed runs.
 #[cfg(test)]
 pub(crate) mod fixture {
     use super::*;
@@ -190,6 +212,7 @@ pub(crate) mod fixture {
             provisional_gpu_hours: provisional,
             cost: hours * price,
             accepted_units: units,
+            platform_paid: false,
         }
     }
 
@@ -211,12 +234,14 @@ pub(crate) mod fixture {
                 storage: 3.0,
                 support: 2.0,
                 idle: 26.0,
-                failed_runs: 14.0,
+                failed_runs: 8.0,
                 operations: 1.0,
-                total: 251.0,
+                total: 245.0,
                 accepted_units: 1000.0,
-                cost_per_accepted_unit: Some(0.251),
+                cost_per_accepted_unit: Some(0.245),
                 provisional_gpu_hours: 3.5,
+                lost_gpu_hours_platform_paid: 3.0,
+                lost_cost_platform_paid: 6.0,
             },
             ChargebackRow {
                 month: "2026-10".into(),
@@ -231,12 +256,14 @@ pub(crate) mod fixture {
                 storage: 1.0,
                 support: 0.0,
                 idle: 0.0,
-                failed_runs: 0.0,
+                failed_runs: 6.0,
                 operations: 0.5,
-                total: 3.5,
+                total: 9.5,
                 accepted_units: 0.0,
                 cost_per_accepted_unit: None,
                 provisional_gpu_hours: 0.0,
+                lost_gpu_hours_platform_paid: 0.0,
+                lost_cost_platform_paid: 0.0,
             },
             ChargebackRow {
                 month: "2026-10".into(),
@@ -257,12 +284,15 @@ pub(crate) mod fixture {
                 accepted_units: 50.0,
                 cost_per_accepted_unit: Some(0.72),
                 provisional_gpu_hours: 0.0,
+                lost_gpu_hours_platform_paid: 0.0,
+                lost_cost_platform_paid: 0.0,
             },
         ];
         let usage = vec![
             usage("ml-research", "productive", H100, 100.0, 2.0, 3.5, 1000.0),
             usage("ml-research", "allocated_idle", H100, 10.0, 2.0, 0.0, 0.0),
-            usage("ml-research", "failed", H100, 5.0, 2.0, 0.0, 0.0),
+            usage("ml-research", "failed", H100, 2.0, 2.0, 0.0, 0.0),
+            UsageRow { platform_paid: true, ..usage("ml-research", "failed", H100, 3.0, 2.0, 0.0, 0.0) },
             usage("ml-research", "preempted", A100, 4.0, 1.0, 0.0, 0.0),
             usage("platform", "productive", A100, 2.0, 1.0, 0.0, 0.0),
             usage("platform", "unallocated", H100, 8.0, 2.0, 0.0, 0.0),

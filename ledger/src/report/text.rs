@@ -53,6 +53,7 @@ fn csv(report: &Report) -> String {
         fields.extend(numbers.iter().map(|v| format!("{v:.CSV_DECIMALS$}")));
         // An empty field, not 0: a team without units has no cost per unit.
         fields.push(r.cost_per_accepted_unit.map(|v| format!("{v:.CSV_DECIMALS$}")).unwrap_or_default());
+        fields.extend([r.lost_gpu_hours_platform_paid, r.lost_cost_platform_paid].iter().map(|v| format!("{v:.CSV_DECIMALS$}")));
         out.push_str(&fields.join(","));
         out.push('\n');
     }
@@ -108,6 +109,10 @@ fn document(report: &Report, style: Style) -> String {
         }
     }
 
+    if report.platform_paid_any() {
+        out.push_str(&heading("Lost runs the platform paid for", style));
+        out.push_str(&platform_paid_grid(report).render(style));
+    }
     if !report.failure_causes.is_empty() {
         out.push_str(&heading("Top failure causes", style));
         out.push_str(&failure_grid(report, 5).render(style));
@@ -177,6 +182,25 @@ fn chargeback_grid(report: &Report) -> Grid {
 fn money_of(r: &ChargebackRow) -> [f64; 8] {
     let c = r.cost_components();
     [c[0], c[1], c[2], c[3], c[4], c[5], c[6], r.total]
+}
+
+/// Per team: its lost (failed + preempted) hours, and the part of them, and its cost, that the
+/// platform paid for (moved from the team's failed runs to platform's).
+fn platform_paid_grid(report: &Report) -> Grid {
+    let rows = report
+        .chargeback
+        .iter()
+        .filter(|r| r.lost_gpu_hours_platform_paid > 0.0 || r.lost_cost_platform_paid > 0.0)
+        .map(|r| {
+            vec![
+                r.team.clone(),
+                hours_fmt(r.failed_gpu_hours + r.preempted_gpu_hours),
+                hours_fmt(r.lost_gpu_hours_platform_paid),
+                money_fmt(r.lost_cost_platform_paid),
+            ]
+        })
+        .collect();
+    Grid::new(&["team", "lost h", "platform paid h", "platform paid"], 1, rows, None)
 }
 
 fn failure_grid(report: &Report, limit: usize) -> Grid {
@@ -436,10 +460,14 @@ mod tests {
                 Some(v) => assert!((num("cost_per_accepted_unit") - v).abs() < 1e-4),
                 None => assert_eq!(col("cost_per_accepted_unit"), ""),
             }
+            assert!((num("lost_gpu_hours_platform_paid") - row.lost_gpu_hours_platform_paid).abs() < 1e-4);
+            assert!((num("lost_cost_platform_paid") - row.lost_cost_platform_paid).abs() < 1e-4);
         }
-        // platform accepted no units: its line ends with an empty field.
+        // platform accepted no units: its cost per unit is an empty field.
         let platform = lines.iter().find(|l| l.contains(",platform,")).unwrap();
-        assert!(platform.ends_with(','), "{platform}");
+        assert!(platform.ends_with(",,0.0000,0.0000"), "{platform}");
+        let ml = lines.iter().find(|l| l.contains(",ml-research,")).unwrap();
+        assert!(ml.ends_with(",0.2450,3.0000,6.0000"), "{ml}");
     }
 
     #[test]
@@ -493,6 +521,11 @@ mod tests {
             assert!(b[end - 1].is_ascii_digit() && b.get(end).is_none_or(|&c| c == b' '), "misaligned: {line}");
         }
         assert!(out.contains("Top failure causes") && out.contains("OOMKilled"));
+        // ml-research lost 9 h (5 failed + 4 preempted); the platform paid for 3 h of it, 6.00.
+        let paid = out.split("Lost runs the platform paid for\n\n").nth(1).unwrap();
+        let ml = paid.lines().find(|l| l.starts_with("ml-research")).unwrap();
+        assert_eq!(ml.split_whitespace().collect::<Vec<_>>(), ["ml-research", "9.0", "3.0", "6.00"], "{paid}");
+        assert!(!paid.split("\n\n").next().unwrap().contains("vision"), "{paid}");
         assert!(out.contains("Queue waits") && out.contains("4m12s") && out.contains("2h03m"));
     }
 

@@ -1,0 +1,109 @@
+-- 55  Who pays for lost runs. A failed or preempted run segment is the platform's fault when the
+-- hardware under it failed; the platform then pays for the segment's GPU time. The policy moves
+-- money, never hours: the time stays the run team's `failed` or `preempted` time, and the
+-- chargeback (60) shows how much of it the platform paid for.
+--
+-- The platform's fault, the first found of:
+--   XID <code>    a GPU the segment held reported an XID error whose code is in `hardware_xids`
+--                 (ECC, row remapping, NVLink, fallen off the bus, GSP), during the segment or
+--                 within max_gap after its end: DCGM's XID field changing to the code
+--                 (32_spans.sql), or a Kubernetes event about the node quoting the driver's
+--                 "Xid (PCI:...): <code>" line;
+--   NodeNotReady  a node the segment ran on was not Ready during its last 10 minutes (a node
+--                 version with Ready not True, or a NodeNotReady event);
+--   NodeDeleted   a node the segment ran on was deleted while it ran.
+-- Who pays: the platform for a fault when `hardware_failures` = 'platform' (the default), and
+-- for every preemption when `preemptions` = 'platform' (default 'team'); else the run's team.
+--
+-- Inputs besides 20 and 40: `xid_errors` and `lost_segment_gpus` (gathered day by day),
+-- `hardware_xids` (the configured codes), the node versions and events.
+
+-- Each failed or preempted segment with the times it ran. A segment without an end (a Workload
+-- that failed with no recorded time) is open-ended.
+CREATE OR REPLACE VIEW lost_segments AS
+SELECT namespace, run, segment, MIN(outcome) AS outcome,
+       epoch_ms(MIN(segment_started)) AS started_ms, epoch_ms(MAX(segment_ended)) AS ended_ms
+FROM pod_runs
+WHERE outcome IN ('failed', 'preempted')
+GROUP BY namespace, run, segment;
+
+-- max_gap of each GPU per month: max_gap_factor x its scrape interval (MIG instances and pods
+-- sharing the GPU have one interval; the longest counts), 30 s where the month has none.
+CREATE OR REPLACE VIEW gpu_max_gaps AS
+SELECT i.uuid, i.month, MAX(i.interval_ms) * MIN(s.max_gap_factor) AS max_gap_ms
+FROM settings s CROSS JOIN scrape_intervals i
+GROUP BY i.uuid, i.month;
+
+-- Every fault found for a lost segment, with when it happened.
+CREATE OR REPLACE VIEW lost_segment_fault_candidates AS
+-- DCGM's XID field.
+SELECT l.namespace, l.run, l.segment, 'XID ' || CAST(x.xid AS VARCHAR) AS fault, x.t AS at_ms, 1 AS priority
+FROM lost_segments l
+JOIN lost_segment_gpus g ON g.namespace = l.namespace AND g.run = l.run AND g.segment = l.segment
+JOIN xid_errors x ON x.uuid = g.uuid
+JOIN hardware_xids h ON h.xid = x.xid
+CROSS JOIN settings s
+LEFT JOIN gpu_max_gaps mg ON mg.uuid = g.uuid AND mg.month = to_char(to_timestamp_millis(x.t), '%Y-%m')
+WHERE x.t >= l.started_ms
+  AND (l.ended_ms IS NULL OR x.t <= l.ended_ms + COALESCE(mg.max_gap_ms, 30000.0 * s.max_gap_factor))
+UNION ALL
+-- The driver's XID line in an event about the node (a health monitor, node-problem-detector).
+SELECT ev.namespace, ev.run, ev.segment, 'XID ' || CAST(ev.xid AS VARCHAR), ev.at_ms, 1
+FROM (
+    SELECT l.namespace, l.run, l.segment, l.started_ms, l.ended_ms, g.uuid, s.max_gap_factor,
+           epoch_ms(COALESCE(e.first_seen, e.last_seen, e.observed_at)) AS at_ms,
+           CAST(regexp_match(e.message, '[Xx]id(?: \([^)]*\))?:? *([0-9]+)')[1] AS BIGINT) AS xid
+    FROM lost_segments l
+    JOIN lost_segment_gpus g ON g.namespace = l.namespace AND g.run = l.run AND g.segment = l.segment
+    JOIN k8s_events e ON e.regarding_kind = 'Node' AND e.regarding_name = g.node
+    CROSS JOIN settings s
+    WHERE strpos(lower(e.message), 'xid') > 0
+) ev
+JOIN hardware_xids h ON h.xid = ev.xid
+LEFT JOIN gpu_max_gaps mg ON mg.uuid = ev.uuid AND mg.month = to_char(to_timestamp_millis(ev.at_ms), '%Y-%m')
+WHERE ev.at_ms >= ev.started_ms
+  AND (ev.ended_ms IS NULL OR ev.at_ms <= ev.ended_ms + COALESCE(mg.max_gap_ms, 30000.0 * ev.max_gap_factor))
+UNION ALL
+-- A node version with Ready not True (False or Unknown) in force during the last 10 minutes.
+SELECT l.namespace, l.run, l.segment, 'NodeNotReady', GREATEST(v.from_ms, l.ended_ms - 600000), 2
+FROM (SELECT DISTINCT namespace, run, segment, node FROM lost_segment_gpus) g
+JOIN lost_segments l ON l.namespace = g.namespace AND l.run = g.run AND l.segment = g.segment
+JOIN (
+    SELECT name, ready, epoch_ms(observed_at) AS from_ms,
+           epoch_ms(LEAD(observed_at) OVER (PARTITION BY name ORDER BY observed_at, seq)) AS to_ms
+    FROM nodes
+) v ON v.name = g.node
+WHERE v.ready = false AND l.ended_ms IS NOT NULL
+  AND v.from_ms <= l.ended_ms AND (v.to_ms IS NULL OR v.to_ms > l.ended_ms - 600000)
+UNION ALL
+-- A NodeNotReady event in the last 10 minutes.
+SELECT l.namespace, l.run, l.segment, 'NodeNotReady', epoch_ms(COALESCE(e.first_seen, e.last_seen, e.observed_at)), 2
+FROM (SELECT DISTINCT namespace, run, segment, node FROM lost_segment_gpus) g
+JOIN lost_segments l ON l.namespace = g.namespace AND l.run = g.run AND l.segment = g.segment
+JOIN k8s_events e ON e.regarding_kind = 'Node' AND e.regarding_name = g.node AND e.reason = 'NodeNotReady'
+WHERE l.ended_ms IS NOT NULL
+  AND epoch_ms(COALESCE(e.first_seen, e.last_seen, e.observed_at)) BETWEEN l.ended_ms - 600000 AND l.ended_ms
+UNION ALL
+-- The node deleted while the segment ran.
+SELECT l.namespace, l.run, l.segment, 'NodeDeleted', epoch_ms(v.observed_at), 3
+FROM (SELECT DISTINCT namespace, run, segment, node FROM lost_segment_gpus) g
+JOIN lost_segments l ON l.namespace = g.namespace AND l.run = g.run AND l.segment = g.segment
+JOIN nodes v ON v.name = g.node AND v.event_type = 'DELETED'
+WHERE epoch_ms(v.observed_at) >= l.started_ms AND (l.ended_ms IS NULL OR epoch_ms(v.observed_at) <= l.ended_ms);
+
+-- Each lost segment, its fault (the first kind above, the earliest of that kind; null when the
+-- hardware did not fail it) and who pays for its GPU time.
+CREATE OR REPLACE VIEW lost_segment_payers AS
+SELECT l.namespace, l.run, l.segment, l.outcome, f.fault,
+       CASE WHEN f.fault IS NOT NULL AND s.hardware_failures = 'platform' THEN 'platform'
+            WHEN l.outcome = 'preempted' AND s.preemptions = 'platform' THEN 'platform'
+            ELSE 'team' END AS paid_by
+FROM settings s
+CROSS JOIN lost_segments l
+LEFT JOIN (
+    SELECT namespace, run, segment, fault
+    FROM (
+        SELECT *, ROW_NUMBER() OVER (PARTITION BY namespace, run, segment ORDER BY priority, at_ms, fault) AS fault_rank
+        FROM lost_segment_fault_candidates
+    ) WHERE fault_rank = 1
+) f ON f.namespace = l.namespace AND f.run = l.run AND f.segment = l.segment;
