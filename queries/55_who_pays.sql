@@ -52,7 +52,8 @@ SELECT ev.namespace, ev.run, ev.segment, 'XID ' || CAST(ev.xid AS VARCHAR), ev.a
 FROM (
     SELECT l.namespace, l.run, l.segment, l.started_ms, l.ended_ms, g.uuid, s.max_gap_factor,
            epoch_ms(COALESCE(e.first_seen, e.last_seen, e.observed_at)) AS at_ms,
-           CAST(regexp_match(e.message, '[Xx]id(?: \([^)]*\))?:? *([0-9]+)')[1] AS BIGINT) AS xid
+           -- (regexp_replace, not regexp_match: a cluster's executors lack the array functions.)
+           TRY_CAST(regexp_replace(e.message, '(?s)^.*?[Xx]id(?: \([^)]*\))?:? *([0-9]+).*$', '\1') AS BIGINT) AS xid
     FROM lost_segments l
     JOIN lost_segment_gpus g ON g.namespace = l.namespace AND g.run = l.run AND g.segment = l.segment
     JOIN k8s_events e ON e.regarding_kind = 'Node' AND e.regarding_name = g.node

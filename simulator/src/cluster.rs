@@ -230,7 +230,13 @@ pub struct Gpu {
     /// Sevenths of a MIG GPU that no instance covers (0 for whole GPUs).
     pub leftover7: u64,
     pub slots: std::ops::Range<usize>,
+    /// Time-sliced (the device plugin advertises each GPU several times): its slots are
+    /// replicas of the whole GPU, and the pods holding them share it.
+    pub time_sliced: bool,
 }
+
+/// Replicas the device plugin advertises per time-sliced GPU (the T4 pool).
+pub const TIME_SLICE_REPLICAS: u32 = 4;
 
 #[derive(Debug, Clone)]
 pub struct Node {
@@ -402,12 +408,16 @@ pub fn build(seed: u64, tl: &Timeline, gpus: u32) -> Cluster {
                     }
                     leftover = 7 - used;
                 } else {
-                    slots.push(Slot {
-                        node: node_idx as u32,
-                        gpu: g,
-                        mig: None,
-                        weight7: 7,
-                    });
+                    // T4s are time-sliced: up to four pods share a GPU.
+                    let replicas = if pool == PoolId::T4 { TIME_SLICE_REPLICAS } else { 1 };
+                    for _ in 0..replicas {
+                        slots.push(Slot {
+                            node: node_idx as u32,
+                            gpu: g,
+                            mig: None,
+                            weight7: 7,
+                        });
+                    }
                 }
                 gpus_v.push(Gpu {
                     index: g,
@@ -415,6 +425,7 @@ pub fn build(seed: u64, tl: &Timeline, gpus: u32) -> Cluster {
                     pci_bus_id: pci,
                     leftover7: leftover,
                     slots: gs..slots.len(),
+                    time_sliced: pool == PoolId::T4,
                 });
             }
             let offset = rng.range(0, tl.interval_ms - 1);

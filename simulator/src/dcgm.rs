@@ -16,7 +16,7 @@ use crate::out::{
 };
 use crate::rng::Rng;
 use crate::schedule::{Kind, Sim, Term};
-use crate::truth::{Acc, Months, SegClass, State, split_span};
+use crate::truth::{Acc, Months, SCALE, SegClass, State, split_span};
 
 /// DCGM's "blank" value for a field it could not read (it shows up as this integer).
 pub const BLANK: u64 = 9_223_372_036_854_775_794;
@@ -309,6 +309,8 @@ struct Series {
     mem_mib: u64,
     reserved_mib: u64,
     vals: [u64; N_METRICS],
+    /// Written at this scrape (a time-sliced GPU's free replicas are not).
+    write: bool,
 }
 
 struct GpuState {
@@ -335,6 +337,11 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
     let pool = node.pool;
     let spec = pool.spec();
     let per_scrape_files = pool == PoolId::T4;
+    // The first L4 node is scraped by an HA pair of Prometheus servers, and the capture holds
+    // both servers' samples (a /federate of each, or a query without deduplication): each series
+    // twice, labelled prometheus_replica "a" (the scrape's time) and "b" (10 s later; a "b"
+    // sample that would fall on the next UTC day is not written, so "a" is always seen first).
+    let ha_pair = cl.pool_nodes[PoolId::L4 as usize].first() == Some(&ni) && !per_scrape_files;
     let n_metrics = if spec.profiling { N_METRICS } else { N_BASIC };
     let dir = ctx.dir.join(&node.name);
     create_dir(&dir)?;
@@ -390,6 +397,7 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
                 mem_mib: mem,
                 reserved_mib: reserved,
                 vals: [0; N_METRICS],
+                write: true,
             });
         }
     }
@@ -450,7 +458,24 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
             g.busy_micro = 0;
             g.held = false;
         }
-        for s in series.iter_mut() {
+        // Time-sliced GPUs: how many pods hold each at t (they share it: 1/k each), whether
+        // any of them is busy (the GPU's activity is each pod's), and its first series (the
+        // one written, without a pod, when nobody holds it).
+        let mut sliced: Vec<(u64, bool, usize)> = vec![(0, false, usize::MAX); node.gpus.len()];
+        for (i, s) in series.iter().enumerate() {
+            if !node.gpus[s.gpu].time_sliced {
+                continue;
+            }
+            let entry = &mut sliced[s.gpu];
+            entry.2 = entry.2.min(i);
+            let holds = &ctx.holds[s.slot];
+            if let Some(h) = holds[s.hold_i.min(holds.len())..].iter().find(|h| h.to_ms > t).filter(|h| h.from_ms <= t) {
+                let pod = &sim.pods[h.pod as usize];
+                entry.0 += 1;
+                entry.1 |= !pod.idle.iter().any(|w| w.0 <= t && t < w.1);
+            }
+        }
+        for (si, s) in series.iter_mut().enumerate() {
             let holds = &ctx.holds[s.slot];
             while s.hold_i < holds.len() && holds[s.hold_i].to_ms <= t {
                 s.hold_i += 1;
@@ -486,6 +511,19 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
                 }
                 None => false,
             };
+            // What this series weighs (sevenths x SCALE), whether it is written at all, and the
+            // activity its pod is accounted by.
+            let (weight, active) = if node.gpus[s.gpu].time_sliced {
+                let (k, any_active, first) = sliced[s.gpu];
+                s.write = holder.is_some() || (k == 0 && si == first);
+                (if holder.is_some() { 7 * SCALE / k.max(1) } else { 7 * SCALE }, any_active && holder.is_some())
+            } else {
+                s.write = true;
+                (s.weight7 * SCALE, active)
+            };
+            if !s.write {
+                continue;
+            }
 
             // The accounting of this sample.
             match holder {
@@ -503,7 +541,7 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
                         _ => State::AllocatedIdle,
                     };
                     for &(month, ms) in &pieces {
-                        let amount = ms as u64 * s.weight7;
+                        let amount = ms as u64 * weight;
                         acc.add(
                             month,
                             pod.team,
@@ -525,7 +563,7 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
                             0,
                             State::Unallocated,
                             pool,
-                            ms as u64 * s.weight7,
+                            ms as u64 * weight,
                             false,
                         );
                     }
@@ -604,13 +642,13 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
                         0,
                         State::Unallocated,
                         pool,
-                        ms as u64 * g.leftover7,
+                        ms as u64 * g.leftover7 * SCALE,
                         false,
                     );
                 }
             }
             for &(month, ms) in &unobs {
-                acc.add_unobserved(month, pool, ms as u64 * 7);
+                acc.add_unobserved(month, pool, ms as u64 * 7 * SCALE);
             }
             // Device-wide values, shared by every series of the GPU (MIG instances included).
             let st = &mut gpus[gi];
@@ -658,6 +696,17 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
             push_u64(&mut ts_suffix, t as u64);
             ts_suffix.push(b'\n');
         }
+        // (replica label, timestamp suffix) of each copy of the scrape's lines.
+        let mut replicas: Vec<(Option<&[u8]>, Vec<u8>)> = Vec::with_capacity(2);
+        if ha_pair {
+            replicas.push((Some(b"a".as_slice()), ts_suffix.clone()));
+            let tb = t + 10_000;
+            if tb.div_euclid(MS_PER_DAY) == t.div_euclid(MS_PER_DAY) {
+                replicas.push((Some(b"b".as_slice()), format!(" {tb}\n").into_bytes()));
+            }
+        } else {
+            replicas.push((None, ts_suffix.clone()));
+        }
         buf.clear();
         for (mi, metric) in METRICS.iter().enumerate().take(n_metrics) {
             if per_scrape_files {
@@ -673,22 +722,38 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
                     b" gauge\n"
                 });
             }
-            for s in &series {
-                buf.extend_from_slice(metric.name);
-                buf.extend_from_slice(&s.head);
-                buf.extend_from_slice(&s.tail);
-                buf.push(b' ');
-                let v = s.vals[mi];
-                if metric.fixed6 {
-                    push_fixed6(&mut buf, v);
-                } else {
-                    push_u64(&mut buf, v);
+            for s in series.iter().filter(|s| s.write) {
+                for (replica, suffix) in replicas.iter() {
+                    buf.extend_from_slice(metric.name);
+                    match replica {
+                        Some(r) => {
+                            buf.extend_from_slice(b"{prometheus_replica=\"");
+                            buf.extend_from_slice(r);
+                            buf.extend_from_slice(b"\",");
+                            buf.extend_from_slice(&s.head[1..]);
+                        }
+                        None => buf.extend_from_slice(&s.head),
+                    }
+                    buf.extend_from_slice(&s.tail);
+                    buf.push(b' ');
+                    let v = s.vals[mi];
+                    if metric.fixed6 {
+                        push_fixed6(&mut buf, v);
+                    } else {
+                        push_u64(&mut buf, v);
+                    }
+                    buf.extend_from_slice(suffix);
                 }
-                buf.extend_from_slice(&ts_suffix);
             }
         }
-        stats.samples += (series.len() * n_metrics) as u64;
-        stats.rows += series.len() as u64;
+        let written = series.iter().filter(|s| s.write).count();
+        stats.samples += (written * n_metrics * replicas.len()) as u64;
+        stats.rows += (written * replicas.len()) as u64;
+        // Blank values are counted where they are drawn; the second replica repeats them, and
+        // a series not written drops its own.
+        let blanks = series.iter().filter(|s| s.vals[MEM_TEMP] == BLANK);
+        stats.blanks += (replicas.len() as u64 - 1) * blanks.clone().filter(|s| s.write).count() as u64;
+        stats.blanks -= blanks.filter(|s| !s.write).count() as u64;
 
         if per_scrape_files {
             let path = dir.join(format!("{t}.prom"));

@@ -33,6 +33,8 @@ struct Version {
     t: i64,
     seq: u64,
     stream: Stream,
+    /// The object's kind, for the counts in `expected.json`.
+    kind: String,
     bytes: Vec<u8>,
 }
 
@@ -109,7 +111,7 @@ fn derived_uid(uid: &str, n: u16) -> String {
 /// The object that owns a job's Workload and carries its annotations: (apiVersion, kind).
 fn top_kind(shape: Shape) -> (&'static str, &'static str) {
     match shape {
-        Shape::Batch | Shape::PlainPod => ("batch/v1", "Job"),
+        Shape::Batch | Shape::PlainPod | Shape::BarePod => ("batch/v1", "Job"),
         Shape::TrainJob => ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
         Shape::PyTorchJob => ("kubeflow.org/v1", "PyTorchJob"),
         Shape::RayJob => ("ray.io/v1", "RayJob"),
@@ -315,6 +317,7 @@ impl<'a> Emitter<'a> {
             t,
             seq: self.seq,
             stream,
+            kind: obj["kind"].as_str().unwrap_or_default().to_string(),
             bytes,
         });
     }
@@ -460,6 +463,14 @@ impl<'a> Emitter<'a> {
                 meta["labels"] = json!({ "ray.io/cluster": cluster, "ray.io/node-type": if pod.index == 0 { "head" } else { "worker" } });
                 meta["finalizers"] = json!([]);
             }
+            Shape::BarePod => {
+                if let Some(m) = meta.as_object_mut() {
+                    m.remove("ownerReferences");
+                    m.remove("generateName");
+                    m.remove("finalizers");
+                }
+                meta["labels"] = json!({ "app": job.name });
+            }
             Shape::PlainPod => {
                 if let Some(m) = meta.as_object_mut() {
                     m.remove("ownerReferences");
@@ -469,7 +480,7 @@ impl<'a> Emitter<'a> {
                 meta["finalizers"] = json!(["kueue.x-k8s.io/managed"]);
             }
         }
-        if let (Some(team), Shape::TrainJob | Shape::PyTorchJob | Shape::RayJob | Shape::PlainPod) = (job.pod_team, job.shape) {
+        if let (Some(team), Shape::TrainJob | Shape::PyTorchJob | Shape::RayJob | Shape::PlainPod | Shape::BarePod) = (job.pod_team, job.shape) {
             o["metadata"]["labels"]["team"] = json!(team);
         }
         let mut conds: Vec<Value> = Vec::new();
@@ -824,8 +835,8 @@ impl<'a> Emitter<'a> {
                 });
                 self.push(job.created_s, Stream::Jobs, "ADDED", &mut o);
             }
-            // A plain pod has no job object.
-            Shape::PlainPod => {}
+            // A plain or bare pod has no job object.
+            Shape::PlainPod | Shape::BarePod => {}
         }
     }
 
@@ -1161,6 +1172,10 @@ impl<'a> Emitter<'a> {
     fn emit_workload(&mut self, j: usize) {
         let sim = self.sim;
         let job = &sim.jobs[j];
+        // Kueue does not manage a bare pod.
+        if job.shape == Shape::BarePod {
+            return;
+        }
         let ns = NAMESPACES[job.ns].name;
         let v1beta1 = job.wl_v1beta1;
         let api = if v1beta1 {
@@ -1611,6 +1626,13 @@ pub fn write_all(seed: u64, cl: &Cluster, tl: &Timeline, sim: &Sim, out: &Path) 
             "ephemeral-storage": "1073216492Ki",
             "nvidia.com/gpu": if spec.mig { "0".to_string() } else { spec.gpus_per_node.to_string() },
         });
+        // A time-sliced node advertises each GPU once per replica (GPU feature discovery's labels).
+        if n.gpus.first().is_some_and(|g| g.time_sliced) {
+            let replicas = crate::cluster::TIME_SLICE_REPLICAS;
+            capacity["nvidia.com/gpu"] = json!((spec.gpus_per_node * replicas).to_string());
+            labels["nvidia.com/gpu.replicas"] = json!(replicas.to_string());
+            labels["nvidia.com/gpu.sharing-strategy"] = json!("time-slicing");
+        }
         if spec.mig {
             labels["nvidia.com/mig.strategy"] = json!("mixed");
             labels["nvidia.com/mig.config.state"] = json!("success");
@@ -1712,16 +1734,17 @@ pub fn write_all(seed: u64, cl: &Cluster, tl: &Timeline, sim: &Sim, out: &Path) 
         return Err(e);
     }
     versions.sort_by_key(|v| (v.t, v.seq));
-    for (stream, file, kind) in [
-        (Stream::Workloads, "workloads.watch.json", "Workload"),
-        (Stream::Jobs, "jobs.watch.jsonl", "Job"),
-        (Stream::Pods, "pods.watch.jsonl", "Pod"),
+    for (stream, file) in [
+        (Stream::Workloads, "workloads.watch.json"),
+        (Stream::Jobs, "jobs.watch.jsonl"),
+        (Stream::Pods, "pods.watch.jsonl"),
     ] {
         let path = dir.join(file);
         let mut f = crate::out::AtomicFile::create(&path)?;
+        // The jobs stream holds Jobs, JobSets, TrainJobs, PyTorchJobs, RayJobs and RayClusters.
         for v in versions.iter().filter(|v| v.stream == stream) {
             f.write(&v.bytes)?;
-            w.count(kind);
+            w.count(&v.kind);
         }
         w.bytes += f.finish()?;
         w.files += 1;

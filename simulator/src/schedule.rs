@@ -37,6 +37,9 @@ pub enum Shape {
     RayJob,
     /// A Kueue plain pod: no job object; the Workload is owned by the Pod itself.
     PlainPod,
+    /// A pod no controller and no Kueue manages, named like the job: evicted and created again
+    /// under the same name (a new uid), each pod its own run.
+    BarePod,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -659,8 +662,11 @@ fn generate_jobs(seed: u64, cl: &Cluster, tl: &Timeline) -> Vec<Job> {
             (Kind::Train, 1) => Shape::TrainJob,
             (Kind::Train, 2) => Shape::PyTorchJob,
             (Kind::BatchInfer, 1) => Shape::RayJob,
+            (Kind::Notebook, 0) if t.ns == "sandbox" => Shape::BarePod,
             _ => Shape::Batch,
         };
+        // Nothing deletes a bare pod after it ends (no Job, no TTL).
+        let ttl_s = if shape == Shape::BarePod { None } else { ttl_s };
         jobs.push(Job {
             ns,
             uid: rng.uuid(),
@@ -1221,6 +1227,7 @@ impl Sched<'_> {
                 let suffix = rng.name_suffix(5);
                 let pod_name = match job.shape {
                     // Stable names: a retry or a readmission reuses them.
+                    Shape::BarePod => job.name.clone(),
                     Shape::PyTorchJob if i == 0 => format!("{}-master-0", job.name),
                     Shape::PyTorchJob => format!("{}-worker-{}", job.name, i - 1),
                     Shape::TrainJob => format!("{}-node-0-{}-{}", job.name, i, suffix),
@@ -1370,7 +1377,7 @@ fn finish(seed: u64, cl: &Cluster, tl: &Timeline, sim: &mut Sim) {
     let mut plain = 0;
     for j in 0..sim.jobs.len() {
         let job = &sim.jobs[j];
-        if !matches!(job.kind, Kind::Debug | Kind::Notebook) || job.segments.len() != 1 {
+        if !matches!(job.kind, Kind::Debug | Kind::Notebook) || job.segments.len() != 1 || job.shape != Shape::Batch {
             continue;
         }
         let pods: Vec<u32> = sim.segs[job.segments[0] as usize].pods.iter().copied().filter(|&p| !sim.pods[p as usize].cancelled).collect();

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::cluster::{CLUSTER_QUEUES, Cluster, NAMESPACES, POOLS, PoolId, Timeline};
 use crate::out::{MS_PER_DAY, month_string, next_month_start_ms, rfc3339};
-use crate::schedule::{FailReason, SegEnd, Sim, Term, accepted_units, run_team};
+use crate::schedule::{FailReason, SegEnd, Shape, Sim, Term, accepted_units, run_team};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum State {
@@ -178,8 +178,12 @@ impl Acc {
 
 /// Sevenths-of-a-GPU milliseconds -> GPU-hours.
 pub fn hours(amount: u64) -> f64 {
-    amount as f64 / 7.0 / 3_600_000.0
+    amount as f64 / 7.0 / SCALE as f64 / 3_600_000.0
 }
+
+/// Amounts are sevenths x milliseconds x SCALE: k pods sharing a time-sliced GPU (k <= 4) hold
+/// 1/k of it each, which is exact in twelfths.
+pub const SCALE: u64 = 12;
 
 #[derive(Serialize)]
 pub struct Expected {
@@ -348,6 +352,11 @@ pub fn build_expected(
 
     let mut units: BTreeMap<(String, String, String), f64> = BTreeMap::new();
     for job in &sim.jobs {
+        // A run accepts units only if it held a GPU: its pod is in the samples, or its Workload
+        // asks for GPUs. A bare pod has no Workload: its succeeded pod must have been sampled.
+        if job.shape == Shape::BarePod && job.segments.last().is_none_or(|&s| acc.seg[s as usize] == 0) {
+            continue;
+        }
         if let Some((t, true)) = job.finished {
             let (count, unit) = accepted_units(job);
             *units
@@ -560,7 +569,7 @@ mod tests {
 
     #[test]
     fn hours_of_a_whole_gpu_hour() {
-        assert_eq!(hours(7 * 3_600_000), 1.0);
+        assert_eq!(hours(7 * SCALE * 3_600_000), 1.0);
         let mut a = Acc::new(1, 2, 1);
         a.add(0, 1, State::Productive, PoolId::L4, 7, true);
         let mut b = Acc::new(1, 2, 1);

@@ -341,6 +341,209 @@ fn hand_built_capture_follows_every_accounting_rule() {
     close(unobserved[0]["h"].as_f64().unwrap(), h(210.0), "unobserved gap");
 }
 
+/// A second hand-built capture: the shapes real clusters have and the simulator's first
+/// versions did not (DESIGN.md as of 2026-12-01), each on its own GPU, sampled every 30 s from
+/// T0 (Oct 31 23:50, all in October). Namespace `research` (team ml), H100s at 2.49/h unless
+/// said otherwise; max_gap 2.5 x 30 s = 75 s.
+fn shapes_capture(dir: &Path) {
+    std::fs::create_dir_all(dir.join("dcgm")).unwrap();
+    std::fs::create_dir_all(dir.join("kubernetes")).unwrap();
+    let h100 = "NVIDIA H100 80GB HBM3";
+    let engine = |labels: &[(&str, &str)], v: f64, at: i64| sample("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, v, at);
+    let mut prom = String::new();
+    // HA pair: both servers' samples of GPU-h1 (ha-0): replica a at 0, 30 .. 270 (busy), b 10 s
+    // later (idle). Only a counts: 10 x 30 s = 300 s productive. (Counting both: observations
+    // every 10 or 20 s, a third of the time idle.)
+    for i in 0..10 {
+        for (replica, offset, v) in [("a", 0, 0.5), ("b", 10, 0.0)] {
+            let mut l = with_pod(gpu("node-h", "GPU-h1", h100), "research", "ha-0");
+            l.push(("prometheus_replica", replica));
+            prom += &engine(&l, v, i * 30 + offset);
+        }
+    }
+    // PyTorchJob pt: pt-master-0 twice (same name, uids u-pt-1 and u-pt-2; the exporter writes
+    // pod_uid). Segment 1 admitted at 0, evicted at 120: samples 0 .. 90, the one at 90 covering
+    // to the next at 150 (60 s <= max_gap): 150 s preempted. Segment 2 readmitted at 150,
+    // finished at 300: 150 .. 270, 5 x 30 s = 150 s productive.
+    for (at, uid) in [(0, "u-pt-1"), (30, "u-pt-1"), (60, "u-pt-1"), (90, "u-pt-1"), (150, "u-pt-2"), (180, "u-pt-2"), (210, "u-pt-2"), (240, "u-pt-2"), (270, "u-pt-2")] {
+        let mut l = with_pod(gpu("node-h", "GPU-p1", h100), "research", "pt-master-0");
+        l.push(("pod_uid", uid));
+        prom += &engine(&l, 0.7, at);
+    }
+    // wl-x failed at 180 after GPU-x1 fell off the bus: the XID field is 0 until 90, 79 from
+    // 120. 6 x 30 s = 180 s failed, the platform's fault: the platform pays.
+    for i in 0..6 {
+        let l = with_pod(gpu("node-h", "GPU-x1", h100), "research", "x-0");
+        prom += &engine(&l, 0.6, i * 30);
+        prom += &sample("DCGM_FI_DEV_XID_ERRORS", &l, if i < 4 { 0.0 } else { 79.0 }, i * 30);
+    }
+    // GPU-u1's exporter writes its node's name in upper case: node-spot (pool spot-h100, 1.10/h).
+    // 0 .. 90, nobody on it: 120 s unallocated at 1.10.
+    for i in 0..4 {
+        prom += &engine(&gpu("NODE-SPOT", "GPU-u1", h100), 0.0, i * 30);
+    }
+    // TrainJob tj -> JobSet tj -> Job tj-node-0 -> pod: 0 .. 90, 120 s productive; the TrainJob's
+    // accepted-units annotation (4) counts: it owns the Workload.
+    for i in 0..4 {
+        prom += &engine(&with_pod(gpu("node-h", "GPU-t1", h100), "research", "tj-node-0-0-k2x7q"), 0.8, i * 30);
+    }
+    // Kueue plain pod plain-1 (its Workload, labelled team vision, is owned by the pod): 0, 30:
+    // 60 s productive for vision, one unit.
+    for at in [0, 30] {
+        prom += &engine(&with_pod(gpu("node-h", "GPU-q1", h100), "research", "plain-1"), 0.8, at);
+    }
+    // wl-bad's accepted-units annotation is NaN: ignored, its Job's (2) counts. 0, 30: 60 s.
+    for at in [0, 30] {
+        prom += &engine(&with_pod(gpu("node-h", "GPU-z1", h100), "research", "bad-0"), 0.8, at);
+    }
+    // Time-slicing: GPU-s1 named by ts-a and ts-b at 0, 30, 60: 90 s, 45 s productive each.
+    for at in [0, 30, 60] {
+        for pod in ["ts-a", "ts-b"] {
+            prom += &engine(&with_pod(gpu("node-h", "GPU-s1", h100), "research", pod), 0.9, at);
+        }
+    }
+    std::fs::write(dir.join("dcgm/federate.prom"), prom).unwrap();
+
+    let objects = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-h", "uid": "uid-node-h", "creationTimestamp": ts(-90000),
+            "labels": {"kubernetes.io/hostname": "node-h"}}, "status": {}},
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-spot", "uid": "uid-node-spot", "creationTimestamp": ts(-90000),
+            "labels": {"kubernetes.io/hostname": "node-spot", "gpuledger.io/pool": "spot-h100"}}, "status": {}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "research", "uid": "uid-ns-r", "creationTimestamp": ts(-90000), "labels": {"team": "ml"}}},
+        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "pt", "namespace": "research", "uid": "uid-pt", "creationTimestamp": ts(-60)}, "spec": {}},
+        {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "tj", "namespace": "research", "uid": "uid-tj", "creationTimestamp": ts(-60),
+            "annotations": {"gpuledger.io/accepted-units": "4"}}, "spec": {}},
+        {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "tj", "namespace": "research", "uid": "uid-js-tj", "creationTimestamp": ts(-60),
+            "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "tj", "uid": "uid-tj", "controller": true}]}, "spec": {}},
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "tj-node-0", "namespace": "research", "uid": "uid-job-tj-node-0", "creationTimestamp": ts(-60),
+            "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "tj", "uid": "uid-js-tj", "controller": true}]}, "spec": {}, "status": {}},
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "job-x", "namespace": "research", "uid": "uid-job-job-x", "creationTimestamp": ts(-60)}, "spec": {}, "status": {}},
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "job-bad", "namespace": "research", "uid": "uid-job-job-bad", "creationTimestamp": ts(-60),
+            "annotations": {"gpuledger.io/accepted-units": "2"}}, "spec": {}, "status": {}},
+    ]});
+    std::fs::write(dir.join("kubernetes/objects.json"), serde_json::to_string_pretty(&objects).unwrap()).unwrap();
+
+    let running = |start: i64| json!({"phase": "Running", "startTime": ts(start)});
+    let ended = |phase: &str, start: i64, end: i64, reason: &str, code: i64| json!({"phase": phase, "startTime": ts(start),
+        "containerStatuses": [{"name": "main", "state": {"terminated": {"reason": reason, "exitCode": code, "finishedAt": ts(end)}}}]});
+    let owned = |mut p: Value, api: &str, kind: &str, name: &str, uid: &str| {
+        p["metadata"]["ownerReferences"] = json!([{"apiVersion": api, "kind": kind, "name": name, "uid": uid, "controller": true}]);
+        p
+    };
+    let with_uid = |mut p: Value, uid: &str| {
+        p["metadata"]["uid"] = json!(uid);
+        p
+    };
+    let pt = |uid: &str, status: Value| with_uid(owned(pod("research", "pt-master-0", "node-h", None, json!({}), status), "kubeflow.org/v1", "PyTorchJob", "pt", "uid-pt"), uid);
+    let pods = watch(&[
+        ("ADDED", pod("research", "ha-0", "node-h", None, json!({}), running(-10))),
+        ("ADDED", pt("u-pt-1", running(0))),
+        ("MODIFIED", pt("u-pt-1", ended("Failed", 0, 125, "Error", 143))),
+        ("DELETED", pt("u-pt-1", ended("Failed", 0, 125, "Error", 143))),
+        ("ADDED", pt("u-pt-2", running(150))),
+        ("MODIFIED", pt("u-pt-2", ended("Succeeded", 150, 300, "Completed", 0))),
+        ("ADDED", pod("research", "x-0", "node-h", Some("job-x"), json!({}), running(0))),
+        ("MODIFIED", pod("research", "x-0", "node-h", Some("job-x"), json!({}), ended("Failed", 0, 180, "Error", 1))),
+        ("ADDED", pod("research", "tj-node-0-0-k2x7q", "node-h", Some("tj-node-0"), json!({}), ended("Succeeded", 0, 120, "Completed", 0))),
+        ("ADDED", pod("research", "plain-1", "node-h", None, json!({}), ended("Succeeded", 0, 60, "Completed", 0))),
+        ("ADDED", pod("research", "bad-0", "node-h", Some("job-bad"), json!({}), ended("Succeeded", 0, 60, "Completed", 0))),
+        ("ADDED", pod("research", "ts-a", "node-h", None, json!({}), running(-10))),
+        ("ADDED", pod("research", "ts-b", "node-h", None, json!({}), running(-10))),
+    ]);
+    std::fs::write(dir.join("kubernetes/pods.watch.jsonl"), pods).unwrap();
+
+    let admitted = |at: i64| vec![cond("QuotaReserved", "True", "QuotaReserved", at), cond("Admitted", "True", "Admitted", at)];
+    let finished = |reason: &str, at: i64| {
+        let mut c = admitted(0);
+        c.push(cond("Finished", "True", reason, at));
+        c
+    };
+    let wl = |name: &str, api: &str, kind: &str, owner: &str, owner_uid: &str, labels: Value, annotations: Value, conditions: Vec<Value>| {
+        let mut w = workload(name, owner, labels, annotations, conditions, true);
+        w["metadata"]["ownerReferences"] = json!([{"apiVersion": api, "kind": kind, "name": owner, "uid": owner_uid, "controller": true}]);
+        w
+    };
+    let mut pt_evicted = admitted(0);
+    pt_evicted.push(cond("Evicted", "True", "Preempted", 120));
+    let mut pt_done = admitted(150);
+    pt_done.extend([cond("Evicted", "False", "QuotaReserved", 150), cond("Finished", "True", "Succeeded", 300)]);
+    let workloads = watch(&[
+        ("ADDED", wl("wl-pt", "kubeflow.org/v1", "PyTorchJob", "pt", "uid-pt", json!({}), json!({}), admitted(0))),
+        ("MODIFIED", wl("wl-pt", "kubeflow.org/v1", "PyTorchJob", "pt", "uid-pt", json!({}), json!({}), pt_evicted)),
+        ("MODIFIED", wl("wl-pt", "kubeflow.org/v1", "PyTorchJob", "pt", "uid-pt", json!({}), json!({}), pt_done)),
+        ("ADDED", wl("wl-x", "batch/v1", "Job", "job-x", "uid-job-job-x", json!({}), json!({}), finished("Failed", 180))),
+        ("ADDED", wl("wl-tj", "trainer.kubeflow.org/v1alpha1", "TrainJob", "tj", "uid-tj", json!({}), json!({}), finished("Succeeded", 120))),
+        ("ADDED", wl("pod-plain-1-3f2a1", "v1", "Pod", "plain-1", "uid-pod-plain-1", json!({"team": "vision"}), json!({}), finished("Succeeded", 60))),
+        ("ADDED", wl("wl-bad", "batch/v1", "Job", "job-bad", "uid-job-job-bad", json!({}), json!({"gpuledger.io/accepted-units": "NaN"}), finished("Succeeded", 60))),
+    ]);
+    std::fs::write(dir.join("kubernetes/workloads.watch.jsonl"), workloads).unwrap();
+}
+
+#[test]
+fn hand_built_capture_of_real_world_shapes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let capture = tmp.path().join("capture");
+    let store = tmp.path().join("store");
+    shapes_capture(&capture);
+    let summary = ingest(&[&capture], &store);
+    assert_eq!(summary["rejected"].as_u64(), Some(0), "{summary}");
+    let config = tmp.path().join("gpuledger.toml");
+    std::fs::write(&config, HAND_CONFIG).unwrap();
+    let (s, c) = (store.display().to_string(), config.display().to_string());
+    let out = run(&["ledger", "--store", &s, "--config", &c, "--progress", "off"], 0);
+    // The bad annotation is reported, with the object it is on.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("wl-bad") && stderr.contains("NaN"), "{stderr}");
+    let q = |sql: &str| -> Vec<Value> { serde_json::from_slice(&run(&["query", "--store", &s, "--format", "json", sql], 0).stdout).unwrap() };
+
+    // GPU-seconds per run, segment and state (see shapes_capture for each figure).
+    let hours = q("SELECT run, segment, state, team, round(sum(gpu_hours) * 3600, 6) AS s FROM gpu_state_hours WHERE run IS NOT NULL GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3");
+    let got: Vec<(String, i64, String, String, f64)> = hours
+        .iter()
+        .map(|r| (r["run"].as_str().unwrap().into(), r["segment"].as_i64().unwrap(), r["state"].as_str().unwrap().into(), r["team"].as_str().unwrap().into(), r["s"].as_f64().unwrap()))
+        .collect();
+    let want: Vec<(String, i64, String, String, f64)> = [
+        ("pod-plain-1-3f2a1", 1, "productive", "vision", 60.0),
+        ("pod/ha-0", 1, "productive", "ml", 300.0),
+        ("pod/ts-a", 1, "productive", "ml", 45.0),
+        ("pod/ts-b", 1, "productive", "ml", 45.0),
+        ("wl-bad", 1, "productive", "ml", 60.0),
+        ("wl-pt", 1, "preempted", "ml", 150.0),
+        ("wl-pt", 2, "productive", "ml", 150.0),
+        ("wl-tj", 1, "productive", "ml", 120.0),
+        ("wl-x", 1, "failed", "ml", 180.0),
+    ]
+    .iter()
+    .map(|(r, g, st, t, v)| (r.to_string(), *g, st.to_string(), t.to_string(), *v))
+    .collect();
+    assert_eq!(got, want);
+
+    // The upper-case hostname found node-spot: its pool's price.
+    let spot = q("SELECT node, state, price, round(sum(gpu_hours) * 3600, 6) AS s FROM gpu_state_hours WHERE run IS NULL GROUP BY 1, 2, 3");
+    assert_eq!(spot.len(), 1, "{spot:?}");
+    assert_eq!((spot[0]["node"].as_str(), spot[0]["state"].as_str(), spot[0]["price"].as_f64(), spot[0]["s"].as_f64()), (Some("node-spot"), Some("unallocated"), Some(1.10), Some(120.0)));
+
+    // wl-x was lost to XID 79: the platform pays its 180 s (0.05 h x 2.49 = 0.1245).
+    let failures = q("SELECT run, cause, paid_by FROM run_failures ORDER BY run");
+    let failures: Vec<(String, String, String)> = failures.iter().map(|r| (r["run"].as_str().unwrap().into(), r["cause"].as_str().unwrap().into(), r["paid_by"].as_str().unwrap().into())).collect();
+    assert_eq!(failures, vec![("wl-pt".into(), "Preempted".into(), "team".into()), ("wl-x".into(), "XID 79".into(), "platform".into())]);
+    let cb = q("SELECT team, failed_gpu_hours, failed_runs, lost_gpu_hours_platform_paid, lost_cost_platform_paid, preempted_gpu_hours FROM chargeback_monthly WHERE month = '2026-10' ORDER BY team");
+    let row = |team: &str| cb.iter().find(|r| r["team"] == team).unwrap_or_else(|| panic!("no {team}: {cb:?}"));
+    let h = |s: f64| s / 3600.0;
+    close(row("ml")["failed_gpu_hours"].as_f64().unwrap(), h(180.0), "ml failed hours stay ml's");
+    close(row("ml")["lost_gpu_hours_platform_paid"].as_f64().unwrap(), h(180.0), "paid by the platform");
+    close(row("ml")["lost_cost_platform_paid"].as_f64().unwrap(), h(180.0) * 2.49, "its cost");
+    // ml's failed runs keep the preemption (150 s) only.
+    close(row("ml")["failed_runs"].as_f64().unwrap(), h(150.0) * 2.49, "ml failed_runs");
+    close(row("platform")["failed_runs"].as_f64().unwrap(), h(180.0) * 2.49, "platform failed_runs");
+
+    // Units: ml 1 (wl-pt) + 4 (wl-tj: the TrainJob's annotation) + 2 (wl-bad: NaN ignored, the
+    // Job's 2) = 7; vision 1 (the plain pod's Workload).
+    let units = q("SELECT team, sum(accepted_units) AS u FROM accepted_units_monthly GROUP BY 1 ORDER BY 1");
+    let units: Vec<(String, f64)> = units.iter().map(|r| (r["team"].as_str().unwrap().into(), r["u"].as_f64().unwrap())).collect();
+    assert_eq!(units, vec![("ml".into(), 7.0), ("vision".into(), 1.0)]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Simulated clusters against the simulator's truth.
 // ---------------------------------------------------------------------------------------------
@@ -505,6 +708,8 @@ fn check_simulated(gpus: u32, days: u32, seed: u64, interval: u32, start: &str) 
         assert!(!months.is_empty(), "{case}: the simulation has no months");
         let got_months: std::collections::BTreeSet<&String> = all.keys().map(|(m, _)| m).collect();
         assert_eq!(got_months, months, "{case} {policy}: months");
+        // Every differing figure, so that one failure shows them all.
+        let mut wrong: Vec<String> = Vec::new();
         for month in months {
             let got: BTreeMap<(String, String), BTreeMap<String, f64>> = all.iter().filter(|((m, _), _)| m == month).map(|(k, v)| (k.clone(), v.clone())).collect();
             let want_teams: Vec<&String> = want.keys().filter(|(m, _)| m == month).map(|(_, t)| t).collect();
@@ -516,18 +721,21 @@ fn check_simulated(gpus: u32, days: u32, seed: u64, interval: u32, start: &str) 
                     let gv = g[*column];
                     if *column == "cost_per_accepted_unit" {
                         let units = w.get("accepted_units").copied().unwrap_or(0.0);
-                        if units > 0.0 {
-                            assert!((gv - w["total"] / units).abs() < 0.01, "{case} {month} {policy} {team}: cost per unit {gv} vs {}", w["total"] / units);
-                        } else {
-                            assert!(gv.is_nan(), "{case} {month} {policy} {team}: cost per unit should be empty");
+                        if units > 0.0 && (gv - w["total"] / units).abs() >= 0.01 {
+                            wrong.push(format!("{month} {team}: cost per unit {gv}, simulator says {}", w["total"] / units));
+                        } else if units == 0.0 && !gv.is_nan() {
+                            wrong.push(format!("{month} {team}: cost per unit {gv} should be empty"));
                         }
                         continue;
                     }
                     let wv = w.get(column).copied().unwrap_or(0.0);
-                    assert!((gv - wv).abs() < 0.01, "{case} {month} {policy} {team}: {column} = {gv}, simulator says {wv}");
+                    if (gv - wv).abs() >= 0.01 {
+                        wrong.push(format!("{month} {team}: {column} = {gv}, simulator says {wv}"));
+                    }
                 }
             }
         }
+        assert!(wrong.is_empty(), "{case} {policy}:\n{}", wrong.join("\n"));
     }
 
     // The hardware fault the ledger names as each lost segment's cause is the one the simulator drew.

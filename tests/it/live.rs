@@ -49,7 +49,10 @@ fn load_cluster(api: &ApiServer, cap: &Path, f: &Flavour) -> usize {
         api.add(path, kind, av, mode, ev);
     };
     add("/api/v1/pods", "Pod", "v1", Mode::Stream, stream(read_objects(&k.join("pods.watch.jsonl"))));
-    add("/apis/batch/v1/jobs", "Job", "batch/v1", Mode::Stream, stream(read_objects(&k.join("jobs.watch.jsonl"))));
+    // The jobs capture also holds JobSets, TrainJobs, PyTorchJobs, RayJobs and RayClusters; the
+    // batch API serves Jobs only (the collector watches batch Jobs).
+    let jobs: Vec<(String, Value)> = stream(read_objects(&k.join("jobs.watch.jsonl"))).into_iter().filter(|(_, o)| o["kind"] == "Job").collect();
+    add("/apis/batch/v1/jobs", "Job", "batch/v1", Mode::Stream, jobs);
     let kv = format!("kueue.x-k8s.io/{}", f.kueue);
     add(&format!("/apis/kueue.x-k8s.io/{}/workloads", f.kueue), "Workload", &kv, Mode::Stream, stream(read_objects(&k.join("workloads.watch.json"))));
     if f.events_v1 {

@@ -70,6 +70,9 @@ struct GpuIdentity {
     namespace: Option<String>,
     pod: Option<String>,
     container: Option<String>,
+    /// Labels that stay in `labels` but tell rows apart, because the ledger reads them per row:
+    /// the HA scraper replica and the pod's uid (DESIGN.md "Observation", "Identity").
+    distinct: Option<String>,
 }
 
 /// Counters a source reports in the run summary.
@@ -388,6 +391,8 @@ const HOSTNAME: &[&str] = &["Hostname", "hostname"];
 const UUID: &[&str] = &["UUID", "uuid"];
 const MODEL: &[&str] = &["modelName", "model_name"];
 const NAMESPACE: &[&str] = &["exported_namespace", "namespace", "pod_namespace"];
+/// Labels kept in `labels` whose every value needs rows of its own (see `GpuIdentity`).
+const DISTINCT: &[&str] = &["__replica__", "pod_uid", "prometheus_replica", "replica"];
 const POD: &[&str] = &["exported_pod", "pod", "pod_name"];
 const CONTAINER: &[&str] = &["exported_container", "container", "container_name"];
 
@@ -417,7 +422,13 @@ fn resolve_identity(pairs: &[(String, String)]) -> (Option<GpuIdentity>, Vec<(&s
     }
     let gpu = parse_int(gpu_label, &mut used);
     let mig_instance = parse_int(get(pairs, &["GPU_I_ID"]), &mut used);
+    let distinct: Vec<String> = pairs
+        .iter()
+        .filter(|(k, _)| DISTINCT.contains(&k.as_str()))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
     let mut id = GpuIdentity {
+        distinct: (!distinct.is_empty()).then(|| distinct.join(",")),
         hostname: take_str(pairs, HOSTNAME, &mut used),
         gpu,
         uuid,
@@ -520,6 +531,31 @@ mod tests {
         assert_eq!(col(b, "gpu_util").as_primitive::<Float64Type>().value(0), 90.0);
         let extras: serde_json::Value = serde_json::from_str(col(b, "labels").as_string::<i32>().value(0)).unwrap();
         assert_eq!(extras["pod"], "nvidia-dcgm-exporter-abc", "target labels are kept, not lost");
+    }
+
+    #[test]
+    fn replica_and_pod_uid_labels_stay_on_their_own_rows() {
+        // Two HA scrapers' series of one GPU, and a pod_uid: each row keeps its own labels (the
+        // ledger keeps one replica per GPU and day, and picks the pod by uid).
+        let mut t = SampleTables::new();
+        let base = [("gpu", "0"), ("UUID", "GPU-h"), ("Hostname", "n1"), ("pod", "w-0"), ("namespace", "ml")];
+        let series = |t: &mut SampleTables, extra: (&str, &str)| {
+            let mut p = base.to_vec();
+            p.push(extra);
+            t.series(pairs(&p))
+        };
+        let a = series(&mut t, ("prometheus_replica", "a"));
+        let b = series(&mut t, ("prometheus_replica", "b"));
+        let u = series(&mut t, ("pod_uid", "u2"));
+        let m = t.metric(b"DCGM_FI_DEV_GPU_UTIL");
+        t.push(m, a, 1000, 90.0);
+        t.push(m, b, 11_000, 10.0);
+        t.push(m, u, 31_000, 50.0);
+        let batches = t.take_batches().unwrap();
+        assert_eq!(batches.len(), 1, "nothing goes long form");
+        let b = &batches[0].1;
+        let labels: Vec<&str> = (0..b.num_rows()).map(|i| col(b, "labels").as_string::<i32>().value(i)).collect();
+        assert_eq!(labels, [r#"{"prometheus_replica":"a"}"#, r#"{"prometheus_replica":"b"}"#, r#"{"pod_uid":"u2"}"#]);
     }
 
     #[test]
