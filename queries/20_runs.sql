@@ -151,7 +151,7 @@ LEFT JOIN workloads_latest wn ON p.owner_uid IS NULL AND wn.namespace = p.namesp
 CREATE OR REPLACE VIEW pod_runs AS
 SELECT namespace, pod, workload, run, segment, outcome, team, pod_started, segment_started, segment_ended,
        last_termination_reason, last_exit_code, node_name, pod_key, incarnation, valid_from_ms, valid_to_ms,
-       uid, pod_failed, pod_reason
+       uid, pod_failed
 FROM (
     SELECT *, ROW_NUMBER() OVER (PARTITION BY pod_key ORDER BY segment_order) AS segment_rank
     FROM (
@@ -172,7 +172,7 @@ FROM (
                     WHEN p.phase IN ('Failed', 'Succeeded') OR p.disruption_target THEN p.last_seen END AS segment_ended,
                p.last_termination_reason, p.last_exit_code, p.node_name,
                p.pod_key, p.incarnation, p.valid_from_ms, p.valid_to_ms,
-               p.uid, COALESCE(p.phase = 'Failed', false) AS pod_failed, p.reason AS pod_reason,
+               p.uid, COALESCE(p.phase = 'Failed', false) AS pod_failed,
                -- Latest admission at or before the pod started first; failing that, the earliest.
                CASE WHEN ws.admitted_at <= p.first_seen THEN -epoch_ms(ws.admitted_at)
                     ELSE 4102444800000 + epoch_ms(ws.admitted_at) END AS segment_order

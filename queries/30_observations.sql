@@ -44,9 +44,9 @@ LEFT JOIN (SELECT DISTINCT hostname, uuid, epoch_ms(ts) / 86400000 AS day_number
 WHERE s.mig_instance IS NULL AND m.uuid IS NULL;
 
 -- One row per GPU, instant and pod (several containers of one pod, or a row stored twice, are
--- one holder of the GPU). The steps below read the samples only through it. `pod_uid`: the pod's uid where the exporter writes it (DESIGN.md
--- "Identity": it decides which pod of that name the sample names). An A30's MIG instance is
--- N/4 of its GPU, not N/7: in sevenths, 7N/4.
+-- one holder of the GPU). The steps below read the samples only through it. `pod_uid`: the
+-- pod's uid where the exporter writes it (DESIGN.md "Identity": it decides which pod of that
+-- name the sample names). An A30's MIG instance is N/4 of its GPU, not N/7: in sevenths, 7N/4.
 CREATE OR REPLACE VIEW pod_samples AS
 SELECT date, hostname, uuid, mig_instance, epoch_ms(ts) AS t, namespace, pod,
        MIN(model_name) AS model_name, MAX(engine_active) AS engine_active, MAX(gpu_util) AS gpu_util,

@@ -34,63 +34,68 @@ SELECT i.uuid, i.month, MAX(i.interval_ms) * MIN(s.max_gap_factor) AS max_gap_ms
 FROM settings s CROSS JOIN scrape_intervals i
 GROUP BY i.uuid, i.month;
 
+-- The GPUs (uuid) and nodes each lost segment held, with the segment's times.
+CREATE OR REPLACE VIEW lost_segment_held AS
+SELECT l.namespace, l.run, l.segment, l.started_ms, l.ended_ms, g.node, g.uuid
+FROM lost_segments l
+JOIN lost_segment_gpus g ON g.namespace = l.namespace AND g.run = l.run AND g.segment = l.segment;
+
+CREATE OR REPLACE VIEW lost_segment_nodes AS
+SELECT DISTINCT namespace, run, segment, started_ms, ended_ms, node FROM lost_segment_held;
+
+-- Events about nodes, with when they happened.
+CREATE OR REPLACE VIEW node_events AS
+SELECT regarding_name AS node, reason, message, epoch_ms(COALESCE(first_seen, last_seen, observed_at)) AS at_ms
+FROM k8s_events
+WHERE regarding_kind = 'Node';
+
 -- Every fault found for a lost segment, with when it happened.
 CREATE OR REPLACE VIEW lost_segment_fault_candidates AS
--- DCGM's XID field.
-SELECT l.namespace, l.run, l.segment, 'XID ' || CAST(x.xid AS VARCHAR) AS fault, x.t AS at_ms, 1 AS priority
-FROM lost_segments l
-JOIN lost_segment_gpus g ON g.namespace = l.namespace AND g.run = l.run AND g.segment = l.segment
-JOIN xid_errors x ON x.uuid = g.uuid
+-- An XID error with a hardware code on a GPU the segment held, during it or within that GPU's
+-- max_gap after its end: DCGM's XID field, or the driver's XID line in an event about the
+-- GPU's node (a health monitor, node-problem-detector).
+SELECT x.namespace, x.run, x.segment, 'XID ' || CAST(x.xid AS VARCHAR) AS fault, x.at_ms, 1 AS priority
+FROM (
+    SELECT g.namespace, g.run, g.segment, g.started_ms, g.ended_ms, g.uuid, e.xid, e.t AS at_ms
+    FROM lost_segment_held g
+    JOIN xid_errors e ON e.uuid = g.uuid
+    UNION ALL
+    SELECT g.namespace, g.run, g.segment, g.started_ms, g.ended_ms, g.uuid,
+           -- (regexp_replace, not regexp_match: a cluster's executors lack the array functions.)
+           TRY_CAST(regexp_replace(e.message, '(?s)^.*?[Xx]id(?: \([^)]*\))?:? *([0-9]+).*$', '\1') AS BIGINT),
+           e.at_ms
+    FROM lost_segment_held g
+    JOIN node_events e ON e.node = g.node
+    WHERE strpos(lower(e.message), 'xid') > 0
+) x
 JOIN hardware_xids h ON h.xid = x.xid
 CROSS JOIN settings s
-LEFT JOIN gpu_max_gaps mg ON mg.uuid = g.uuid AND mg.month = to_char(to_timestamp_millis(x.t), '%Y-%m')
-WHERE x.t >= l.started_ms
-  AND (l.ended_ms IS NULL OR x.t <= l.ended_ms + COALESCE(mg.max_gap_ms, 30000.0 * s.max_gap_factor))
-UNION ALL
--- The driver's XID line in an event about the node (a health monitor, node-problem-detector).
-SELECT ev.namespace, ev.run, ev.segment, 'XID ' || CAST(ev.xid AS VARCHAR), ev.at_ms, 1
-FROM (
-    SELECT l.namespace, l.run, l.segment, l.started_ms, l.ended_ms, g.uuid, s.max_gap_factor,
-           epoch_ms(COALESCE(e.first_seen, e.last_seen, e.observed_at)) AS at_ms,
-           -- (regexp_replace, not regexp_match: a cluster's executors lack the array functions.)
-           TRY_CAST(regexp_replace(e.message, '(?s)^.*?[Xx]id(?: \([^)]*\))?:? *([0-9]+).*$', '\1') AS BIGINT) AS xid
-    FROM lost_segments l
-    JOIN lost_segment_gpus g ON g.namespace = l.namespace AND g.run = l.run AND g.segment = l.segment
-    JOIN k8s_events e ON e.regarding_kind = 'Node' AND e.regarding_name = g.node
-    CROSS JOIN settings s
-    WHERE strpos(lower(e.message), 'xid') > 0
-) ev
-JOIN hardware_xids h ON h.xid = ev.xid
-LEFT JOIN gpu_max_gaps mg ON mg.uuid = ev.uuid AND mg.month = to_char(to_timestamp_millis(ev.at_ms), '%Y-%m')
-WHERE ev.at_ms >= ev.started_ms
-  AND (ev.ended_ms IS NULL OR ev.at_ms <= ev.ended_ms + COALESCE(mg.max_gap_ms, 30000.0 * ev.max_gap_factor))
+LEFT JOIN gpu_max_gaps mg ON mg.uuid = x.uuid AND mg.month = to_char(to_timestamp_millis(x.at_ms), '%Y-%m')
+WHERE x.at_ms >= x.started_ms
+  AND (x.ended_ms IS NULL OR x.at_ms <= x.ended_ms + COALESCE(mg.max_gap_ms, 30000.0 * s.max_gap_factor))
 UNION ALL
 -- A node version with Ready not True (False or Unknown) in force during the last 10 minutes.
-SELECT l.namespace, l.run, l.segment, 'NodeNotReady', GREATEST(v.from_ms, l.ended_ms - 600000), 2
-FROM (SELECT DISTINCT namespace, run, segment, node FROM lost_segment_gpus) g
-JOIN lost_segments l ON l.namespace = g.namespace AND l.run = g.run AND l.segment = g.segment
+SELECT g.namespace, g.run, g.segment, 'NodeNotReady', GREATEST(v.from_ms, g.ended_ms - 600000), 2
+FROM lost_segment_nodes g
 JOIN (
     SELECT name, ready, epoch_ms(observed_at) AS from_ms,
            epoch_ms(LEAD(observed_at) OVER (PARTITION BY name ORDER BY observed_at, seq)) AS to_ms
     FROM nodes
 ) v ON v.name = g.node
-WHERE v.ready = false AND l.ended_ms IS NOT NULL
-  AND v.from_ms <= l.ended_ms AND (v.to_ms IS NULL OR v.to_ms > l.ended_ms - 600000)
+WHERE v.ready = false AND g.ended_ms IS NOT NULL
+  AND v.from_ms <= g.ended_ms AND (v.to_ms IS NULL OR v.to_ms > g.ended_ms - 600000)
 UNION ALL
 -- A NodeNotReady event in the last 10 minutes.
-SELECT l.namespace, l.run, l.segment, 'NodeNotReady', epoch_ms(COALESCE(e.first_seen, e.last_seen, e.observed_at)), 2
-FROM (SELECT DISTINCT namespace, run, segment, node FROM lost_segment_gpus) g
-JOIN lost_segments l ON l.namespace = g.namespace AND l.run = g.run AND l.segment = g.segment
-JOIN k8s_events e ON e.regarding_kind = 'Node' AND e.regarding_name = g.node AND e.reason = 'NodeNotReady'
-WHERE l.ended_ms IS NOT NULL
-  AND epoch_ms(COALESCE(e.first_seen, e.last_seen, e.observed_at)) BETWEEN l.ended_ms - 600000 AND l.ended_ms
+SELECT g.namespace, g.run, g.segment, 'NodeNotReady', e.at_ms, 2
+FROM lost_segment_nodes g
+JOIN node_events e ON e.node = g.node AND e.reason = 'NodeNotReady'
+WHERE g.ended_ms IS NOT NULL AND e.at_ms BETWEEN g.ended_ms - 600000 AND g.ended_ms
 UNION ALL
 -- The node deleted while the segment ran.
-SELECT l.namespace, l.run, l.segment, 'NodeDeleted', epoch_ms(v.observed_at), 3
-FROM (SELECT DISTINCT namespace, run, segment, node FROM lost_segment_gpus) g
-JOIN lost_segments l ON l.namespace = g.namespace AND l.run = g.run AND l.segment = g.segment
+SELECT g.namespace, g.run, g.segment, 'NodeDeleted', epoch_ms(v.observed_at), 3
+FROM lost_segment_nodes g
 JOIN nodes v ON v.name = g.node AND v.event_type = 'DELETED'
-WHERE epoch_ms(v.observed_at) >= l.started_ms AND (l.ended_ms IS NULL OR epoch_ms(v.observed_at) <= l.ended_ms);
+WHERE epoch_ms(v.observed_at) >= g.started_ms AND (g.ended_ms IS NULL OR epoch_ms(v.observed_at) <= g.ended_ms);
 
 -- Each lost segment, its fault (the first kind above, the earliest of that kind; null when the
 -- hardware did not fail it) and who pays for its GPU time.

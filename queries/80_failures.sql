@@ -1,6 +1,7 @@
 -- 80  Why runs failed: each failed or preempted segment, its cause, and what it wasted.
 --
--- Cause: a hardware fault first (55_who_pays.sql: XID <code>, NodeNotReady, NodeDeleted); else for a preempted segment, the reason of the Workload's eviction (Preempted,
+-- Cause: a hardware fault first (55_who_pays.sql: XID <code>, NodeNotReady, NodeDeleted);
+-- else for a preempted segment, the reason of the Workload's eviction (Preempted,
 -- InactiveWorkload, PodsReadyTimeout, ...) or the pod's disruption; for a failed one, the last
 -- termination of its last pod (OOMKilled, Error) else the Workload or job reason. Beside it:
 -- the exit code, XID errors DCGM reported on its GPUs, and the Kubernetes events about its pods
