@@ -43,7 +43,7 @@ use crate::diag::Diagnostics;
 use crate::ingest::Progress;
 use crate::sources::prometheus_api::{self, ApiStats};
 use crate::store::{Store, StoreOptions, StoreStats};
-use gpuledger_schemas::location::StoreLocation;
+use gpuledger_store::StoreLocation;
 use crate::tables::samples::SampleTables;
 
 /// The selector used when none is given: every DCGM exporter field.

@@ -34,6 +34,9 @@ pub enum Error {
     /// An input path cannot be used at all (does not exist, unreadable directory).
     #[error("{}: {reason}", path.display())]
     Input { path: PathBuf, reason: String },
+    /// Reaching the store's files failed (I/O, object storage).
+    #[error("store {0}")]
+    StoreFiles(#[from] gpuledger_store::Error),
 }
 
 impl Error {

@@ -147,7 +147,7 @@ enum Message {
 const WORKER_BATCH_ROWS: usize = 256 * 1024;
 
 /// Reads every file under `paths` into the store at `store`.
-pub fn ingest(paths: &[PathBuf], store: &gpuledger_schemas::location::StoreLocation, options: &IngestOptions, progress: &dyn Progress) -> Result<IngestSummary> {
+pub fn ingest(paths: &[PathBuf], store: &gpuledger_store::StoreLocation, options: &IngestOptions, progress: &dyn Progress) -> Result<IngestSummary> {
     let started = Instant::now();
     let files = list_inputs(paths)?;
     let total_bytes: u64 = files.iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).sum();

@@ -10,7 +10,7 @@
 //! counts); the second computes the spans. The object steps run once before, the monthly steps once after.
 
 use std::collections::BTreeMap;
-use gpuledger_schemas::location::StoreLocation;
+use gpuledger_store::StoreLocation;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
@@ -121,14 +121,13 @@ impl Accounting {
         let scratch = match &options.intermediates {
             Intermediates::Memory => None,
             Intermediates::Store(location) => {
-                let run = format!("{}-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S%6f"), std::process::id());
-                Some(Scratch { location: location.clone(), dir: format!("{}/.work-{run}", crate::derived::DIR) })
+                Some(Scratch { location: location.clone(), dir: gpuledger_store::layout::work_rel(&gpuledger_store::layout::run_id()) })
             }
         };
         let result = Self::run_steps(ctx, store, config, options, progress, scratch.as_ref()).await;
         if let (Err(_), Some(s)) = (&result, &scratch) {
             // Best effort: the run's own error is the one to report.
-            let _ = crate::store::remove_dir(&s.location, &s.dir).await;
+            let _ = s.location.remove_dir(&s.dir).await;
         }
         result
     }
@@ -253,7 +252,7 @@ impl Accounting {
     /// session cannot answer queries over them afterwards.
     pub async fn clean_up(&mut self) -> Result<()> {
         match self.scratch.take() {
-            Some(s) => crate::store::remove_dir(&s.location, &s.dir).await,
+            Some(s) => Ok(s.location.remove_dir(&s.dir).await?),
             None => Ok(()),
         }
     }
@@ -533,7 +532,7 @@ async fn keep_table(ctx: &SessionContext, name: &str, schema: SchemaRef, batches
         return replace_table(ctx, name, mem_table(schema, batches)?);
     };
     let rel = format!("{}/{name}.parquet", s.dir);
-    crate::derived::write_parquet(&s.location, &rel, schema.clone(), &batches).await?;
+    gpuledger_store::write_parquet(&s.location, &rel, schema.clone(), &batches, gpuledger_store::derived_properties(name)).await?;
     let err = |source| Error::Query { sql: format!("register {name}"), source };
     let url = ListingTableUrl::parse(s.location.join(&rel)).map_err(err)?;
     let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
@@ -563,10 +562,10 @@ impl Drop for Timer {
 
 /// The `date=` partitions of `gpu_samples`, oldest first.
 async fn sample_days(location: &StoreLocation) -> Result<Vec<String>> {
-    let mut days: Vec<String> = crate::store::list_names(location, "gpu_samples")
+    let mut days: Vec<String> = location.list_names("gpu_samples")
         .await?
         .into_iter()
-        .filter_map(|name| name.strip_prefix("date=").filter(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").is_ok()).map(str::to_string))
+        .filter_map(|name| gpuledger_store::layout::partition_date(&name).filter(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").is_ok()).map(str::to_string))
         .collect();
     days.sort();
     Ok(days)

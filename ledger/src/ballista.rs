@@ -59,7 +59,7 @@ impl ObjectStoreRegistry for EnvObjectStores {
         }
         let store: Arc<dyn ObjectStore> = match url.scheme() {
             "" | "file" => Arc::new(object_store::local::LocalFileSystem::new()),
-            _ => gpuledger_schemas::location::build_store(url).map_err(|e| DataFusionError::Execution(format!("object store for {key}: {e}")))?,
+            _ => gpuledger_store::build_store(url).map_err(|e| DataFusionError::Execution(format!("object store for {key}: {e}")))?,
         };
         self.stores.write().unwrap_or_else(|e| e.into_inner()).insert(key, Arc::clone(&store));
         Ok(store)

@@ -4,7 +4,6 @@
 //! each file atomically (a synced temporary file renamed over the old, or one PUT in object
 //! storage), so a reader sees the old table or the new one, never half of one.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
@@ -12,40 +11,14 @@ use arrow::record_batch::RecordBatch;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
 use datafusion::prelude::SessionContext;
-use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::WriterProperties;
 
 use crate::accounting::DERIVED_TABLES;
 use crate::error::{Error, Result};
-use crate::store;
-use gpuledger_schemas::location::StoreLocation;
+use gpuledger_store::{StoreLocation, layout};
 
-/// The directory of derived tables inside a store.
-pub const DIR: &str = "ledger";
-
-/// The store path of a derived table.
-pub fn rel(table: &str) -> String {
-    format!("{DIR}/{table}.parquet")
-}
-
-/// Writes one derived table; returns the bytes written.
+/// Writes one derived table whole (see the module doc); returns the bytes written.
 pub async fn write(location: &StoreLocation, table: &str, schema: SchemaRef, batches: &[RecordBatch]) -> Result<u64> {
-    write_parquet(location, &rel(table), schema, batches).await
-}
-
-/// Writes `batches` as the Parquet file `rel` of the store, whole; returns its size.
-pub async fn write_parquet(location: &StoreLocation, rel: &str, schema: SchemaRef, batches: &[RecordBatch]) -> Result<u64> {
-    let parquet_err = |e: parquet::errors::ParquetError| Error::Store { path: PathBuf::from(location.join(rel)), reason: e.to_string() };
-    let props = WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::default())).build();
-    let mut writer = ArrowWriter::try_new(Vec::new(), schema, Some(props)).map_err(parquet_err)?;
-    for b in batches {
-        writer.write(b).map_err(parquet_err)?;
-    }
-    let bytes = writer.into_inner().map_err(parquet_err)?;
-    let len = bytes.len() as u64;
-    store::write_whole(location, rel, bytes).await?;
-    Ok(len)
+    Ok(gpuledger_store::write_parquet(location, &layout::derived_rel(table), schema, batches, gpuledger_store::derived_properties(table)).await?)
 }
 
 /// Registers the derived tables present in the store under their names.
@@ -70,8 +43,8 @@ pub async fn register_missing(ctx: &SessionContext, location: &StoreLocation) ->
 }
 
 async fn register_one(ctx: &SessionContext, location: &StoreLocation, table: &'static str) -> Result<bool> {
-    let rel = rel(table);
-    if !store::has_file(location, &rel).await? {
+    let rel = layout::derived_rel(table);
+    if !location.has_file(&rel).await? {
         return Ok(false);
     }
     let err = |source| Error::Register { table, source };

@@ -10,7 +10,7 @@ use datafusion::error::Result as DfResult;
 use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation, TrackConsumersPool};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
-use gpuledger_schemas::location::StoreLocation;
+use gpuledger_store::StoreLocation;
 
 use crate::accounting::Intermediates;
 use crate::error::{Error, Result};

@@ -9,6 +9,9 @@ pub enum Error {
     /// The store cannot be used.
     #[error("store {}: {reason}", path.display())]
     Store { path: PathBuf, reason: String },
+    /// Reaching the store's files failed (I/O, object storage).
+    #[error("store {0}")]
+    StoreFiles(#[from] gpuledger_store::Error),
     /// Registering a store table with DataFusion failed.
     #[error("registering table {table}: {source}")]
     Register {

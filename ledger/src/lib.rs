@@ -12,7 +12,6 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod accounting;
-pub mod atomic;
 pub mod ballista;
 pub mod config;
 pub mod derived;
@@ -32,7 +31,7 @@ use datafusion::datasource::MemTable;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
 use datafusion::prelude::SessionContext;
-use gpuledger_schemas::location::StoreLocation;
+use gpuledger_store::StoreLocation;
 use gpuledger_schemas::{PARTITION_KEY, TABLES, Table};
 
 pub use error::{Error, Result};
@@ -66,7 +65,7 @@ impl Ledger {
 
     /// Registers the store's tables in `ctx` (and, for object storage, the store's client).
     pub async fn store_session(ctx: SessionContext, location: &StoreLocation) -> Result<SessionContext> {
-        store::check(location).await?;
+        location.check().await?;
         store::register_client(&ctx, location);
         udf::register(&ctx);
         for table in TABLES {
@@ -88,7 +87,7 @@ impl Ledger {
                 .await
                 .map(|p| p.is::<MemTable>())
                 .unwrap_or(true);
-            if is_empty_placeholder && store::has_dir(&self.location, table.name).await? {
+            if is_empty_placeholder && self.location.has_dir(table.name).await? {
                 register(&self.ctx, &self.location, table).await?;
                 registered += 1;
             }
@@ -120,7 +119,7 @@ pub(crate) fn first_line(sql: &str) -> String {
 
 async fn register(ctx: &SessionContext, location: &StoreLocation, table: &'static Table) -> Result<()> {
     let file_schema = table.arrow_schema();
-    let result = if store::has_dir(location, table.name).await? {
+    let result = if location.has_dir(table.name).await? {
         let url = ListingTableUrl::parse(location.join(&format!("{}/", table.name))).map_err(|source| Error::Register { table: table.name, source })?;
         // Every file is written sorted by the table's sort columns (ascending, nulls first):
         // told so, DataFusion merges the files of a day instead of sorting them again for the

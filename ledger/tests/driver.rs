@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 use gpuledger_ledger::Ledger;
 use gpuledger_ledger::accounting::{Accounting, RunOptions};
 use gpuledger_ledger::config::Config;
-use gpuledger_schemas::location::StoreLocation;
+use gpuledger_store::StoreLocation;
 
 struct Sample {
     ms: i64,

@@ -23,7 +23,6 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 mod k8s;
-pub mod location;
 pub mod units;
 mod samples;
 

@@ -763,19 +763,19 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
             let day = t.div_euclid(MS_PER_DAY);
             if file.as_ref().is_none_or(|(d, _)| *d != day) {
                 if let Some((_, f)) = file.take() {
-                    stats.bytes += f.finish()?;
+                    stats.bytes += f.commit()?;
                     stats.files += 1;
                 }
                 let path = dir.join(format!("{}.prom", day_string(t)));
                 file = Some((day, AtomicFile::create(&path)?));
             }
             if let Some((_, f)) = file.as_mut() {
-                f.write(&buf)?;
+                std::io::Write::write_all(f, &buf).map_err(|e| SimError::io(f.path(), e))?;
             }
         }
     }
     if let Some((_, f)) = file.take() {
-        stats.bytes += f.finish()?;
+        stats.bytes += f.commit()?;
         stats.files += 1;
     }
     done.fetch_add(local_done, Ordering::Relaxed);

@@ -14,6 +14,9 @@ pub enum SimError {
         #[source]
         source: std::io::Error,
     },
+    /// Writing a file whole failed.
+    #[error(transparent)]
+    File(#[from] gpuledger_store::Error),
     /// Serialising an object failed (a bug: every object is built from plain values).
     #[error("{}: serialising {what}: {reason}", path.display())]
     Serialize {

@@ -1743,10 +1743,10 @@ pub fn write_all(seed: u64, cl: &Cluster, tl: &Timeline, sim: &Sim, out: &Path) 
         let mut f = crate::out::AtomicFile::create(&path)?;
         // The jobs stream holds Jobs, JobSets, TrainJobs, PyTorchJobs, RayJobs and RayClusters.
         for v in versions.iter().filter(|v| v.stream == stream) {
-            f.write(&v.bytes)?;
+            std::io::Write::write_all(&mut f, &v.bytes).map_err(|e| crate::error::SimError::io(&path, e))?;
             w.count(&v.kind);
         }
-        w.bytes += f.finish()?;
+        w.bytes += f.commit()?;
         w.files += 1;
     }
     drop(versions);

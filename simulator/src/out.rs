@@ -3,66 +3,17 @@
 //! The DCGM writer emits tens of millions of lines, so numbers and timestamps are formatted by
 //! hand into byte buffers instead of through `format!`.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::error::{Result, SimError};
 
 pub const MS_PER_DAY: i64 = 86_400_000;
 
-/// A file written under `<name>.tmp` and renamed into place by [`AtomicFile::finish`], so that a
-/// reader never sees half a file.
-pub struct AtomicFile {
-    tmp: PathBuf,
-    path: PathBuf,
-    w: BufWriter<File>,
-    bytes: u64,
-}
-
-impl AtomicFile {
-    pub fn create(path: &Path) -> Result<Self> {
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        let tmp = PathBuf::from(tmp);
-        let f = File::create(&tmp).map_err(|e| SimError::io(&tmp, e))?;
-        Ok(AtomicFile {
-            tmp,
-            path: path.to_path_buf(),
-            w: BufWriter::with_capacity(1 << 20, f),
-            bytes: 0,
-        })
-    }
-
-    pub fn write(&mut self, buf: &[u8]) -> Result<()> {
-        self.bytes += buf.len() as u64;
-        self.w
-            .write_all(buf)
-            .map_err(|e| SimError::io(&self.tmp, e))
-    }
-
-    /// Flushes, closes and renames; returns the bytes written.
-    pub fn finish(self) -> Result<u64> {
-        let AtomicFile {
-            tmp,
-            path,
-            w,
-            bytes,
-        } = self;
-        let f = w
-            .into_inner()
-            .map_err(|e| SimError::io(&tmp, e.into_error()))?;
-        drop(f);
-        std::fs::rename(&tmp, &path).map_err(|e| SimError::io(&path, e))?;
-        Ok(bytes)
-    }
-}
+pub use gpuledger_store::AtomicFile;
 
 /// Writes a whole file atomically; returns its size.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<u64> {
-    let mut f = AtomicFile::create(path)?;
-    f.write(bytes)?;
-    f.finish()
+    Ok(gpuledger_store::atomic::write_file(path, bytes)?)
 }
 
 pub fn create_dir(path: &Path) -> Result<()> {

@@ -1,7 +1,7 @@
 //! `gpuledger backfill`: DCGM history from a Prometheus server into the store, chunk by chunk,
 //! resumable, with a summary of what was asked, stored and given up.
 
-use gpuledger_schemas::location::StoreLocation;
+use gpuledger_store::StoreLocation;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Mutex;

@@ -1,6 +1,6 @@
 //! `gpuledger collect`: the live collector (Kubernetes watches + DCGM scrapes -> WAL -> store).
 
-use gpuledger_schemas::location::StoreLocation;
+use gpuledger_store::StoreLocation;
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -2,7 +2,7 @@
 //! into a store, run the ledger, print the busiest month's chargeback and write the HTML and
 //! FOCUS reports.
 
-use gpuledger_schemas::location::StoreLocation;
+use gpuledger_store::StoreLocation;
 use std::path::PathBuf;
 use std::process::ExitCode;
 

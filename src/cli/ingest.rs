@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use gpuledger_schemas::location::StoreLocation;
+use gpuledger_store::StoreLocation;
 use clap::ValueEnum;
 use gpuledger_collector::ingest::{self, IngestOptions, IngestSummary};
 use gpuledger_collector::Diagnostics;

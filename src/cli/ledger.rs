@@ -1,6 +1,6 @@
 //! `gpuledger ledger`: run the accounting in queries/ and write its derived tables to the store.
 
-use gpuledger_schemas::location::StoreLocation;
+use gpuledger_store::StoreLocation;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -84,8 +84,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 /// `--store`: a path, or an object-store URL; credentials come from the environment.
-pub(crate) fn store_location(text: &str) -> Result<gpuledger_schemas::location::StoreLocation, String> {
-    gpuledger_schemas::location::StoreLocation::parse(text).map_err(|e| e.to_string())
+pub(crate) fn store_location(text: &str) -> Result<gpuledger_store::StoreLocation, String> {
+    gpuledger_store::StoreLocation::parse(text).map_err(|e| e.to_string())
 }
 
 /// A size flag: `512MiB`, `4GiB`, `1.5G`, or bytes.

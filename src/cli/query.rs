@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use gpuledger_schemas::location::StoreLocation;
+use gpuledger_store::StoreLocation;
 use clap::ValueEnum;
 use gpuledger_ledger::Ledger;
 use gpuledger_ledger::output::{OutputFormat, format_batches};

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use gpuledger_schemas::location::StoreLocation;
+use gpuledger_store::StoreLocation;
 use clap::ValueEnum;
 use gpuledger_ledger::accounting::{Accounting, RunOptions};
 use gpuledger_ledger::config::{Config, IdlePolicy};
@@ -148,8 +148,6 @@ fn split_stem(path: &Path) -> (PathBuf, String) {
 
 /// Writes a report so that a reader never sees half of one.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let io = |p: &Path, e: std::io::Error| anyhow::Error::new(e).context(format!("writing {}", p.display()));
-    gpuledger_ledger::atomic::write_file(path, |mut f| f.write_all(bytes).map_err(|e| io(path, e)), io)
+    gpuledger_store::atomic::write_file(path, bytes)?;
+    Ok(())
 }

@@ -1,6 +1,6 @@
 //! `gpuledger serve`: the store and its ledger over the PostgreSQL wire protocol and HTTP.
 
-use gpuledger_schemas::location::StoreLocation;
+use gpuledger_store::StoreLocation;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;

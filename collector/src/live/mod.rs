@@ -22,7 +22,7 @@ pub mod writer;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use gpuledger_schemas::location::StoreLocation;
+use gpuledger_store::StoreLocation;
 use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
 use std::time::{Duration, Instant};

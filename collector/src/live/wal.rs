@@ -287,8 +287,9 @@ pub fn segment_seq(path: &Path) -> Option<u64> {
 
 /// Segments in `dir`, oldest first.
 fn segments(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut out: Vec<(u64, PathBuf)> = crate::store::entries_named(dir, |n| n.starts_with("seg-") && n.ends_with(".wal"))?
+    let mut out: Vec<(u64, PathBuf)> = gpuledger_store::list_local(dir)?
         .into_iter()
+        .map(|n| dir.join(n))
         .filter_map(|p| segment_seq(&p).map(|s| (s, p)))
         .collect();
     out.sort();
@@ -307,12 +308,8 @@ fn sync_dir(dir: &Path) -> Result<()> {
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(".{}.tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("file")));
-    let mut f = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-    f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| Error::io(&tmp, e))?;
-    fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
-    sync_dir(dir)
+    gpuledger_store::atomic::write_file(path, bytes)?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -13,15 +13,13 @@
 //!   input, or rerunning an ingest a crash interrupted, writes nothing twice and loses nothing.
 //! - **One writer.** An exclusive lock on `<root>/.lock` keeps two writers apart.
 //!
-//! A store in object storage (`s3://bucket/prefix`, see `gpuledger_schemas::location`) has the
+//! A store in object storage (`s3://bucket/prefix`, see `gpuledger_store::StoreLocation`) has the
 //! same layout and the first two guarantees: an object appears whole when its PUT (or
 //! multipart upload) completes, so there is no temporary name. Object stores have no locks:
 //! keeping to one writer per prefix is the operator's part there (README, "Object storage").
 
 mod heads;
 mod keys;
-mod parquet_file;
-mod remote;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
@@ -32,20 +30,15 @@ use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
 use arrow::compute::{concat_batches, take_record_batch};
 use arrow::datatypes::TimestampMillisecondType;
 use chrono::{DateTime, NaiveDate};
-use gpuledger_schemas::location::StoreLocation;
-use gpuledger_schemas::{DedupScope, PARTITION_KEY, Table};
+use gpuledger_schemas::{DedupScope, Table};
+use gpuledger_store::layout::{self, LOCK, MARKER, partition_rel};
+use gpuledger_store::{BlockingStore, StoreLocation};
 
 use crate::error::{Error, Result};
 use crate::tables::TableBatch;
 use keys::KeySet;
-use remote::Remote;
 
 pub use heads::ObjectHead;
-pub use parquet_file::write_properties;
-
-/// Name of the marker file that says a directory is a gpuledger store.
-pub const MARKER: &str = gpuledger_schemas::location::STORE_MARKER;
-const LOCK: &str = ".lock";
 
 /// Tuning knobs of the writer.
 #[derive(Debug, Clone)]
@@ -76,8 +69,9 @@ pub struct StoreStats {
 
 /// An open store, writable by this process only.
 pub struct Store {
-    location: StoreLocation,
-    backing: Backing,
+    files: BlockingStore,
+    /// A local store's writer lock, held while the store is open.
+    _lock: Option<File>,
     options: StoreOptions,
     run_id: String,
     file_seq: u64,
@@ -87,40 +81,29 @@ pub struct Store {
     pub stats: StoreStats,
 }
 
-/// Where the files go.
-enum Backing {
-    /// A directory, locked against a second writer.
-    Local { root: PathBuf, _lock: File },
-    Remote(Remote),
-}
-
 impl Store {
     /// Opens (creating if needed) the store at `location` for writing.
     pub fn open(location: &StoreLocation, options: StoreOptions) -> Result<Store> {
-        let backing = match location {
-            StoreLocation::Local(root) => Self::open_local(root)?,
-            StoreLocation::Remote(r) => Self::open_remote(Remote::new(r.clone())?)?,
+        let lock = match location {
+            StoreLocation::Local(root) => Some(Self::open_local(root)?),
+            StoreLocation::Remote(_) => None,
         };
-        let now = chrono::Utc::now();
-        let run_id = format!("{}-{}", now.format("%Y%m%dT%H%M%S%6f"), std::process::id());
-        Ok(Store { location: location.clone(), backing, options, run_id, file_seq: 0, buffers: HashMap::new(), keys: HashMap::new(), stats: StoreStats::default() })
-    }
-
-    /// A prefix that holds objects but no marker is someone else's: refused, as for a directory.
-    fn open_remote(remote: Remote) -> Result<Backing> {
-        if !remote.exists(MARKER)? {
-            if !remote.is_empty()? {
+        let files = BlockingStore::new(location)?;
+        // A prefix that holds objects but no marker is someone else's: refused, as for a directory.
+        if lock.is_none() && !files.has_file(MARKER)? {
+            if !files.is_empty()? {
                 return Err(Error::Store {
-                    path: remote.name(""),
+                    path: location.display(""),
                     reason: format!("holds objects but no {MARKER} marker: not a gpuledger store, refusing to write into it"),
                 });
             }
-            remote.put(MARKER, format!("{{\"schema_version\":{}}}\n", gpuledger_schemas::SCHEMA_VERSION).into_bytes())?;
+            files.write_whole(MARKER, layout::marker_contents().into_bytes())?;
         }
-        Ok(Backing::Remote(remote))
+        Ok(Store { files, _lock: lock, options, run_id: layout::run_id(), file_seq: 0, buffers: HashMap::new(), keys: HashMap::new(), stats: StoreStats::default() })
     }
 
-    fn open_local(root: &Path) -> Result<Backing> {
+    /// Creates or checks a local store and takes its writer lock.
+    fn open_local(root: &Path) -> Result<File> {
         if root.exists() {
             let is_store = root.join(MARKER).exists();
             let empty = fs::read_dir(root).map_err(|e| Error::io(root, e))?.next().is_none();
@@ -134,8 +117,7 @@ impl Store {
         fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
         let marker = root.join(MARKER);
         if !marker.exists() {
-            let text = format!("{{\"schema_version\":{}}}\n", gpuledger_schemas::SCHEMA_VERSION);
-            fs::write(&marker, text).map_err(|e| Error::io(&marker, e))?;
+            gpuledger_store::atomic::write_file(&marker, layout::marker_contents().as_bytes())?;
         }
         let lock_path = root.join(LOCK);
         let lock = File::options().create(true).truncate(false).write(true).open(&lock_path).map_err(|e| Error::io(&lock_path, e))?;
@@ -146,51 +128,29 @@ impl Store {
             }
             Err(fs::TryLockError::Error(e)) => return Err(Error::io(&lock_path, e)),
         }
-        parquet_file::remove_stale_temporaries(root)?;
-        Ok(Backing::Local { root: root.to_path_buf(), _lock: lock })
+        gpuledger_store::atomic::remove_stale_temporaries(root)?;
+        Ok(lock)
     }
 
     pub fn location(&self) -> &StoreLocation {
-        &self.location
+        self.files.location()
     }
 
     /// Names (not paths) of the entries directly under `rel_dir`, a `/`-separated directory
     /// inside the store, sorted; none if it does not exist.
     pub fn list_names(&self, rel_dir: &str) -> Result<Vec<String>> {
-        match &self.backing {
-            Backing::Local { root, .. } => {
-                let paths = entries_named(&root.join(rel_dir), |_| true)?;
-                Ok(paths.iter().filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())).collect())
-            }
-            Backing::Remote(r) => {
-                let (mut dirs, files) = r.list(rel_dir)?;
-                dirs.extend(files);
-                dirs.sort();
-                Ok(dirs)
-            }
-        }
+        Ok(self.files.list_names(rel_dir)?)
     }
 
-    /// Writes a small file (a marker, a note) at `rel` so that it appears whole. Not fsynced:
-    /// callers use it for what a rerun can recreate.
+    /// Writes a small file (a marker, a note) at `rel` so that it appears whole.
     pub fn put_small(&self, rel: &str, bytes: &[u8]) -> Result<()> {
-        match &self.backing {
-            Backing::Local { root, .. } => {
-                let path = root.join(rel);
-                let dir = path.parent().unwrap_or(root);
-                fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-                let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                let tmp = dir.join(format!(".{name}.tmp"));
-                fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
-                fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))
-            }
-            Backing::Remote(r) => r.put(rel, bytes.to_vec()),
-        }
+        self.files.write_whole(rel, bytes.to_vec())?;
+        Ok(())
     }
 
     /// The name of `rel` in messages: a path, or a URL.
     pub fn display(&self, rel: &str) -> PathBuf {
-        PathBuf::from(self.location.join(rel))
+        self.location().display(rel)
     }
 
     /// Buffers a batch; writes the table out when enough rows are buffered.
@@ -303,15 +263,7 @@ impl Store {
                 part
             };
             let sorted = sort_batch(table, &part)?;
-            let bytes = match &self.backing {
-                Backing::Local { root, .. } => parquet_file::write_atomically(table, &root.join(&rel), &sorted)?,
-                Backing::Remote(r) => {
-                    let encoded = parquet_file::encode(table, &sorted).map_err(|source| Error::Parquet { path: r.name(&rel), source })?;
-                    let len = encoded.len() as u64;
-                    r.put(&rel, encoded)?;
-                    len
-                }
-            };
+            let bytes = gpuledger_store::write_table_file(&self.files, table, &rel, &sorted)?;
             self.stats.files_written += 1;
             self.stats.bytes_written += bytes;
             *self.stats.rows_written.entry(table.name).or_default() += kept as u64;
@@ -320,10 +272,7 @@ impl Store {
     }
 
     fn exists(&self, rel: &str) -> Result<bool> {
-        match &self.backing {
-            Backing::Local { root, .. } => Ok(root.join(rel).exists()),
-            Backing::Remote(r) => r.exists(rel),
-        }
+        Ok(self.files.has_file(rel)?)
     }
 
     /// The key hashes of a partition (or a whole table), loaded from the store on first use.
@@ -346,8 +295,7 @@ impl Store {
 
     /// `<table>/date=…` of every day partition of a table.
     fn partition_rels(&self, table: &str) -> Result<Vec<String>> {
-        let prefix = format!("{PARTITION_KEY}=");
-        Ok(self.list_names(table)?.into_iter().filter(|n| n.starts_with(&prefix)).map(|n| format!("{table}/{n}")).collect())
+        Ok(self.list_names(table)?.into_iter().filter(|n| layout::partition_date(n).is_some()).map(|n| format!("{table}/{n}")).collect())
     }
 
     /// Visible `.parquet` files under the partitions `dirs`, as store paths.
@@ -355,7 +303,7 @@ impl Store {
         let mut out = Vec::new();
         for dir in dirs {
             for name in self.list_names(dir)? {
-                if !name.starts_with('.') && name.ends_with(".parquet") {
+                if layout::is_data_file(&name) {
                     out.push(format!("{dir}/{name}"));
                 }
             }
@@ -365,13 +313,14 @@ impl Store {
 
     /// Opens one stored Parquet file and hands a reader builder to `f`.
     fn read_parquet<T>(&self, rel: &str, f: impl FnOnce(ParquetSource) -> Result<T>) -> Result<T> {
-        match &self.backing {
-            Backing::Local { root, .. } => {
+        // A local file is read where it lies; an object is fetched whole.
+        match self.location().local() {
+            Some(root) => {
                 let path = root.join(rel);
                 let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
                 f(ParquetSource { name: path, file: SourceData::File(file) })
             }
-            Backing::Remote(r) => f(ParquetSource { name: r.name(rel), file: SourceData::Bytes(r.get(rel)?) }),
+            None => f(ParquetSource { name: self.display(rel), file: SourceData::Bytes(self.files.get(rel)?) }),
         }
     }
 
@@ -418,30 +367,6 @@ impl ParquetSource {
             SourceData::Bytes(b) => build(&self.name, b, columns),
         }
     }
-}
-
-/// `<table>/date=YYYY-MM-DD`, the store path of a day partition.
-pub fn partition_rel(table: &str, date: &str) -> String {
-    format!("{table}/{PARTITION_KEY}={date}")
-}
-
-/// Entries of `dir` whose names pass `keep`, sorted; a missing directory has none.
-pub(crate) fn entries_named(dir: &Path, keep: impl Fn(&str) -> bool) -> Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    match fs::read_dir(dir) {
-        Ok(entries) => {
-            for e in entries {
-                let e = e.map_err(|e| Error::io(dir, e))?;
-                if keep(&e.file_name().to_string_lossy()) {
-                    out.push(e.path());
-                }
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(Error::io(dir, e)),
-    }
-    out.sort();
-    Ok(out)
 }
 
 /// Row indices per UTC day (days since the epoch) of the table's partition column.

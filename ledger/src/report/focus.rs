@@ -22,7 +22,7 @@
 //! four cost columns are equal (the ledger has one price list, no discounts or commitments).
 //! Columns that FOCUS does not define are prefixed `x_`, as the specification asks.
 
-use std::fs::{self, File};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -31,8 +31,6 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use chrono::NaiveDate;
 use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::WriterProperties;
 
 use super::{RenderError, Report};
 
@@ -89,14 +87,12 @@ pub fn write_focus(report: &Report, dir: &Path, stem: &str) -> Result<FocusFiles
     write_atomically(&csv, |file| {
         let mut w =
             arrow::csv::WriterBuilder::new().with_header(true).with_timestamp_tz_format("%Y-%m-%dT%H:%M:%SZ".to_string()).build(file);
-        w.write(&batch)?;
-        Ok(())
+        Ok(w.write(&batch)?)
     })?;
 
     let parquet = dir.join(format!("{stem}.parquet"));
     write_atomically(&parquet, |file| {
-        let props = WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::default())).build();
-        let mut w = ArrowWriter::try_new(file, batch.schema(), Some(props))?;
+        let mut w = ArrowWriter::try_new(file, batch.schema(), Some(gpuledger_store::derived_properties(stem)))?;
         w.write(&batch)?;
         w.close()?;
         Ok(())
@@ -105,8 +101,8 @@ pub fn write_focus(report: &Report, dir: &Path, stem: &str) -> Result<FocusFiles
     Ok(FocusFiles { csv, parquet, rows: batch.num_rows() })
 }
 
-fn write_atomically(path: &Path, fill: impl FnOnce(&File) -> Result<(), RenderError>) -> Result<(), RenderError> {
-    crate::atomic::write_file(path, fill, |path, source| RenderError::Io { path: path.to_path_buf(), source })
+fn write_atomically(path: &Path, fill: impl FnOnce(&mut gpuledger_store::AtomicFile) -> Result<(), RenderError>) -> Result<(), RenderError> {
+    gpuledger_store::atomic::write_with(path, fill).map(|_| ())
 }
 
 /// One row of the export before it becomes columns.
@@ -422,7 +418,7 @@ mod tests {
         let names: Vec<String> = fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         assert_eq!(names.len(), 2, "{names:?}");
 
-        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&files.parquet).unwrap()).unwrap().build().unwrap();
+        let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&files.parquet).unwrap()).unwrap().build().unwrap();
         let batches: Vec<RecordBatch> = reader.collect::<Result<_, _>>().unwrap();
         assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), files.rows);
         let schema = batches[0].schema();

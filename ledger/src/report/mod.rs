@@ -181,6 +181,9 @@ pub enum RenderError {
         #[source]
         source: std::io::Error,
     },
+    /// Writing a file whole failed.
+    #[error(transparent)]
+    File(#[from] gpuledger_store::Error),
     /// The Parquet writer failed.
     #[error("writing Parquet: {0}")]
     Parquet(#[from] parquet::errors::ParquetError),

@@ -24,9 +24,6 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use object_store::path::Path as ObjectPath;
 use url::Url;
 
-/// The file (or object) at the root of every store that says it is one.
-pub const STORE_MARKER: &str = ".gpuledger-store";
-
 /// A store's place: a directory, or a prefix in an object store.
 #[derive(Clone)]
 pub enum StoreLocation {

@@ -1,0 +1,58 @@
+//! What can go wrong reaching the store, each error naming the path or URL it concerns.
+
+use std::path::{Path, PathBuf};
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A local file or directory could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The object store refused or failed a request.
+    #[error("{url}: {source}")]
+    Remote {
+        url: String,
+        #[source]
+        source: object_store::Error,
+    },
+    /// A Parquet file could not be encoded or decoded.
+    #[error("{}: {source}", path.display())]
+    Parquet {
+        path: PathBuf,
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+    /// The place is not (or cannot be) a store: not a directory, someone else's files, locked.
+    #[error("{}: {reason}", path.display())]
+    Refused { path: PathBuf, reason: String },
+    /// The `--store` argument itself is wrong.
+    #[error(transparent)]
+    Location(#[from] crate::location::LocationError),
+    /// A broken invariant in gpuledger itself.
+    #[error("internal error: {0}. This is a bug in gpuledger; please report it with the command that ran")]
+    Internal(String),
+}
+
+impl Error {
+    pub fn io(path: impl AsRef<Path>, source: std::io::Error) -> Error {
+        Error::Io { path: path.as_ref().to_path_buf(), source }
+    }
+
+    pub fn internal(what: impl Into<String>) -> Error {
+        Error::Internal(what.into())
+    }
+
+    /// The path or URL the error concerns, where it has one.
+    pub fn path(&self) -> Option<PathBuf> {
+        match self {
+            Error::Io { path, .. } | Error::Parquet { path, .. } | Error::Refused { path, .. } => Some(path.clone()),
+            Error::Remote { url, .. } => Some(PathBuf::from(url)),
+            Error::Location(_) | Error::Internal(_) => None,
+        }
+    }
+}
