@@ -21,7 +21,7 @@ pub mod metrics;
 pub mod pg;
 mod pgcompat;
 
-use gpuledger_schemas::location::StoreLocation;
+use gpuledger_store::StoreLocation;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
