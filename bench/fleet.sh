@@ -262,7 +262,9 @@ def step(name):
     return timing(name) or {"error": "no /usr/bin/time figures"}
 
 def operator_peak(out):
-    m = re.search(r"operators held at most ([0-9.]+) MiB at once \(([^)]*)\)", read(out) or "")
+    # The ledger prints its summary, this line included, on stderr.
+    err = out.removesuffix(".out") + ".err"
+    m = re.search(r"operators held at most ([0-9.]+) MiB at once \(([^)]*)\)", (read(err) or "") + (read(out) or ""))
     if not m:
         return None, None
     lim = re.fullmatch(r"limit ([0-9.]+) MiB", m[2])

@@ -11,7 +11,7 @@
 -- (failed and preempted time: the whole of a lost segment, a retried attempt's time otherwise).
 CREATE OR REPLACE VIEW run_segments AS
 SELECT r.namespace, r.run, r.workload, r.segment, r.team, r.outcome, r.segment_started AS started_at,
-       r.segment_ended AS ended_at, r.pods, r.last_pod, r.failed_attempts, r.last_failed_pod,
+       r.segment_ended AS ended_at, r.pods, r.last_pod, r.last_pod_key, r.failed_attempts, r.last_failed_pod, r.last_failed_pod_key,
        COALESCE(h.gpu_hours, 0) AS gpu_hours, COALESCE(h.cost, 0) AS cost,
        COALESCE(h.lost_gpu_hours, 0) AS lost_gpu_hours, COALESCE(h.lost_cost, 0) AS lost_cost, h.xid_error, h.nodes
 FROM (
@@ -19,11 +19,23 @@ FROM (
            MIN(segment_started) AS segment_started, MAX(segment_ended) AS segment_ended,
            COUNT(*) AS pods,
            -- The pod that started last (name breaks ties): its termination speaks for the segment.
-           substr(MAX(to_char(pod_started, '%Y-%m-%dT%H:%M:%S') || ' ' || pod || ' ' || pod_key), 21) AS last_pod,
+           MAX(CASE WHEN last_rank = 1 THEN pod END) AS last_pod,
+           MAX(CASE WHEN last_rank = 1 THEN pod_key END) AS last_pod_key,
            -- Pods that failed while their segment went on, and the last of them.
            SUM(CASE WHEN pod_failed AND outcome NOT IN ('failed', 'preempted') THEN 1 ELSE 0 END) AS failed_attempts,
-           substr(MAX(CASE WHEN pod_failed THEN to_char(pod_started, '%Y-%m-%dT%H:%M:%S') || ' ' || pod || ' ' || pod_key END), 21) AS last_failed_pod
-    FROM pod_runs
+           MAX(CASE WHEN last_failed_rank = 1 THEN pod END) AS last_failed_pod,
+           MAX(CASE WHEN last_failed_rank = 1 THEN pod_key END) AS last_failed_pod_key
+    FROM (
+        -- Rank 1: the latest start (a pod without a start time never speaks), then the name.
+        SELECT *,
+               CASE WHEN pod_started IS NOT NULL THEN ROW_NUMBER() OVER (
+                   PARTITION BY namespace, run, segment
+                   ORDER BY pod_started IS NULL, pod_started DESC, pod DESC, pod_key DESC) END AS last_rank,
+               CASE WHEN pod_failed AND pod_started IS NOT NULL THEN ROW_NUMBER() OVER (
+                   PARTITION BY namespace, run, segment
+                   ORDER BY COALESCE(pod_failed, false) AND pod_started IS NOT NULL DESC, pod_started DESC, pod DESC, pod_key DESC) END AS last_failed_rank
+        FROM pod_runs
+    ) ranked
     GROUP BY namespace, run, segment
 ) r
 LEFT JOIN (
@@ -58,7 +70,7 @@ LEFT JOIN workload_segments ws
 -- The pod whose termination speaks: the last pod of a lost segment, the last failed one otherwise.
 LEFT JOIN pods_latest p
        ON p.namespace = rs.namespace
-      AND p.pod_key = split_part(CASE WHEN rs.outcome IN ('failed', 'preempted') THEN rs.last_pod ELSE rs.last_failed_pod END, ' ', 2)
+      AND p.pod_key = CASE WHEN rs.outcome IN ('failed', 'preempted') THEN rs.last_pod_key ELSE rs.last_failed_pod_key END
 LEFT JOIN (
     -- Warning events about the segment's pods (or its Workload) while it ran, by reason. The
     -- pod and Workload matches are two joins on the full name, not one join with an OR in it:

@@ -39,6 +39,7 @@ pub const QUERY_FILES: &[(&str, &str)] = &[
     ("60_chargeback.sql", include_str!("../../queries/60_chargeback.sql")),
     ("70_queue.sql", include_str!("../../queries/70_queue.sql")),
     ("80_failures.sql", include_str!("../../queries/80_failures.sql")),
+    ("90_reports.sql", include_str!("../../queries/90_reports.sql")),
 ];
 
 /// Views computed once and kept as tables, because later steps read them many times.
@@ -53,7 +54,7 @@ const REUSED_VIEWS: &[&str] = &["pod_samples", "observation_starts", "run_segmen
 const PER_DAY_TABLES: &[&str] = &["gpu_state_hours", "unobserved_gpu_hours", "gpu_pods", "lost_segment_gpus"];
 
 /// The steps after the sample steps, once over the gathered results.
-const MONTHLY_FILES: [&str; 5] = ["50_units.sql", "55_who_pays.sql", "60_chargeback.sql", "70_queue.sql", "80_failures.sql"];
+const MONTHLY_FILES: [&str; 6] = ["50_units.sql", "55_who_pays.sql", "60_chargeback.sql", "70_queue.sql", "80_failures.sql", "90_reports.sql"];
 
 /// The derived tables `gpuledger ledger` writes to the store: (table, the view it comes from).
 pub const DERIVED_TABLES: &[(&str, &str)] = &[
@@ -115,9 +116,8 @@ pub type DayProgress<'a> = &'a mut dyn FnMut(usize, usize, &str);
 
 impl Accounting {
     /// Runs every step of the accounting over the store behind `ctx` (a session from
-    /// [`crate::Ledger::accounting_session`]).
+    /// [`crate::Ledger::store_session`], which registered the store's tables and the SQL functions).
     pub async fn run(ctx: SessionContext, store: &StoreLocation, config: &Config, options: &RunOptions, progress: DayProgress<'_>) -> Result<Accounting> {
-        crate::udf::register(&ctx);
         let scratch = match &options.intermediates {
             Intermediates::Memory => None,
             Intermediates::Store(location) => {
@@ -454,6 +454,11 @@ fn replace_table(ctx: &SessionContext, name: &str, table: Arc<dyn TableProvider>
     ctx.deregister_table(name).map_err(err)?;
     ctx.register_table(name, table).map_err(err)?;
     Ok(())
+}
+
+/// Creates the report views of `queries/90_reports.sql` in a session holding the derived tables.
+pub(crate) async fn create_report_views(ctx: &SessionContext) -> Result<()> {
+    exec_file(ctx, "90_reports.sql", None).await
 }
 
 /// Runs every statement of one query file (they create views).

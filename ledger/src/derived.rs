@@ -21,17 +21,17 @@ pub async fn write(location: &StoreLocation, table: &str, schema: SchemaRef, bat
     Ok(gpuledger_store::write_parquet(location, &layout::derived_rel(table), schema, batches, gpuledger_store::derived_properties(table)).await?)
 }
 
-/// Registers the derived tables present in the store under their names.
+/// Registers the derived tables present in the store under their names, and the report views
+/// over them.
 pub async fn register(ctx: &SessionContext, location: &StoreLocation) -> Result<()> {
-    for (table, _) in DERIVED_TABLES {
-        register_one(ctx, location, table).await?;
-    }
-    Ok(())
+    register_missing(ctx, location).await.map(|_| ())
 }
 
 /// Registers the derived tables present in the store but not yet in `ctx` (written since it
 /// was opened); returns how many. A table already registered keeps reading its file, which a
-/// later `gpuledger ledger` run replaces in place.
+/// later `gpuledger ledger` run replaces in place. Once the tables the report views read are all
+/// there, the views (`queries/90_reports.sql`) are created, once: a view keeps the tables it was
+/// planned over, and those keep reading their files.
 pub async fn register_missing(ctx: &SessionContext, location: &StoreLocation) -> Result<usize> {
     let mut n = 0;
     for (table, _) in DERIVED_TABLES {
@@ -39,8 +39,16 @@ pub async fn register_missing(ctx: &SessionContext, location: &StoreLocation) ->
             n += 1;
         }
     }
+    let have = |t: &str| ctx.table_exist(t).unwrap_or(false);
+    if !have(REPORT_VIEW) && REPORT_INPUTS.iter().all(|t| have(t)) {
+        crate::accounting::create_report_views(ctx).await?;
+    }
     Ok(n)
 }
+
+/// A view of `queries/90_reports.sql`, and the derived tables that file reads.
+const REPORT_VIEW: &str = "report_usage";
+const REPORT_INPUTS: [&str; 3] = ["priced_state_hours", "chargeback_monthly", "accepted_units_monthly"];
 
 async fn register_one(ctx: &SessionContext, location: &StoreLocation, table: &'static str) -> Result<bool> {
     let rel = layout::derived_rel(table);

@@ -4,6 +4,12 @@ use std::path::PathBuf;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl Error {
+    pub fn internal(what: impl Into<String>) -> Error {
+        Error::Internal(what.into())
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The store cannot be used.
@@ -12,6 +18,9 @@ pub enum Error {
     /// Reaching the store's files failed (I/O, object storage).
     #[error("store {0}")]
     StoreFiles(#[from] gpuledger_store::Error),
+    /// The store holds nothing for what was asked (a month without data, an empty store).
+    #[error("{0}")]
+    NoData(String),
     /// Registering a store table with DataFusion failed.
     #[error("registering table {table}: {source}")]
     Register {
@@ -29,6 +38,10 @@ pub enum Error {
     /// A Ballista scheduler or executor could not start or stopped.
     #[error("ballista {0}")]
     Engine(String),
+    /// A broken invariant in gpuledger itself (a query result without the column a report
+    /// reads, say).
+    #[error("internal error: {0}. This is a bug in gpuledger; please report it with the command that ran")]
+    Internal(String),
     /// Formatting results failed.
     #[error("formatting results: {0}")]
     Output(#[from] arrow::error::ArrowError),

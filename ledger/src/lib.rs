@@ -14,12 +14,14 @@
 pub mod accounting;
 pub mod ballista;
 pub mod config;
+pub mod decode;
 pub mod derived;
 pub mod engine;
 pub mod monthly;
 pub mod error;
 pub mod output;
 pub mod report;
+pub mod run;
 pub mod store;
 pub mod udf;
 
@@ -55,12 +57,6 @@ impl Ledger {
         let ctx = Self::store_session(ctx, location).await?;
         derived::register(&ctx, location).await?;
         Ok(Ledger { ctx, location: location.clone() })
-    }
-
-    /// A fresh session with the store's tables only (no derived tables, which the accounting
-    /// itself defines as views) and the ledger's SQL functions.
-    pub async fn accounting_session(location: &StoreLocation) -> Result<SessionContext> {
-        Self::store_session(SessionContext::new(), location).await
     }
 
     /// Registers the store's tables in `ctx` (and, for object storage, the store's client).

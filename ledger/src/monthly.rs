@@ -1,34 +1,29 @@
-//! Reads one month into a [`Report`], either out of a finished accounting run (its views) or
-//! out of the derived tables a `gpuledger ledger` run stored (what `gpuledger serve` reads).
+//! Reads one month into a [`Report`] from the report views (`queries/90_reports.sql`) and the
+//! derived tables, in a finished accounting run's session or over the ledger a `gpuledger
+//! ledger` run stored (what `gpuledger serve` reads): the same SQL either way.
+//!
+//! The month is a bound parameter; each column is read with its type ([`crate::decode`]).
 
+use arrow::record_batch::RecordBatch;
 use datafusion::prelude::SessionContext;
-use serde_json::Value;
+use datafusion::scalar::ScalarValue;
 
-use crate::accounting::{Accounting, collect, rows, strings};
-use crate::error::Result;
+use crate::accounting::Accounting;
+use crate::decode::decode;
+use crate::error::{Error, Result};
 use crate::report::{ChargebackRow, FailureCauseRow, QueueWaitRow, Report, UnitsRow, UsageRow};
-
-/// The names under which a session holds the tables whose view and stored names differ.
-#[derive(Debug, Clone, Copy)]
-struct Names {
-    priced_state_hours: &'static str,
-}
-
-/// An accounting run names the priced hours by their view; the store by the derived table.
-const VIEWS: Names = Names { priced_state_hours: "priced_state_hours" };
-const STORED: Names = Names { priced_state_hours: "gpu_state_hours" };
 
 impl Accounting {
     /// The report of `month` (`YYYY-MM`). Queue waits are those of admissions in that month.
     pub async fn report(&self, month: &str, currency: &str, idle_policy: &str) -> Result<Report> {
-        read_report(self.context(), VIEWS, month, currency, idle_policy).await
+        read_report(self.context(), month, currency, idle_policy).await
     }
 }
 
-/// The report of `month` from a session holding the stored derived tables under their names
+/// The report of `month` from a session holding the stored derived tables and the report views
 /// (see [`crate::derived::register`]): the same figures the accounting run that wrote them gave.
 pub async fn stored_report(ctx: &SessionContext, month: &str, currency: &str, idle_policy: &str) -> Result<Report> {
-    read_report(ctx, STORED, month, currency, idle_policy).await
+    read_report(ctx, month, currency, idle_policy).await
 }
 
 /// Months of the stored chargeback, oldest first, and the busiest of them.
@@ -36,128 +31,111 @@ pub async fn stored_months(ctx: &SessionContext) -> Result<(Vec<String>, Option<
     Ok((months(ctx).await?, busiest_month(ctx).await?))
 }
 
+/// Runs `sql` with `$1` bound to `month` (when given).
+async fn query(ctx: &SessionContext, sql: &str, month: Option<&str>) -> Result<Vec<RecordBatch>> {
+    let err = |source| Error::Query { sql: crate::first_line(sql), source };
+    let df = ctx.sql(sql).await.map_err(err)?;
+    let df = match month {
+        Some(m) => df.with_param_values(vec![ScalarValue::Utf8(Some(m.to_string()))]).map_err(err)?,
+        None => df,
+    };
+    df.collect().await.map_err(err)
+}
+
 /// Months that have GPU time, overheads or units, oldest first.
 pub(crate) async fn months(ctx: &SessionContext) -> Result<Vec<String>> {
-    let (_, batches) = collect(ctx, "SELECT DISTINCT month FROM chargeback_monthly ORDER BY month").await?;
-    Ok(strings(&batches, 0).into_iter().flatten().collect())
+    let batches = query(ctx, "SELECT month FROM report_months ORDER BY month", None).await?;
+    decode(&batches, "report_months", |c| c.text("month"))
 }
 
 /// The month with the most GPU-hours (all states), the earliest on a tie.
 pub(crate) async fn busiest_month(ctx: &SessionContext) -> Result<Option<String>> {
-    let sql = "SELECT month FROM chargeback_monthly GROUP BY month ORDER BY SUM(productive_gpu_hours + allocated_idle_gpu_hours + failed_gpu_hours + preempted_gpu_hours + unallocated_gpu_hours) DESC, month LIMIT 1";
-    let (_, batches) = collect(ctx, sql).await?;
-    Ok(strings(&batches, 0).into_iter().flatten().next())
+    let batches = query(ctx, "SELECT month FROM report_months ORDER BY gpu_hours DESC, month LIMIT 1", None).await?;
+    Ok(decode(&batches, "report_months", |c| c.text("month"))?.into_iter().next())
 }
 
-async fn read_report(ctx: &SessionContext, names: Names, month: &str, currency: &str, idle_policy: &str) -> Result<Report> {
-    let query = async |sql: &str| collect(ctx, sql).await.map(|(_, batches)| batches);
-    let month_lit = month.replace('\'', "''");
-    let chargeback = rows(&query(&format!("SELECT * FROM chargeback_monthly WHERE month = '{month_lit}' ORDER BY team")).await?)?
-        .into_iter()
-        .map(|r| ChargebackRow {
-            month: s(&r, "month"),
-            team: s(&r, "team"),
-            productive_gpu_hours: f(&r, "productive_gpu_hours"),
-            allocated_idle_gpu_hours: f(&r, "allocated_idle_gpu_hours"),
-            failed_gpu_hours: f(&r, "failed_gpu_hours"),
-            preempted_gpu_hours: f(&r, "preempted_gpu_hours"),
-            unallocated_gpu_hours: f(&r, "unallocated_gpu_hours"),
-            compute: f(&r, "compute"),
-            network: f(&r, "network"),
-            storage: f(&r, "storage"),
-            support: f(&r, "support"),
-            idle: f(&r, "idle"),
-            failed_runs: f(&r, "failed_runs"),
-            operations: f(&r, "operations"),
-            total: f(&r, "total"),
-            accepted_units: f(&r, "accepted_units"),
-            cost_per_accepted_unit: r.get("cost_per_accepted_unit").and_then(Value::as_f64),
-            provisional_gpu_hours: f(&r, "provisional_gpu_hours"),
-            lost_gpu_hours_platform_paid: f(&r, "lost_gpu_hours_platform_paid"),
-            lost_cost_platform_paid: f(&r, "lost_cost_platform_paid"),
-        })
-        .collect();
-    let units = rows(&query(&format!("SELECT * FROM accepted_units_monthly WHERE month = '{month_lit}' ORDER BY team, unit")).await?)?
-        .into_iter()
-        .map(|r| UnitsRow { month: s(&r, "month"), team: s(&r, "team"), unit: s(&r, "unit"), accepted_units: f(&r, "accepted_units") })
-        .collect();
-    let usage_sql = format!(
-        "SELECT h.team, h.state, COALESCE(h.model_name, 'unknown') AS model_name, SUM(h.gpu_hours) AS gpu_hours,
-                SUM(CASE WHEN h.provisional THEN h.gpu_hours ELSE 0 END) AS provisional_gpu_hours,
-                SUM(h.cost) AS cost, COALESCE(h.paid_by = 'platform', false) AS platform_paid
-         FROM {priced} h WHERE h.month = '{month_lit}'
-         GROUP BY h.team, h.state, COALESCE(h.model_name, 'unknown'), COALESCE(h.paid_by = 'platform', false)
-         ORDER BY h.team, h.state, model_name, platform_paid",
-        priced = names.priced_state_hours
-    );
-    let mut usage: Vec<UsageRow> = rows(&query(&usage_sql).await?)?
-        .into_iter()
-        .map(|r| UsageRow {
-            month: month.to_string(),
-            team: s(&r, "team"),
-            state: s(&r, "state"),
-            model_name: s(&r, "model_name"),
-            gpu_hours: f(&r, "gpu_hours"),
-            provisional_gpu_hours: f(&r, "provisional_gpu_hours"),
-            cost: f(&r, "cost"),
-            accepted_units: 0.0,
-            platform_paid: r.get("platform_paid").and_then(Value::as_bool).unwrap_or(false),
-        })
-        .collect();
-    // A team's units go to its productive rows, in proportion to their GPU-hours.
-    for team_units in rows(&query(&format!("SELECT team, SUM(accepted_units) AS u FROM accepted_units_monthly WHERE month = '{month_lit}' GROUP BY team")).await?)? {
-        let team = s(&team_units, "team");
-        let productive: f64 = usage.iter().filter(|u| u.team == team && u.state == "productive").map(|u| u.gpu_hours).sum();
-        if productive > 0.0 {
-            for u in usage.iter_mut().filter(|u| u.team == team && u.state == "productive") {
-                u.accepted_units = f(&team_units, "u") * u.gpu_hours / productive;
-            }
-        }
-    }
-    let failure_causes = rows(&query(&format!("SELECT * FROM failure_causes WHERE month = '{month_lit}' ORDER BY cost DESC, gpu_hours DESC, cause")).await?)?
-        .into_iter()
-        .map(|r| FailureCauseRow {
-            outcome: s(&r, "outcome"),
-            cause: s(&r, "cause"),
-            segments: r.get("segments").and_then(Value::as_i64).unwrap_or(0),
-            gpu_hours: f(&r, "gpu_hours"),
-            cost: f(&r, "cost"),
-        })
-        .collect();
-    let waits_sql = format!("SELECT * FROM queue_wait_monthly WHERE month = '{month_lit}' ORDER BY team, cluster_queue");
-    let queue_waits = rows(&query(&waits_sql).await?)?
-        .into_iter()
-        .map(|r| QueueWaitRow {
-            team: s(&r, "team"),
-            cluster_queue: s(&r, "cluster_queue"),
-            admissions: r.get("admissions").and_then(Value::as_i64).unwrap_or(0),
-            p50_seconds: f(&r, "p50_seconds"),
-            p95_seconds: f(&r, "p95_seconds"),
-            max_seconds: f(&r, "max_seconds"),
-            evictions: r.get("evictions").and_then(Value::as_i64).unwrap_or(0),
-            eviction_reasons: s(&r, "eviction_reasons"),
-        })
-        .collect();
-    Ok(Report {
-        month: month.to_string(),
-        currency: currency.to_string(),
-        idle_policy: idle_policy.to_string(),
-        chargeback,
-        units,
-        usage,
-        failure_causes,
-        queue_waits,
-    })
-}
-
-fn s(row: &std::collections::BTreeMap<String, Value>, key: &str) -> String {
-    match row.get(key) {
-        Some(Value::String(v)) => v.clone(),
-        Some(Value::Null) | None => String::new(),
-        Some(other) => other.to_string(),
-    }
-}
-
-fn f(row: &std::collections::BTreeMap<String, Value>, key: &str) -> f64 {
-    row.get(key).and_then(Value::as_f64).unwrap_or(0.0)
+async fn read_report(ctx: &SessionContext, month: &str, currency: &str, idle_policy: &str) -> Result<Report> {
+    let rows = async |sql: &str| query(ctx, sql, Some(month)).await;
+    let chargeback = decode(&rows("SELECT * FROM chargeback_monthly WHERE month = $1 ORDER BY team").await?, "chargeback_monthly", |c| {
+        let (month, team) = (c.text("month")?, c.text("team")?);
+        let n = |name: &str| c.f64(name);
+        let (productive, allocated_idle, failed, preempted, unallocated) =
+            (n("productive_gpu_hours")?, n("allocated_idle_gpu_hours")?, n("failed_gpu_hours")?, n("preempted_gpu_hours")?, n("unallocated_gpu_hours")?);
+        let (compute, network, storage, support, idle, failed_runs, operations, total) =
+            (n("compute")?, n("network")?, n("storage")?, n("support")?, n("idle")?, n("failed_runs")?, n("operations")?, n("total")?);
+        let (units, per_unit, provisional) = (n("accepted_units")?, c.opt_f64("cost_per_accepted_unit")?, n("provisional_gpu_hours")?);
+        let (lost_hours, lost_cost) = (n("lost_gpu_hours_platform_paid")?, n("lost_cost_platform_paid")?);
+        Ok((0..c.rows())
+            .map(|i| ChargebackRow {
+                month: month[i].clone(),
+                team: team[i].clone(),
+                productive_gpu_hours: productive[i],
+                allocated_idle_gpu_hours: allocated_idle[i],
+                failed_gpu_hours: failed[i],
+                preempted_gpu_hours: preempted[i],
+                unallocated_gpu_hours: unallocated[i],
+                compute: compute[i],
+                network: network[i],
+                storage: storage[i],
+                support: support[i],
+                idle: idle[i],
+                failed_runs: failed_runs[i],
+                operations: operations[i],
+                total: total[i],
+                accepted_units: units[i],
+                cost_per_accepted_unit: per_unit[i],
+                provisional_gpu_hours: provisional[i],
+                lost_gpu_hours_platform_paid: lost_hours[i],
+                lost_cost_platform_paid: lost_cost[i],
+            })
+            .collect())
+    })?;
+    let units = decode(&rows("SELECT * FROM accepted_units_monthly WHERE month = $1 ORDER BY team, unit").await?, "accepted_units_monthly", |c| {
+        let (month, team, unit, units) = (c.text("month")?, c.text("team")?, c.text("unit")?, c.f64("accepted_units")?);
+        Ok((0..c.rows()).map(|i| UnitsRow { month: month[i].clone(), team: team[i].clone(), unit: unit[i].clone(), accepted_units: units[i] }).collect())
+    })?;
+    let usage_sql = "SELECT * FROM report_usage WHERE month = $1 ORDER BY team, state, model_name, platform_paid";
+    let usage = decode(&rows(usage_sql).await?, "report_usage", |c| {
+        let (month, team, state, model) = (c.text("month")?, c.text("team")?, c.text("state")?, c.text("model_name")?);
+        let (hours, provisional, cost, units, paid) = (c.f64("gpu_hours")?, c.f64("provisional_gpu_hours")?, c.f64("cost")?, c.f64("accepted_units")?, c.bool("platform_paid")?);
+        Ok((0..c.rows())
+            .map(|i| UsageRow {
+                month: month[i].clone(),
+                team: team[i].clone(),
+                state: state[i].clone(),
+                model_name: model[i].clone(),
+                gpu_hours: hours[i],
+                provisional_gpu_hours: provisional[i],
+                cost: cost[i],
+                accepted_units: units[i],
+                platform_paid: paid[i],
+            })
+            .collect())
+    })?;
+    let causes_sql = "SELECT * FROM failure_causes WHERE month = $1 ORDER BY cost DESC, gpu_hours DESC, cause";
+    let failure_causes = decode(&rows(causes_sql).await?, "failure_causes", |c| {
+        let (outcome, cause, segments, hours, cost) = (c.text("outcome")?, c.text("cause")?, c.i64("segments")?, c.f64("gpu_hours")?, c.f64("cost")?);
+        Ok((0..c.rows())
+            .map(|i| FailureCauseRow { outcome: outcome[i].clone(), cause: cause[i].clone(), segments: segments[i], gpu_hours: hours[i], cost: cost[i] })
+            .collect())
+    })?;
+    let waits_sql = "SELECT * FROM queue_wait_monthly WHERE month = $1 ORDER BY team, cluster_queue";
+    let queue_waits = decode(&rows(waits_sql).await?, "queue_wait_monthly", |c| {
+        let (team, queue, admissions) = (c.text("team")?, c.text("cluster_queue")?, c.i64("admissions")?);
+        let (p50, p95, max) = (c.f64("p50_seconds")?, c.f64("p95_seconds")?, c.f64("max_seconds")?);
+        let (evictions, reasons) = (c.i64("evictions")?, c.text("eviction_reasons")?);
+        Ok((0..c.rows())
+            .map(|i| QueueWaitRow {
+                team: team[i].clone(),
+                cluster_queue: queue[i].clone(),
+                admissions: admissions[i],
+                p50_seconds: p50[i],
+                p95_seconds: p95[i],
+                max_seconds: max[i],
+                evictions: evictions[i],
+                eviction_reasons: reasons[i].clone(),
+            })
+            .collect())
+    })?;
+    Ok(Report { month: month.to_string(), currency: currency.to_string(), idle_policy: idle_policy.to_string(), chargeback, units, usage, failure_causes, queue_waits })
 }

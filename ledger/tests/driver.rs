@@ -17,6 +17,7 @@ use chrono::{DateTime, Utc};
 use gpuledger_ledger::Ledger;
 use gpuledger_ledger::accounting::{Accounting, RunOptions};
 use gpuledger_ledger::config::Config;
+use datafusion::prelude::SessionContext;
 use gpuledger_store::StoreLocation;
 
 struct Sample {
@@ -122,10 +123,10 @@ async fn the_day_by_day_ledger_equals_one_pass_over_the_store() {
     let location = StoreLocation::Local(tmp.path().to_path_buf());
     let config = Config::with_default_price(1.0);
 
-    let ctx = Ledger::accounting_session(&location).await.unwrap();
+    let ctx = Ledger::store_session(SessionContext::new(), &location).await.unwrap();
     let by_day = Accounting::run(ctx, &location, &config, &RunOptions::default(), &mut |_, _, _| {}).await.unwrap();
     assert_eq!(by_day.days.len(), 5, "Sep 30 and Oct 1-4: {:?}", by_day.days);
-    let ctx = Ledger::accounting_session(&location).await.unwrap();
+    let ctx = Ledger::store_session(SessionContext::new(), &location).await.unwrap();
     let at_once = Accounting::run_at_once(ctx, &config, &RunOptions::default()).await.unwrap();
 
     for sql in [STATES, UNOBSERVED] {

@@ -3,7 +3,8 @@
 //!
 //! Everything but `/healthz` and the OpenAPI document needs `Authorization: Bearer <token>`.
 //! Handlers read the stored ledger (`<store>/ledger/*.parquet`) through the shared session, each
-//! query under the same time and memory limits as the SQL endpoint. Bad parameters are 400 with
+//! query (and each report, all its queries together) under the same time and memory limits as
+//! the SQL endpoint. Bad parameters are 400 with
 //! a JSON `{"error": ...}`; a month without data is 404; a query over its limits is 503/504.
 
 use std::sync::Arc;
@@ -141,17 +142,27 @@ impl Api {
 
     /// Runs one read-only statement under the limits; `$1`, `$2`... take `params`.
     async fn run(&self, sql: &str, params: Vec<ScalarValue>) -> Result<Vec<RecordBatch>, ApiError> {
-        let ctx = self.limits.session(self.ctx()).map_err(internal)?;
         let read_only = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
-        let work = async {
+        self.limited(async |ctx| {
             let df = ctx.sql_with_options(sql, read_only).await?;
             let df = if params.is_empty() { df } else { df.with_param_values(params)? };
             df.collect().await
-        };
-        match tokio::time::timeout(self.limits.timeout, work).await {
+        })
+        .await
+    }
+
+    /// Runs `work` (one statement, or the several of a report) in a session of its own, under
+    /// the per-statement time limit and memory pool: 504 past the time, 503 past the memory.
+    async fn limited<T, E: Into<Limited>>(&self, work: impl AsyncFnOnce(SessionContext) -> Result<T, E>) -> Result<T, ApiError> {
+        let ctx = self.limits.session(self.ctx()).map_err(internal)?;
+        match tokio::time::timeout(self.limits.timeout, work(ctx)).await {
             Err(_) => Err(ApiError::new(StatusCode::GATEWAY_TIMEOUT, format!("the query ran longer than query_timeout ({})", gpuledger_schemas::units::format_duration(self.limits.timeout)))),
-            Ok(Err(e)) if is_resources_exhausted(&e) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, format!("the query needed more than memory_limit: {e}"))),
-            Ok(r) => r.map_err(internal),
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(match e.into() {
+                Limited::Query(e) if is_resources_exhausted(&e) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, format!("the query needed more than memory_limit: {e}")),
+                Limited::Query(e) => internal(e),
+                Limited::Ledger(e) => e.into(),
+            }),
         }
     }
 
@@ -168,12 +179,34 @@ impl Api {
     /// The month asked for, checked against the months with data; the busiest when absent.
     async fn month(&self, asked: Option<&str>) -> Result<String, ApiError> {
         self.need_ledger().await?;
-        let (months, busiest) = stored_months(self.ctx()).await?;
+        let (months, busiest) = self.limited(async |ctx| stored_months(&ctx).await).await?;
         match asked {
             Some(m) if !gpuledger_ledger::config::valid_month(m) => Err(ApiError::bad(format!("month {m:?} is not YYYY-MM"))),
             Some(m) if months.iter().any(|x| x == m) => Ok(m.to_owned()),
             Some(m) => Err(ApiError::new(StatusCode::NOT_FOUND, format!("no data for month {m} (months with data: {})", if months.is_empty() { "none".into() } else { months.join(", ") }))),
             None => busiest.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "the ledger holds no month yet")),
+        }
+    }
+}
+
+/// What limited work fails with: a statement's error, or the ledger's (whose query error is
+/// looked into for a memory limit).
+enum Limited {
+    Query(DataFusionError),
+    Ledger(gpuledger_ledger::Error),
+}
+
+impl From<DataFusionError> for Limited {
+    fn from(e: DataFusionError) -> Limited {
+        Limited::Query(e)
+    }
+}
+
+impl From<gpuledger_ledger::Error> for Limited {
+    fn from(e: gpuledger_ledger::Error) -> Limited {
+        match e {
+            gpuledger_ledger::Error::Query { source, .. } => Limited::Query(source),
+            other => Limited::Ledger(other),
         }
     }
 }
@@ -201,7 +234,7 @@ async fn chargeback(State(api): State<Arc<Api>>, Params(p): Params<MonthParams>)
         Some(other) => return Err(ApiError::bad(format!("format {other:?} is not json or csv"))),
     };
     let month = api.month(p.month.as_deref()).await?;
-    let report = stored_report(api.ctx(), &month, &api.currency, &api.idle_policy).await?;
+    let report = api.limited(async |ctx| stored_report(&ctx, &month, &api.currency, &api.idle_policy).await).await?;
     let body = render(&report, format);
     let content_type = if matches!(format, TextFormat::Csv) { "text/csv; charset=utf-8" } else { "application/json" };
     Ok(([(header::CONTENT_TYPE, content_type)], body).into_response())
@@ -213,14 +246,14 @@ async fn report_html(State(api): State<Arc<Api>>, Params(p): Params<MonthParams>
         return Err(ApiError::bad("report.html takes no format"));
     }
     let month = api.month(p.month.as_deref()).await?;
-    let report = stored_report(api.ctx(), &month, &api.currency, &api.idle_policy).await?;
+    let report = api.limited(async |ctx| stored_report(&ctx, &month, &api.currency, &api.idle_policy).await).await?;
     Ok(([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html::render(&report)).into_response())
 }
 
 /// `GET /api/v1/months`: months with data and the busiest one.
 async fn months(State(api): State<Arc<Api>>) -> Result<Response, ApiError> {
     api.need_ledger().await?;
-    let (months, busiest) = stored_months(api.ctx()).await?;
+    let (months, busiest) = api.limited(async |ctx| stored_months(&ctx).await).await?;
     Ok(axum::Json(json!({ "months": months, "busiest": busiest })).into_response())
 }
 

@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
-use gpuledger_ledger::Ledger;
 use gpuledger_ledger::accounting::{Accounting, RunOptions};
 use gpuledger_ledger::config::Config;
 use gpuledger_ledger::engine::{Engine, MemoryStats};
@@ -87,24 +86,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         accounting.clean_up().await?;
         if let Some(m) = memory {
             let limit = m.limit.map_or("no limit".to_string(), |l| format!("limit {:.1} MiB", l as f64 / MIB));
-            println!("  memory: operators held at most {:.1} MiB at once ({limit})", m.peak_reserved as f64 / MIB);
+            eprintln!("  memory: operators held at most {:.1} MiB at once ({limit})", m.peak_reserved as f64 / MIB);
         }
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Writes the derived tables of a finished run to the store and says what was written.
+/// Writes the derived tables of a finished run to the store and says on stderr what was written.
 pub async fn write_derived(accounting: &Accounting, store: &StoreLocation, started: Instant) -> anyhow::Result<()> {
-    let mut written = Vec::new();
-    for (table, schema, batches) in accounting.derived_tables().await? {
-        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-        let bytes = gpuledger_ledger::derived::write(store, table, schema, &batches).await?;
-        written.push((table, rows, bytes));
-    }
-    println!("ledger: {} days of samples accounted in {:.1} s; tables written to {}:", accounting.days.len(), started.elapsed().as_secs_f64(), store.join("ledger/"));
-    for (table, rows, bytes) in written {
-        println!("  {table:<24} {rows:>9} rows {:>10.1} KiB", bytes as f64 / 1024.0);
+    let written = gpuledger_ledger::run::write_derived(accounting, store).await?;
+    eprintln!("ledger: {} days of samples accounted in {:.1} s; tables written to {}:", accounting.days.len(), started.elapsed().as_secs_f64(), store.join("ledger/"));
+    for t in written {
+        eprintln!("  {:<24} {:>9} rows {:>10.1} KiB", t.name, t.rows, t.bytes as f64 / 1024.0);
     }
     Ok(())
 }
@@ -122,12 +116,9 @@ pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
 
 const MIB: f64 = (1u64 << 20) as f64;
 
-/// Runs the accounting on `engine` with progress lines on stderr; also returns what the
-/// in-process memory pool saw.
+/// Runs the accounting on `engine` with progress lines on stderr, then names the bad
+/// annotation values it ignored; also returns what the in-process memory pool saw.
 pub async fn run_accounting(store: &StoreLocation, config: &Config, options: &RunOptions, engine: &Engine, progress: ProgressMode) -> anyhow::Result<(Accounting, Option<MemoryStats>)> {
-    let session = engine.session().await?;
-    let ctx = Ledger::store_session(session.ctx.clone(), store).await?;
-    let options = RunOptions { intermediates: engine.intermediates(store), ..options.clone() };
     let terminal = std::io::stderr().is_terminal();
     let show = match progress {
         ProgressMode::Off => false,
@@ -150,20 +141,16 @@ pub async fn run_accounting(store: &StoreLocation, config: &Config, options: &Ru
             last_line = Instant::now();
         }
     };
-    let accounting = Accounting::run(ctx, store, config, &options, &mut report).await.with_context(|| format!("accounting over {store}"))?;
-    report_bad_annotations(&accounting).await?;
-    Ok((accounting, session.memory()))
+    let (accounting, memory) = gpuledger_ledger::run::account(store, config, options, engine, &mut report).await.with_context(|| format!("accounting over {store}"))?;
+    print_bad_annotations(&gpuledger_ledger::run::bad_annotations(&accounting).await?);
+    Ok((accounting, memory))
 }
 
 /// Annotations the accounting ignored as bad input: counted, and the first few named, on stderr.
-async fn report_bad_annotations(accounting: &Accounting) -> anyhow::Result<()> {
+fn print_bad_annotations(lines: &[String]) {
     const SHOWN: usize = 10;
-    let batches = accounting
-        .query("SELECT kind || ' ' || namespace || '/' || name || ': ' || annotation || ' = \"' || value || '\" (' || reason || ')' FROM bad_annotations ORDER BY namespace, kind, name")
-        .await?;
-    let lines: Vec<String> = gpuledger_ledger::accounting::strings(&batches, 0).into_iter().flatten().collect();
     if lines.is_empty() {
-        return Ok(());
+        return;
     }
     eprintln!("gpuledger: {} bad annotation value(s) ignored:", lines.len());
     for line in lines.iter().take(SHOWN) {
@@ -172,5 +159,4 @@ async fn report_bad_annotations(accounting: &Accounting) -> anyhow::Result<()> {
     if lines.len() > SHOWN {
         eprintln!("  ... and {} more (SELECT * FROM bad_annotations)", lines.len() - SHOWN);
     }
-    Ok(())
 }

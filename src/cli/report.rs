@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use gpuledger_store::StoreLocation;
 use clap::ValueEnum;
 use gpuledger_ledger::accounting::{Accounting, RunOptions};
@@ -85,29 +85,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         bail!("--month {m:?} is not YYYY-MM");
     }
     let report = build(&args.store, args.config.as_deref(), args.month.as_deref(), args.idle_policy, args.progress)?;
-    match args.format {
+    let text = match args.format {
+        Format::Table => render(&report, TextFormat::Table),
+        Format::Csv => render(&report, TextFormat::Csv),
+        Format::Json => render(&report, TextFormat::Json),
+        Format::Markdown => render(&report, TextFormat::Markdown),
+        Format::Html => html::render(&report),
+        // Two files (CSV and Parquet), never stdout.
         Format::Focus => {
             let stem_path = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("focus-{}", report.month)));
             let (dir, stem) = split_stem(&stem_path);
             let files = focus::write_focus(&report, &dir, &stem)?;
-            println!("FOCUS 1.2 dataset for {}: {} rows in {} and {}", report.month, files.rows, files.csv.display(), files.parquet.display());
+            eprintln!("gpuledger: FOCUS 1.2 dataset for {}: {} rows in {} and {}", report.month, files.rows, files.csv.display(), files.parquet.display());
+            return Ok(ExitCode::SUCCESS);
         }
-        format => {
-            let text = match format {
-                Format::Table => render(&report, TextFormat::Table),
-                Format::Csv => render(&report, TextFormat::Csv),
-                Format::Json => render(&report, TextFormat::Json),
-                Format::Markdown => render(&report, TextFormat::Markdown),
-                Format::Html | Format::Focus => html::render(&report),
-            };
-            match &args.out {
-                Some(path) => {
-                    write_atomically(path, text.as_bytes())?;
-                    eprintln!("gpuledger: report for {} written to {}", report.month, path.display());
-                }
-                None => std::io::stdout().write_all(text.as_bytes())?,
-            }
+    };
+    match &args.out {
+        Some(path) => {
+            write_atomically(path, text.as_bytes())?;
+            eprintln!("gpuledger: report for {} written to {}", report.month, path.display());
         }
+        None => std::io::stdout().write_all(text.as_bytes())?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -125,17 +123,7 @@ pub fn build(store: &StoreLocation, config: Option<&Path>, month: Option<&str>, 
 /// One month of a finished accounting run (the busiest month when none is named).
 pub async fn month_report(accounting: &Accounting, store: &StoreLocation, config: &Config, month: Option<&str>, idle_policy: Option<IdlePolicy>) -> anyhow::Result<Report> {
     let policy = idle_policy.unwrap_or(config.accounting.idle_policy);
-    let months = accounting.months().await?;
-    let month = match month {
-        Some(m) => {
-            if !months.iter().any(|x| x == m) {
-                let have = if months.is_empty() { "none".to_string() } else { months.join(", ") };
-                bail!("no data for month {m} in {store} (months with data: {have})");
-            }
-            m.to_string()
-        }
-        None => accounting.busiest_month().await?.with_context(|| format!("no GPU samples, overheads or units in {store}"))?,
-    };
+    let month = gpuledger_ledger::run::pick_month(accounting, store, month).await?;
     Ok(accounting.report(&month, &config.accounting.currency, policy.as_str()).await?)
 }
 

@@ -51,7 +51,7 @@ fn parse_interval(s: &str) -> Result<u32, String> {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let s = simulate_with(&args)?;
-    println!(
+    eprintln!(
         "simulated {} GPUs for {} days into {}: {} files, {} samples, {} GPU rows, {} object versions, {:.1} MiB",
         args.gpus,
         args.days,

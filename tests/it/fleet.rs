@@ -133,7 +133,7 @@ fn a_store_in_s3_gives_the_chargeback_of_a_local_store() {
 
     local(&["ledger", "--store", &local_store, "--config", &config, "--progress", "off"]);
     let out = ok(moto.command(), &["ledger", "--store", &s3, "--config", &config, "--progress", "off"]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("{s3}/ledger/")), "names where the tables went");
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("{s3}/ledger/")), "names where the tables went (on stderr)");
 
     for sql in [CHARGEBACK, STATES, SEGMENTS, "SELECT date, count(*) AS n FROM gpu_samples GROUP BY date ORDER BY date"] {
         assert_same_rows(&rows(moto.command(), &s3, sql), &rows(bin(), &local_store, sql), sql);
@@ -281,7 +281,7 @@ fn a_memory_limit_smaller_than_the_store_is_kept_and_changes_nothing() {
     let data = uncompressed_bytes(&a);
     assert!(data > LIMIT, "the store holds {data} bytes of data, not more than the limit {LIMIT}");
     let peak = |out: &Output| -> f64 {
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let text = String::from_utf8_lossy(&out.stderr).into_owned();
         let line = text.lines().find(|l| l.contains("operators held at most")).unwrap_or_else(|| panic!("no memory line in {text}"));
         line.split_whitespace().skip_while(|w| *w != "most").nth(1).unwrap().parse::<f64>().unwrap() * (1u64 << 20) as f64
     };

@@ -593,3 +593,19 @@ fn openapi_document_validates_and_schemathesis_finds_no_server_error() {
     assert_eq!(code, Some(0), "schemathesis found problems (exit {code:?}):\n{out}\nserver log:\n{}", server.log());
     assert!(out.contains("passed"), "schemathesis ran no test case:\n{out}");
 }
+
+/// Reports (several statements each) run under the same per-statement memory pool as one SQL
+/// statement: over a pool of 1 KiB, which any sort or aggregation passes at once, the chargeback,
+/// the HTML report and the month list are refused with 503 naming the limit. (They used to run on
+/// the shared session, outside every limit.)
+#[test]
+fn report_requests_are_cut_off_by_the_memory_limit() {
+    let (store, base) = demo_store();
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(store, &serve_config(tmp.path(), base, "memory_limit = \"1KiB\""));
+    for path in ["/api/v1/chargeback?format=json", "/api/v1/chargeback?format=csv", "/api/v1/report.html", "/api/v1/months"] {
+        let (status, _, body) = server.get(path, Some(TOKEN));
+        assert_eq!(status, 503, "GET {path}: {body}\nserver log:\n{}", server.log());
+        assert!(body.contains("memory_limit"), "GET {path}: {body}");
+    }
+}

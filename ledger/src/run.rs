@@ -1,0 +1,61 @@
+//! One ledger run from start to end, as `gpuledger ledger`, `report` and `demo` need it: open
+//! the engine's session over the store, run the accounting, write the derived tables, pick a
+//! month. The binary only parses flags and prints what these return.
+
+use gpuledger_store::StoreLocation;
+
+use crate::Ledger;
+use crate::accounting::{Accounting, DayProgress, RunOptions};
+use crate::config::Config;
+use crate::engine::{Engine, MemoryStats};
+use crate::error::{Error, Result};
+
+/// A derived table a run wrote.
+#[derive(Debug, Clone)]
+pub struct WrittenTable {
+    pub name: &'static str,
+    pub rows: usize,
+    pub bytes: u64,
+}
+
+/// Runs the accounting over `store` on `engine`, telling `progress` about each day; also
+/// returns what the in-process memory pool saw.
+pub async fn account(store: &StoreLocation, config: &Config, options: &RunOptions, engine: &Engine, progress: DayProgress<'_>) -> Result<(Accounting, Option<MemoryStats>)> {
+    let session = engine.session().await?;
+    let ctx = Ledger::store_session(session.ctx.clone(), store).await?;
+    let options = RunOptions { intermediates: engine.intermediates(store), ..options.clone() };
+    let accounting = Accounting::run(ctx, store, config, &options, progress).await?;
+    Ok((accounting, session.memory()))
+}
+
+/// Writes every derived table of a finished run to the store, each replaced whole.
+pub async fn write_derived(accounting: &Accounting, store: &StoreLocation) -> Result<Vec<WrittenTable>> {
+    let mut written = Vec::new();
+    for (name, schema, batches) in accounting.derived_tables().await? {
+        let rows = batches.iter().map(|b| b.num_rows()).sum();
+        let bytes = crate::derived::write(store, name, schema, &batches).await?;
+        written.push(WrittenTable { name, rows, bytes });
+    }
+    Ok(written)
+}
+
+/// Bad annotation values the run ignored (DESIGN.md, "Accepted units"), one line each.
+pub async fn bad_annotations(accounting: &Accounting) -> Result<Vec<String>> {
+    let batches = accounting
+        .query("SELECT kind || ' ' || namespace || '/' || name || ': ' || annotation || ' = \"' || value || '\" (' || reason || ')' FROM bad_annotations ORDER BY namespace, kind, name")
+        .await?;
+    Ok(crate::accounting::strings(&batches, 0).into_iter().flatten().collect())
+}
+
+/// `month` if the run has data for it, else the busiest month when none is named.
+pub async fn pick_month(accounting: &Accounting, store: &StoreLocation, month: Option<&str>) -> Result<String> {
+    let months = accounting.months().await?;
+    match month {
+        Some(m) if months.iter().any(|x| x == m) => Ok(m.to_string()),
+        Some(m) => {
+            let have = if months.is_empty() { "none".to_string() } else { months.join(", ") };
+            Err(Error::NoData(format!("no data for month {m} in {store} (months with data: {have})")))
+        }
+        None => accounting.busiest_month().await?.ok_or_else(|| Error::NoData(format!("no GPU samples, overheads or units in {store}"))),
+    }
+}
