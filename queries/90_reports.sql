@@ -43,3 +43,38 @@ SELECT month,
        SUM(productive_gpu_hours + allocated_idle_gpu_hours + failed_gpu_hours + preempted_gpu_hours + unallocated_gpu_hours) AS gpu_hours
 FROM chargeback_monthly
 GROUP BY month;
+
+-- The stored ledger as Prometheus gauges (`gpuledger serve`'s /metrics), long form: one row per
+-- sample, the gauge's name, its month and team, and at most one more label (the state or cost
+-- component) beside them. A null value (cost per unit of a team without units) is no sample.
+CREATE OR REPLACE VIEW report_gauges AS
+WITH hours AS (
+    SELECT month, team, 1 AS n, 'productive' AS state, productive_gpu_hours AS value FROM chargeback_monthly
+    UNION ALL SELECT month, team, 2, 'allocated_idle', allocated_idle_gpu_hours FROM chargeback_monthly
+    UNION ALL SELECT month, team, 3, 'failed', failed_gpu_hours FROM chargeback_monthly
+    UNION ALL SELECT month, team, 4, 'preempted', preempted_gpu_hours FROM chargeback_monthly
+    UNION ALL SELECT month, team, 5, 'unallocated', unallocated_gpu_hours FROM chargeback_monthly
+),
+costs AS (
+    SELECT month, team, 1 AS n, 'compute' AS component, compute AS value FROM chargeback_monthly
+    UNION ALL SELECT month, team, 2, 'network', network FROM chargeback_monthly
+    UNION ALL SELECT month, team, 3, 'storage', storage FROM chargeback_monthly
+    UNION ALL SELECT month, team, 4, 'support', support FROM chargeback_monthly
+    UNION ALL SELECT month, team, 5, 'idle', idle FROM chargeback_monthly
+    UNION ALL SELECT month, team, 6, 'failed_runs', failed_runs FROM chargeback_monthly
+    UNION ALL SELECT month, team, 7, 'operations', operations FROM chargeback_monthly
+    UNION ALL SELECT month, team, 8, 'total', total FROM chargeback_monthly
+)
+-- gauge_rank and label_rank keep the exposition in a stable order (gauge, month, team, label).
+SELECT 1 AS gauge_rank, 'gpuledger_gpu_hours' AS gauge, month, team, n AS label_rank, 'state' AS label, state AS label_value, CAST(value AS DOUBLE) AS value FROM hours
+UNION ALL
+SELECT 2, 'gpuledger_cost', month, team, n, 'component', component, CAST(value AS DOUBLE) FROM costs
+UNION ALL
+SELECT 3, 'gpuledger_lost_gpu_hours_platform_paid', month, team, 0, CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR), CAST(lost_gpu_hours_platform_paid AS DOUBLE) FROM chargeback_monthly
+UNION ALL
+SELECT 4, 'gpuledger_lost_cost_platform_paid', month, team, 0, NULL, NULL, CAST(lost_cost_platform_paid AS DOUBLE) FROM chargeback_monthly
+UNION ALL
+SELECT 5, 'gpuledger_accepted_units', month, team, 0, NULL, NULL, CAST(accepted_units AS DOUBLE) FROM chargeback_monthly
+UNION ALL
+SELECT 6, 'gpuledger_cost_per_accepted_unit', month, team, 0, NULL, NULL, CAST(cost_per_accepted_unit AS DOUBLE) FROM chargeback_monthly
+WHERE cost_per_accepted_unit IS NOT NULL;

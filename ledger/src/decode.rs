@@ -44,6 +44,15 @@ impl<'a> Columns<'a> {
         Ok(a.as_string::<i32>().iter().map(|v| v.unwrap_or_default().to_string()).collect())
     }
 
+    /// A text column whose every value names a variant of `T` (a state, say); any other value,
+    /// or a null, is an error naming it.
+    pub fn parsed<T: std::str::FromStr>(&self, name: &str) -> Result<Vec<T>>
+    where
+        T::Err: std::fmt::Display,
+    {
+        self.text(name)?.iter().map(|v| v.parse::<T>().map_err(|e| Error::internal(format!("{}: column {name}: {e}", self.what)))).collect()
+    }
+
     /// A number column (any integer or float type); nulls stay `None`.
     pub fn opt_f64(&self, name: &str) -> Result<Vec<Option<f64>>> {
         let a = self.cast(name, &DataType::Float64, |t| t.is_numeric() || *t == DataType::Null)?;

@@ -23,6 +23,7 @@ pub mod output;
 pub mod report;
 pub mod run;
 pub mod store;
+pub mod types;
 pub mod udf;
 
 use std::sync::Arc;

@@ -9,20 +9,22 @@ use datafusion::prelude::SessionContext;
 use datafusion::scalar::ScalarValue;
 
 use crate::accounting::Accounting;
+use crate::config::IdlePolicy;
+use crate::types::State;
 use crate::decode::decode;
 use crate::error::{Error, Result};
 use crate::report::{ChargebackRow, FailureCauseRow, QueueWaitRow, Report, UnitsRow, UsageRow};
 
 impl Accounting {
     /// The report of `month` (`YYYY-MM`). Queue waits are those of admissions in that month.
-    pub async fn report(&self, month: &str, currency: &str, idle_policy: &str) -> Result<Report> {
+    pub async fn report(&self, month: &str, currency: &str, idle_policy: IdlePolicy) -> Result<Report> {
         read_report(self.context(), month, currency, idle_policy).await
     }
 }
 
 /// The report of `month` from a session holding the stored derived tables and the report views
 /// (see [`crate::derived::register`]): the same figures the accounting run that wrote them gave.
-pub async fn stored_report(ctx: &SessionContext, month: &str, currency: &str, idle_policy: &str) -> Result<Report> {
+pub async fn stored_report(ctx: &SessionContext, month: &str, currency: &str, idle_policy: IdlePolicy) -> Result<Report> {
     read_report(ctx, month, currency, idle_policy).await
 }
 
@@ -54,7 +56,7 @@ pub(crate) async fn busiest_month(ctx: &SessionContext) -> Result<Option<String>
     Ok(decode(&batches, "report_months", |c| c.text("month"))?.into_iter().next())
 }
 
-async fn read_report(ctx: &SessionContext, month: &str, currency: &str, idle_policy: &str) -> Result<Report> {
+async fn read_report(ctx: &SessionContext, month: &str, currency: &str, idle_policy: IdlePolicy) -> Result<Report> {
     let rows = async |sql: &str| query(ctx, sql, Some(month)).await;
     let chargeback = decode(&rows("SELECT * FROM chargeback_monthly WHERE month = $1 ORDER BY team").await?, "chargeback_monthly", |c| {
         let (month, team) = (c.text("month")?, c.text("team")?);
@@ -96,13 +98,13 @@ async fn read_report(ctx: &SessionContext, month: &str, currency: &str, idle_pol
     })?;
     let usage_sql = "SELECT * FROM report_usage WHERE month = $1 ORDER BY team, state, model_name, platform_paid";
     let usage = decode(&rows(usage_sql).await?, "report_usage", |c| {
-        let (month, team, state, model) = (c.text("month")?, c.text("team")?, c.text("state")?, c.text("model_name")?);
+        let (month, team, state, model) = (c.text("month")?, c.text("team")?, c.parsed::<State>("state")?, c.text("model_name")?);
         let (hours, provisional, cost, units, paid) = (c.f64("gpu_hours")?, c.f64("provisional_gpu_hours")?, c.f64("cost")?, c.f64("accepted_units")?, c.bool("platform_paid")?);
         Ok((0..c.rows())
             .map(|i| UsageRow {
                 month: month[i].clone(),
                 team: team[i].clone(),
-                state: state[i].clone(),
+                state: state[i],
                 model_name: model[i].clone(),
                 gpu_hours: hours[i],
                 provisional_gpu_hours: provisional[i],
@@ -114,9 +116,9 @@ async fn read_report(ctx: &SessionContext, month: &str, currency: &str, idle_pol
     })?;
     let causes_sql = "SELECT * FROM failure_causes WHERE month = $1 ORDER BY cost DESC, gpu_hours DESC, cause";
     let failure_causes = decode(&rows(causes_sql).await?, "failure_causes", |c| {
-        let (outcome, cause, segments, hours, cost) = (c.text("outcome")?, c.text("cause")?, c.i64("segments")?, c.f64("gpu_hours")?, c.f64("cost")?);
+        let (outcome, cause, segments, hours, cost) = (c.parsed::<State>("outcome")?, c.text("cause")?, c.i64("segments")?, c.f64("gpu_hours")?, c.f64("cost")?);
         Ok((0..c.rows())
-            .map(|i| FailureCauseRow { outcome: outcome[i].clone(), cause: cause[i].clone(), segments: segments[i], gpu_hours: hours[i], cost: cost[i] })
+            .map(|i| FailureCauseRow { outcome: outcome[i], cause: cause[i].clone(), segments: segments[i], gpu_hours: hours[i], cost: cost[i] })
             .collect())
     })?;
     let waits_sql = "SELECT * FROM queue_wait_monthly WHERE month = $1 ORDER BY team, cluster_queue";
@@ -137,5 +139,5 @@ async fn read_report(ctx: &SessionContext, month: &str, currency: &str, idle_pol
             })
             .collect())
     })?;
-    Ok(Report { month: month.to_string(), currency: currency.to_string(), idle_policy: idle_policy.to_string(), chargeback, units, usage, failure_causes, queue_waits })
+    Ok(Report { month: month.to_string(), currency: currency.to_string(), idle_policy, chargeback, units, usage, failure_causes, queue_waits })
 }

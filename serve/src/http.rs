@@ -45,7 +45,7 @@ pub struct Api {
     pub limits: Limits,
     pub token: Option<Secret>,
     pub currency: String,
-    pub idle_policy: String,
+    pub idle_policy: gpuledger_ledger::config::IdlePolicy,
     pub stats: Arc<Stats>,
 }
 
@@ -234,7 +234,7 @@ async fn chargeback(State(api): State<Arc<Api>>, Params(p): Params<MonthParams>)
         Some(other) => return Err(ApiError::bad(format!("format {other:?} is not json or csv"))),
     };
     let month = api.month(p.month.as_deref()).await?;
-    let report = api.limited(async |ctx| stored_report(&ctx, &month, &api.currency, &api.idle_policy).await).await?;
+    let report = api.limited(async |ctx| stored_report(&ctx, &month, &api.currency, api.idle_policy).await).await?;
     let body = render(&report, format);
     let content_type = if matches!(format, TextFormat::Csv) { "text/csv; charset=utf-8" } else { "application/json" };
     Ok(([(header::CONTENT_TYPE, content_type)], body).into_response())
@@ -246,7 +246,7 @@ async fn report_html(State(api): State<Arc<Api>>, Params(p): Params<MonthParams>
         return Err(ApiError::bad("report.html takes no format"));
     }
     let month = api.month(p.month.as_deref()).await?;
-    let report = api.limited(async |ctx| stored_report(&ctx, &month, &api.currency, &api.idle_policy).await).await?;
+    let report = api.limited(async |ctx| stored_report(&ctx, &month, &api.currency, api.idle_policy).await).await?;
     Ok(([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html::render(&report)).into_response())
 }
 

@@ -57,7 +57,7 @@ pub struct Options {
     pub config: ServeConfig,
     /// From the ledger configuration: reports name it and its idle policy.
     pub currency: String,
-    pub idle_policy: String,
+    pub idle_policy: gpuledger_ledger::config::IdlePolicy,
 }
 
 /// The addresses actually bound (port 0 in the configuration picks a free one).
@@ -90,7 +90,7 @@ pub async fn run(options: Options, ready: impl FnOnce(Bound), shutdown: impl Fut
     };
 
     let endpoint = Arc::new(pg::PgEndpoint::new(Arc::new(ledger.context().clone()), &c.users, limits.clone(), stats.clone()));
-    let api = Arc::new(http::Api { ledger: ledger.clone(), limits, token: c.http_token.clone(), currency: options.currency.clone(), idle_policy: options.idle_policy.clone(), stats });
+    let api = Arc::new(http::Api { ledger: ledger.clone(), limits, token: c.http_token.clone(), currency: options.currency.clone(), idle_policy: options.idle_policy, stats });
     if api.token.is_none() {
         log(&format!("http: {} is not set: every API request but /healthz is refused until it is", c.http_token_env));
     }

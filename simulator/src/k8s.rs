@@ -322,6 +322,12 @@ impl<'a> Emitter<'a> {
         });
     }
 
+    /// An event the kubelet on `node` records about a pod (`(namespace, name, uid)`).
+    fn kubelet_event(&mut self, t: i64, pod: (&str, &str, &str), node: &str, reason: &'static str, message: String, warning: bool) {
+        let (ns, name, uid) = pod;
+        self.event(t, ("Pod", "v1", ns, name, uid), reason, message, warning, "kubelet", Some(node), None);
+    }
+
     #[allow(clippy::too_many_arguments)]
     /// Records an Event. Node-level facts go to the core/v1 List (node-controller, kubelet and
     /// node-problem-detector report through it); events about Pods, Jobs and Workloads go to
@@ -544,50 +550,14 @@ impl<'a> Emitter<'a> {
             let init = pod.sched_s + 1;
             let pull_done = pod.started_s;
             if pod.pull_s > 5 {
-                self.event(
-                    init,
-                    ("Pod", "v1", ns, &pod.name, &pod.uid),
-                    "Pulling",
-                    format!("Pulling image \"{img}\""),
-                    false,
-                    "kubelet",
-                    Some(&node.name),
-                    None,
-                );
+                self.kubelet_event(init, (ns, &pod.name, &pod.uid), &node.name, "Pulling", format!("Pulling image \"{img}\""), false);
                 let size = 4_000_000_000u64 + (self.rng.next_u64() % 6_000_000_000);
-                self.event(pull_done, ("Pod", "v1", ns, &pod.name, &pod.uid), "Pulled", format!("Successfully pulled image \"{img}\" in {}s ({}s including waiting). Image size: {size} bytes.", pod.pull_s, pod.pull_s), false, "kubelet", Some(&node.name), None);
+                self.kubelet_event(pull_done, (ns, &pod.name, &pod.uid), &node.name, "Pulled", format!("Successfully pulled image \"{img}\" in {}s ({}s including waiting). Image size: {size} bytes.", pod.pull_s, pod.pull_s), false);
             } else {
-                self.event(
-                    pull_done,
-                    ("Pod", "v1", ns, &pod.name, &pod.uid),
-                    "Pulled",
-                    format!("Container image \"{img}\" already present on machine"),
-                    false,
-                    "kubelet",
-                    Some(&node.name),
-                    None,
-                );
+                self.kubelet_event(pull_done, (ns, &pod.name, &pod.uid), &node.name, "Pulled", format!("Container image \"{img}\" already present on machine"), false);
             }
-            self.event(
-                pod.started_s,
-                ("Pod", "v1", ns, &pod.name, &pod.uid),
-                "Created",
-                "Created container main".to_string(),
-                false,
-                "kubelet",
-                Some(&node.name),
-                None,
-            );
-            self.event(
-                pod.started_s,
-                ("Pod", "v1", ns, &pod.name, &pod.uid),
-                "Started",
-                "Started container main".to_string(),
-                false,
-                "kubelet",
-                Some(&node.name),
-                None,
-            );
+            self.kubelet_event(pod.started_s, (ns, &pod.name, &pod.uid), &node.name, "Created", "Created container main".to_string(), false);
+            self.kubelet_event(pod.started_s, (ns, &pod.name, &pod.uid), &node.name, "Started", "Started container main".to_string(), false);
             cid = self.container_id();
             let image_id = format!("{}@sha256:{}", image_repo(img), self.rng.hex(64));
             set_pod_cond(&mut conds, "PodReadyToStartContainers", true, init, "", "");
@@ -644,19 +614,10 @@ impl<'a> Emitter<'a> {
                     "message": format!("back-off 10s restarting failed container=main pod={}_{ns}({})", pod.name, pod.uid),
                 }});
                 self.push(crash, Stream::Pods, "MODIFIED", &mut o);
-                self.event(
-                    crash + 1,
-                    ("Pod", "v1", ns, &pod.name, &pod.uid),
-                    "BackOff",
-                    format!(
+                self.kubelet_event(crash + 1, (ns, &pod.name, &pod.uid), &node.name, "BackOff", format!(
                         "Back-off restarting failed container main in pod {}_{ns}({})",
                         pod.name, pod.uid
-                    ),
-                    true,
-                    "kubelet",
-                    Some(&node.name),
-                    None,
-                );
+                    ), true);
                 cid = self.container_id();
                 run_start = restart;
                 set_pod_cond(&mut conds, "Ready", true, restart, "", "");
@@ -668,16 +629,7 @@ impl<'a> Emitter<'a> {
                 cs["containerID"] = json!(cid);
                 cs["state"] = json!({ "running": { "startedAt": rfc3339(restart) } });
                 self.push(restart, Stream::Pods, "MODIFIED", &mut o);
-                self.event(
-                    restart,
-                    ("Pod", "v1", ns, &pod.name, &pod.uid),
-                    "Started",
-                    "Started container main".to_string(),
-                    false,
-                    "kubelet",
-                    Some(&node.name),
-                    None,
-                );
+                self.kubelet_event(restart, (ns, &pod.name, &pod.uid), &node.name, "Started", "Started container main".to_string(), false);
             }
         }
         let preempted = pod.disruption.is_some();
@@ -725,16 +677,7 @@ impl<'a> Emitter<'a> {
                 o["metadata"]["deletionGracePeriodSeconds"] = json!(30);
                 self.push(del, Stream::Pods, "MODIFIED", &mut o);
                 if pod.started_s != i64::MAX {
-                    self.event(
-                        del,
-                        ("Pod", "v1", ns, &pod.name, &pod.uid),
-                        "Killing",
-                        "Stopping container main".to_string(),
-                        false,
-                        "kubelet",
-                        Some(&node.name),
-                        None,
-                    );
+                    self.kubelet_event(del, (ns, &pod.name, &pod.uid), &node.name, "Killing", "Stopping container main".to_string(), false);
                 }
             }
         }

@@ -124,7 +124,7 @@ pub fn build(store: &StoreLocation, config: Option<&Path>, month: Option<&str>, 
 pub async fn month_report(accounting: &Accounting, store: &StoreLocation, config: &Config, month: Option<&str>, idle_policy: Option<IdlePolicy>) -> anyhow::Result<Report> {
     let policy = idle_policy.unwrap_or(config.accounting.idle_policy);
     let month = gpuledger_ledger::run::pick_month(accounting, store, month).await?;
-    Ok(accounting.report(&month, &config.accounting.currency, policy.as_str()).await?)
+    Ok(accounting.report(&month, &config.accounting.currency, policy).await?)
 }
 
 fn split_stem(path: &Path) -> (PathBuf, String) {

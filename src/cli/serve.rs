@@ -74,7 +74,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         store: args.store.clone(),
         config,
         currency: ledger_config.accounting.currency.clone(),
-        idle_policy: ledger_config.accounting.idle_policy.as_str().to_string(),
+        idle_policy: ledger_config.accounting.idle_policy,
     };
     // One line on stdout once both ports are bound, for scripts and tests to wait on.
     let ready = |b: gpuledger_serve::Bound| {

@@ -32,7 +32,7 @@ use arrow::record_batch::RecordBatch;
 use chrono::NaiveDate;
 use parquet::arrow::ArrowWriter;
 
-use super::{RenderError, Report};
+use super::{CostComponent, RenderError, Report, State};
 
 /// The columns of the export, in this order.
 pub const FOCUS_COLUMNS: [&str; 24] = [
@@ -113,22 +113,11 @@ struct Row<'a> {
     resource_name: String,
     gpu: bool,
     team: &'a str,
-    state: Option<&'a str>,
+    state: Option<State>,
     gpu_hours: f64,
     provisional_gpu_hours: f64,
     accepted_units: f64,
-    component: &'static str,
-}
-
-/// The cost component a GPU state's cost is charged as.
-fn component_of(state: &str) -> &'static str {
-    match state {
-        "productive" => "compute",
-        "allocated_idle" | "unallocated" => "idle",
-        "failed" | "preempted" => "failed_runs",
-        // The ledger knows no other state; keep such a row visible rather than drop it.
-        _ => "other",
-    }
+    component: CostComponent,
 }
 
 fn usage_row(u: &super::UsageRow) -> Row<'_> {
@@ -144,11 +133,11 @@ fn usage_row(u: &super::UsageRow) -> Row<'_> {
         resource_name: u.model_name.clone(),
         gpu: true,
         team: u.charged_to(),
-        state: Some(&u.state),
+        state: Some(u.state),
         gpu_hours: u.gpu_hours,
         provisional_gpu_hours: u.provisional_gpu_hours,
         accepted_units: u.accepted_units,
-        component: component_of(&u.state),
+        component: u.state.component(),
     }
 }
 
@@ -161,7 +150,7 @@ fn rows(report: &Report) -> Vec<Row<'_>> {
             sum += u.cost;
             out.push(usage_row(u));
         }
-        for (component, amount) in [("network", c.network), ("storage", c.storage), ("support", c.support), ("operations", c.operations)] {
+        for (component, amount) in CostComponent::OVERHEADS.map(|k| (k, c.cost_of(k))) {
             if amount.abs() <= EPSILON {
                 continue;
             }
@@ -189,11 +178,11 @@ fn rows(report: &Report) -> Vec<Row<'_>> {
                 resource_name: "unallocated GPU time".to_string(),
                 gpu: true,
                 team: &c.team,
-                state: Some("unallocated"),
+                state: Some(State::Unallocated),
                 gpu_hours: 0.0,
                 provisional_gpu_hours: 0.0,
                 accepted_units: 0.0,
-                component: "idle",
+                component: CostComponent::Idle,
             });
         }
     }
@@ -256,9 +245,9 @@ pub fn focus_batch(report: &Report) -> Result<RecordBatch, RenderError> {
         strs(&tags),
         f64s(|r| r.gpu_hours),
         f64s(|r| r.provisional_gpu_hours),
-        Arc::new(StringArray::from_iter(rows.iter().map(|r| r.state))),
+        Arc::new(StringArray::from_iter(rows.iter().map(|r| r.state.map(State::as_str)))),
         f64s(|r| r.accepted_units),
-        strs(&|r| r.component.into()),
+        strs(&|r| r.component.as_str().into()),
     ];
     Ok(RecordBatch::try_new(focus_schema(), columns)?)
 }
@@ -268,9 +257,9 @@ fn tags(r: &Row) -> String {
     let mut m = serde_json::Map::new();
     m.insert("gpuledger/team".into(), r.team.into());
     if let Some(state) = r.state {
-        m.insert("gpuledger/state".into(), state.into());
+        m.insert("gpuledger/state".into(), state.as_str().into());
     }
-    m.insert("gpuledger/component".into(), r.component.into());
+    m.insert("gpuledger/component".into(), r.component.as_str().into());
     serde_json::Value::Object(m).to_string()
 }
 
@@ -372,7 +361,7 @@ mod tests {
     #[test]
     fn no_reconciliation_when_chargeback_matches_usage() {
         let mut report = fixture::report();
-        report.idle_policy = "platform".into();
+        report.idle_policy = crate::config::IdlePolicy::Platform;
         // Undo the share: each team pays its own price-list idle.
         report.chargeback[0].idle = 20.0;
         report.chargeback[0].total -= 6.0;

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::text::{duration_fmt, hours_fmt, money_fmt, per_unit_fmt, provisional_note, units_fmt};
-use super::{CSV_COLUMNS, ChargebackRow, Report};
+use super::{CSV_COLUMNS, ChargebackRow, Report, State};
 
 /// GPU states in chart order, with their fixed colours.
 const STATES: [(&str, &str); 5] =
@@ -53,7 +53,7 @@ pub fn render(report: &Report) -> String {
     h.push_str(&format!(
         "<p class=\"meta\">Currency {} &middot; idle policy <b>{}</b> &middot; total {} {}</p>\n",
         esc(&report.currency),
-        esc(&report.idle_policy),
+        esc(report.idle_policy.as_str()),
         esc(&money_fmt(report.total())),
         esc(&report.currency),
     ));
@@ -233,7 +233,7 @@ fn failures(report: &Report) -> String {
     for f in top.clone() {
         t.push_str(&format!(
             "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
-            esc(&f.outcome),
+            esc(f.outcome.as_str()),
             esc(&f.cause),
             f.segments,
             esc(&hours_fmt(f.gpu_hours)),
@@ -246,7 +246,7 @@ fn failures(report: &Report) -> String {
     let series = [("failed", "#c62828"), ("preempted", "#6a1b9a")];
     let bars = top
         .map(|f| {
-            let preempted = f.outcome == "preempted";
+            let preempted = f.outcome == State::Preempted;
             Bar {
                 label: format!("{} ({})", f.cause, f.outcome),
                 values: if preempted { vec![0.0, f.cost] } else { vec![f.cost, 0.0] },

@@ -9,6 +9,9 @@ pub mod text;
 
 use serde::Serialize;
 
+use crate::config::IdlePolicy;
+pub use crate::types::{CostComponent, State};
+
 /// The columns of `report --format csv`, in this order (the contract finance scripts read).
 pub const CSV_COLUMNS: [&str; 19] = [
     "month",
@@ -38,8 +41,7 @@ pub struct Report {
     /// `YYYY-MM`.
     pub month: String,
     pub currency: String,
-    /// `platform` or `share`.
-    pub idle_policy: String,
+    pub idle_policy: IdlePolicy,
     /// One row per team, `platform` included, sorted by team.
     pub chargeback: Vec<ChargebackRow>,
     /// Accepted units by team and unit name.
@@ -96,8 +98,7 @@ pub struct UnitsRow {
 pub struct UsageRow {
     pub month: String,
     pub team: String,
-    /// productive, allocated_idle, failed, preempted or unallocated.
-    pub state: String,
+    pub state: State,
     pub model_name: String,
     pub gpu_hours: f64,
     pub provisional_gpu_hours: f64,
@@ -119,7 +120,7 @@ impl UsageRow {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct FailureCauseRow {
     /// `failed` or `preempted`.
-    pub outcome: String,
+    pub outcome: State,
     /// The Workload reason refined by the pod's last termination, e.g. OOMKilled, Error, Preempted.
     pub cause: String,
     pub segments: i64,
@@ -167,7 +168,20 @@ impl ChargebackRow {
     /// Cost by component, in the order of the total's formula: compute, network, storage,
     /// support, idle, failed_runs, operations.
     pub fn cost_components(&self) -> [f64; 7] {
-        [self.compute, self.network, self.storage, self.support, self.idle, self.failed_runs, self.operations]
+        CostComponent::ALL.map(|c| self.cost_of(c))
+    }
+
+    /// The team's cost in one component.
+    pub fn cost_of(&self, component: CostComponent) -> f64 {
+        match component {
+            CostComponent::Compute => self.compute,
+            CostComponent::Network => self.network,
+            CostComponent::Storage => self.storage,
+            CostComponent::Support => self.support,
+            CostComponent::Idle => self.idle,
+            CostComponent::FailedRuns => self.failed_runs,
+            CostComponent::Operations => self.operations,
+        }
     }
 }
 
@@ -209,7 +223,7 @@ pub(crate) mod fixture {
         UsageRow {
             month: "2026-10".into(),
             team: team.into(),
-            state: state.into(),
+            state: state.parse().unwrap(),
             model_name: model.into(),
             gpu_hours: hours,
             provisional_gpu_hours: provisional,
@@ -305,7 +319,7 @@ pub(crate) mod fixture {
         Report {
             month: "2026-10".into(),
             currency: "EUR".into(),
-            idle_policy: "share".into(),
+            idle_policy: IdlePolicy::Share,
             chargeback,
             units: vec![
                 UnitsRow { month: "2026-10".into(), team: "ml-research".into(), unit: "samples".into(), accepted_units: 1000.0 },
@@ -313,8 +327,8 @@ pub(crate) mod fixture {
             ],
             usage,
             failure_causes: vec![
-                FailureCauseRow { outcome: "failed".into(), cause: "OOMKilled".into(), segments: 3, gpu_hours: 5.0, cost: 10.0 },
-                FailureCauseRow { outcome: "preempted".into(), cause: "Preempted".into(), segments: 2, gpu_hours: 4.0, cost: 4.0 },
+                FailureCauseRow { outcome: State::Failed, cause: "OOMKilled".into(), segments: 3, gpu_hours: 5.0, cost: 10.0 },
+                FailureCauseRow { outcome: State::Preempted, cause: "Preempted".into(), segments: 2, gpu_hours: 4.0, cost: 4.0 },
             ],
             queue_waits: vec![
                 QueueWaitRow {

@@ -208,7 +208,7 @@ fn failure_grid(report: &Report, limit: usize) -> Grid {
         .failure_causes
         .iter()
         .take(limit)
-        .map(|f| vec![f.outcome.clone(), f.cause.clone(), f.segments.to_string(), hours_fmt(f.gpu_hours), money_fmt(f.cost)])
+        .map(|f| vec![f.outcome.to_string(), f.cause.clone(), f.segments.to_string(), hours_fmt(f.gpu_hours), money_fmt(f.cost)])
         .collect();
     Grid::new(&["outcome", "cause", "segments", "GPU-hours", "cost"], 2, rows, None)
 }

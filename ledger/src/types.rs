@@ -1,0 +1,186 @@
+//! The ledger's vocabulary as types: a GPU's state, a cost component, a month. The SQL spells
+//! them as text; they become these types where a result is read ([`crate::decode`]), so that Rust
+//! code matches on variants instead of comparing strings.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Serialize, Serializer};
+
+use crate::config::IdlePolicy;
+
+/// What a GPU did with a stretch of time (DESIGN.md, "GPU states").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum State {
+    Productive,
+    AllocatedIdle,
+    Failed,
+    Preempted,
+    Unallocated,
+}
+
+impl State {
+    /// Every state, in the order reports show them.
+    pub const ALL: [State; 5] = [State::Productive, State::AllocatedIdle, State::Failed, State::Preempted, State::Unallocated];
+
+    /// The name in the SQL and the store.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Productive => "productive",
+            State::AllocatedIdle => "allocated_idle",
+            State::Failed => "failed",
+            State::Preempted => "preempted",
+            State::Unallocated => "unallocated",
+        }
+    }
+
+    /// The cost component this state's cost is charged as (60_chargeback.sql).
+    pub fn component(self) -> CostComponent {
+        match self {
+            State::Productive => CostComponent::Compute,
+            State::AllocatedIdle | State::Unallocated => CostComponent::Idle,
+            State::Failed | State::Preempted => CostComponent::FailedRuns,
+        }
+    }
+
+    /// Whether time in this state is lost to a run that did not finish.
+    pub fn is_lost(self) -> bool {
+        matches!(self, State::Failed | State::Preempted)
+    }
+}
+
+/// One term of the cost formula `(compute + network + storage + support + idle + failed_runs +
+/// operations) / accepted_units`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CostComponent {
+    Compute,
+    Network,
+    Storage,
+    Support,
+    Idle,
+    FailedRuns,
+    Operations,
+}
+
+impl CostComponent {
+    /// Every component, in the order of the formula.
+    pub const ALL: [CostComponent; 7] =
+        [CostComponent::Compute, CostComponent::Network, CostComponent::Storage, CostComponent::Support, CostComponent::Idle, CostComponent::FailedRuns, CostComponent::Operations];
+
+    /// The overheads a configuration gives as amounts (the others come from GPU time).
+    pub const OVERHEADS: [CostComponent; 4] = [CostComponent::Network, CostComponent::Storage, CostComponent::Support, CostComponent::Operations];
+
+    /// The name in the SQL, the chargeback's column and the `/metrics` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CostComponent::Compute => "compute",
+            CostComponent::Network => "network",
+            CostComponent::Storage => "storage",
+            CostComponent::Support => "support",
+            CostComponent::Idle => "idle",
+            CostComponent::FailedRuns => "failed_runs",
+            CostComponent::Operations => "operations",
+        }
+    }
+}
+
+/// A calendar month, `YYYY-MM` (UTC).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Month(String);
+
+impl Month {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A month that is not `YYYY-MM`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("month {0:?} is not YYYY-MM")]
+pub struct BadMonth(pub String);
+
+impl FromStr for Month {
+    type Err = BadMonth;
+
+    fn from_str(s: &str) -> Result<Month, BadMonth> {
+        let b = s.as_bytes();
+        let ok = b.len() == 7 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-' && b[5..].iter().all(u8::is_ascii_digit) && matches!(s[5..].parse::<u8>(), Ok(1..=12));
+        if ok { Ok(Month(s.to_string())) } else { Err(BadMonth(s.to_string())) }
+    }
+}
+
+/// A name that is not one of a type's variants.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {name:?}")]
+pub struct Unknown {
+    pub what: &'static str,
+    pub name: String,
+}
+
+impl FromStr for State {
+    type Err = Unknown;
+
+    fn from_str(s: &str) -> Result<State, Unknown> {
+        State::ALL.into_iter().find(|v| v.as_str() == s).ok_or_else(|| Unknown { what: "GPU state", name: s.to_string() })
+    }
+}
+
+impl FromStr for CostComponent {
+    type Err = Unknown;
+
+    fn from_str(s: &str) -> Result<CostComponent, Unknown> {
+        CostComponent::ALL.into_iter().find(|v| v.as_str() == s).ok_or_else(|| Unknown { what: "cost component", name: s.to_string() })
+    }
+}
+
+macro_rules! as_text {
+    ($($t:ty),*) => {$(
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+    )*};
+}
+as_text!(State, CostComponent, Month);
+
+// Reports serialise the policy they were made under by its configuration name.
+impl Serialize for IdlePolicy {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_names_are_refused() {
+        for s in State::ALL {
+            assert_eq!(s.as_str().parse::<State>().unwrap(), s);
+        }
+        for c in CostComponent::ALL {
+            assert_eq!(c.as_str().parse::<CostComponent>().unwrap(), c);
+        }
+        assert_eq!("idle_allocated".parse::<State>().unwrap_err().to_string(), "unknown GPU state \"idle_allocated\"");
+        assert_eq!(State::Preempted.component(), CostComponent::FailedRuns);
+        assert_eq!(State::Unallocated.component(), CostComponent::Idle);
+        assert!(State::Failed.is_lost() && !State::AllocatedIdle.is_lost());
+    }
+
+    #[test]
+    fn months_are_yyyy_mm() {
+        assert_eq!("2026-10".parse::<Month>().unwrap().as_str(), "2026-10");
+        for bad in ["2026-13", "2026-00", "2026-1", "26-10", "2026/10", "2026-10-01", ""] {
+            assert!(bad.parse::<Month>().is_err(), "{bad}");
+        }
+        assert_eq!(serde_json::to_string(&State::AllocatedIdle).unwrap(), "\"allocated_idle\"");
+    }
+}
