@@ -39,9 +39,11 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, SecondsFormat};
 use reqwest::Url;
 
+use crate::backoff::Backoff;
 use crate::diag::Diagnostics;
 use crate::ingest::Progress;
-use crate::sources::prometheus_api::{self, ApiStats};
+use crate::sources::prometheus_api::ApiStats;
+use crate::sources::{Origin, PrometheusApi, Source};
 use crate::store::{Store, StoreOptions, StoreStats};
 use gpuledger_store::StoreLocation;
 use crate::tables::samples::SampleTables;
@@ -97,9 +99,10 @@ impl BackfillOptions {
     }
 }
 
-/// `retries` delays starting at `first`, doubling each time.
+/// `retries` delays starting at `first`, doubling each time (the collector's one
+/// [`Backoff`], without jitter: the retries of one chunk are not in step with anyone's).
 pub fn backoff(first: Duration, retries: u32) -> Vec<Duration> {
-    (0..retries).map(|i| first.saturating_mul(1 << i.min(16))).collect()
+    Backoff::doubling(first).delays(retries)
 }
 
 /// Why a backfill could not run at all. (A chunk Prometheus did not answer is no error: it is
@@ -481,15 +484,19 @@ async fn fetch(client: &reqwest::Client, endpoint: &Url, selector: &str, range: 
 /// a failure to retry, not bad input to store around.
 fn read_answer(prometheus: &str, range: TimeRange, body: &[u8]) -> Result<Answer, String> {
     let source = PathBuf::from(format!("{prometheus} chunk {range}"));
-    let mut tables = SampleTables::new();
+    let origin = Origin { path: &source, modified_ms: None, fetched_ms: None };
+    let mut reader = PrometheusApi::query_range();
     let mut diags = Diagnostics::new();
-    let stats = prometheus_api::read_response(&source, body, &mut tables, &mut diags);
-    if stats.series == 0 && stats.rejected > 0 {
+    let records = reader.parse(body, &origin, &mut diags);
+    let (series, rejected) = (records.series.len() as u64, records.rejected);
+    if series == 0 && rejected > 0 {
         let why = diags.errors.first().map_or_else(|| "unreadable answer".to_string(), |d| d.reason.clone());
         return Err(why);
     }
+    let mut tables = SampleTables::new();
+    let loaded = reader.load(records, &mut tables, &origin, &mut diags);
     let batches = tables.take_batches().map_err(|e| e.to_string())?;
-    Ok(Answer { batches, stats, blank: tables.counts.blank, diags })
+    Ok(Answer { batches, stats: ApiStats { series, samples: loaded.samples, rejected }, blank: loaded.blank, diags })
 }
 
 fn describe(e: reqwest::Error, timeout: Duration) -> String {

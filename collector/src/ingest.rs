@@ -13,15 +13,11 @@ use std::time::{Duration, Instant};
 
 use crate::diag::{Diagnostics, Position};
 use crate::error::{Error, Result};
-use crate::sources::dcgm_text::{self, ScrapeTime};
-use crate::sources::{kubernetes_file, prometheus_api};
+use crate::sources::{DcgmText, KubernetesFile, Loaded, Origin, PrometheusApi, Source, prometheus_api};
 use crate::store::{Store, StoreOptions, StoreStats};
 use crate::tables::TableBatch;
 use crate::tables::k8s::K8sTables;
 use crate::tables::samples::SampleTables;
-
-/// File the simulator writes beside its capture: its truth, not a capture file.
-pub const SIMULATOR_TRUTH: &str = "expected.json";
 
 /// The formats ingest reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -47,12 +43,22 @@ pub struct IngestOptions {
     pub store: StoreOptions,
     /// Parser threads (the store writer has its own).
     pub threads: usize,
+    /// Files not to read wherever they lie, by file name, each with the reason the summary
+    /// counts it under (a tool's own output written beside a capture, say).
+    pub skip: Vec<SkipFile>,
+}
+
+/// A file name ingest passes over (see [`IngestOptions::skip`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkipFile {
+    pub name: String,
+    pub reason: String,
 }
 
 impl Default for IngestOptions {
     fn default() -> Self {
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, 8);
-        IngestOptions { store: StoreOptions::default(), threads }
+        IngestOptions { store: StoreOptions::default(), threads, skip: Vec::new() }
     }
 }
 
@@ -71,7 +77,7 @@ impl Progress for Quiet {}
 #[derive(Debug, Default, Clone)]
 pub struct IngestSummary {
     pub files: BTreeMap<Format, u64>,
-    /// Files not read, by reason (`extension .csv`, `simulator truth`...).
+    /// Files not read, by reason (`extension .csv`, a [`SkipFile`]'s reason...).
     pub skipped_files: BTreeMap<String, u64>,
     pub bytes_read: u64,
     /// Metric samples accepted (one metric value of one series at one time).
@@ -122,9 +128,9 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
 }
 
 /// How a path is read, or why it is skipped.
-pub fn classify(path: &Path, head: &[u8]) -> std::result::Result<Format, String> {
-    if path.file_name().is_some_and(|n| n == SIMULATOR_TRUTH) {
-        return Err("simulator truth (expected.json)".into());
+pub fn classify(path: &Path, head: &[u8], skip: &[SkipFile]) -> std::result::Result<Format, String> {
+    if let Some(s) = path.file_name().and_then(|n| skip.iter().find(|s| n == s.name.as_str())) {
+        return Err(s.reason.clone());
     }
     let ext = path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
     match ext.as_str() {
@@ -163,7 +169,8 @@ pub fn ingest(paths: &[PathBuf], store: &gpuledger_store::StoreLocation, options
         for _ in 0..threads {
             let tx = tx.clone();
             let (files, next) = (&files, &next);
-            scope.spawn(move || worker(files, next, &tx));
+            let skip = &options.skip;
+            scope.spawn(move || worker(files, skip, next, &tx));
         }
         drop(tx);
         for msg in rx {
@@ -213,15 +220,23 @@ pub fn ingest(paths: &[PathBuf], store: &gpuledger_store::StoreLocation, options
     Ok(summary)
 }
 
-fn worker(files: &[PathBuf], next: &AtomicUsize, tx: &mpsc::SyncSender<Message>) {
+/// A worker's sources, kept for all its files (the text source remembers label sets).
+struct Sources {
+    dcgm: DcgmText,
+    api: PrometheusApi,
+    k8s: KubernetesFile,
+}
+
+fn worker(files: &[PathBuf], skip: &[SkipFile], next: &AtomicUsize, tx: &mpsc::SyncSender<Message>) {
     let mut samples = SampleTables::new();
     let mut k8s = K8sTables::new();
+    let mut sources = Sources { dcgm: DcgmText::file(), api: PrometheusApi::query(), k8s: KubernetesFile };
     // One read buffer per worker: a fresh allocation per file cost page faults on every file.
     let mut buf = Vec::new();
     loop {
         let i = next.fetch_add(1, Ordering::SeqCst);
         let Some(path) = files.get(i) else { break };
-        let msg = match read_one(path, &mut buf, &mut samples, &mut k8s) {
+        let msg = match read_one(path, skip, &mut buf, &mut sources, &mut samples, &mut k8s) {
             Ok(m) => m,
             Err(e) => Message::Failed(e),
         };
@@ -251,7 +266,7 @@ fn hand_over(samples: &mut SampleTables, k8s: &mut K8sTables, tx: &mpsc::SyncSen
 }
 
 /// Reads one file into the worker's tables.
-fn read_one(path: &Path, buf: &mut Vec<u8>, samples: &mut SampleTables, k8s: &mut K8sTables) -> Result<Message> {
+fn read_one(path: &Path, skip: &[SkipFile], buf: &mut Vec<u8>, sources: &mut Sources, samples: &mut SampleTables, k8s: &mut K8sTables) -> Result<Message> {
     let mut diags = Diagnostics::new();
     buf.clear();
     let read = std::fs::File::open(path).and_then(|mut f| std::io::Read::read_to_end(&mut f, buf));
@@ -265,57 +280,17 @@ fn read_one(path: &Path, buf: &mut Vec<u8>, samples: &mut SampleTables, k8s: &mu
         }
     };
     let len = bytes.len() as u64;
-    let format = classify(path, bytes);
-    let (mut n_samples, mut blank, mut rejected) = (0, 0, 0);
-    let mut objects = BTreeMap::new();
-    match format {
-        Ok(Format::PrometheusText) => {
-            let time = match dcgm_text::time_from_file_name(path) {
-                Some(t) => ScrapeTime::FileName(t),
-                None => mtime_ms(path).map_or(ScrapeTime::Unknown, ScrapeTime::Modified),
-            };
-            let before = samples.counts;
-            let mut file_diags = Diagnostics::new();
-            let stats = dcgm_text::read_text(path, bytes, time, samples, &mut file_diags);
-            if stats.samples == 0 && stats.rejected > 0 {
-                // Nothing in the file parsed: it is not exposition text at all (a kubectl table
-                // saved as .txt, say). One error for the file says more than one per line.
-                let first = file_diags.errors.first().map(|d| d.to_string()).unwrap_or_default();
-                diags.error(path, Position::File, "unrecognised_format", format!("not Prometheus text exposition ({} lines rejected; first: {first})", stats.rejected));
-                rejected += 1;
-            } else {
-                diags.merge(file_diags);
-                rejected += stats.rejected;
-            }
-            n_samples += stats.samples;
-            blank += samples.counts.blank - before.blank;
-        }
-        Ok(Format::PrometheusApi) => {
-            let before = samples.counts;
-            let stats = prometheus_api::read_response(path, bytes, samples, &mut diags);
-            n_samples += stats.samples;
-            rejected += stats.rejected;
-            blank += samples.counts.blank - before.blank;
-        }
-        Ok(Format::Kubernetes) => {
-            let fallback = mtime_ms(path).unwrap_or(0);
-            let before_errors = diags.errors.len();
-            let versions = kubernetes_file::read_objects(path, bytes, fallback, &mut diags);
-            let before_kinds = k8s.kinds.clone();
-            for v in &versions {
-                k8s.push(path, v, &mut diags);
-            }
-            for (k, n) in &k8s.kinds {
-                let delta = n - before_kinds.get(k).copied().unwrap_or(0);
-                if delta > 0 {
-                    objects.insert(k.clone(), delta);
-                }
-            }
-            rejected += (diags.errors.len() - before_errors) as u64;
-        }
-        Err(_) => {}
-    }
-    Ok(Message::File { format, bytes: len, diags, objects, samples: n_samples, blank, rejected })
+    let format = classify(path, bytes, skip);
+    let origin = Origin::file(path, mtime_ms(path));
+    let loaded = match format {
+        Ok(Format::PrometheusText) => sources.dcgm.read(bytes, &origin, samples, &mut diags),
+        Ok(Format::PrometheusApi) => sources.api.read(bytes, &origin, samples, &mut diags),
+        Ok(Format::Kubernetes) => sources.k8s.read(bytes, &origin, k8s, &mut diags),
+        Err(_) => Loaded::default(),
+    };
+    // Every rejected line, point or object is one error of this file's.
+    let rejected = diags.errors.len() as u64;
+    Ok(Message::File { format, bytes: len, diags, objects: loaded.objects, samples: loaded.samples, blank: loaded.blank, rejected })
 }
 
 fn mtime_ms(path: &Path) -> Option<i64> {
@@ -330,13 +305,16 @@ mod tests {
 
     #[test]
     fn classify_by_extension_and_sniff() {
-        assert_eq!(classify(Path::new("a/b.prom"), b""), Ok(Format::PrometheusText));
-        assert_eq!(classify(Path::new("a/b.txt"), b""), Ok(Format::PrometheusText));
-        assert_eq!(classify(Path::new("q.json"), br#"{"status":"success","data":{"resultType":"vector"}}"#), Ok(Format::PrometheusApi));
-        assert_eq!(classify(Path::new("pods.json"), br#"{"apiVersion":"v1","kind":"List"}"#), Ok(Format::Kubernetes));
-        assert_eq!(classify(Path::new("w.JSONL"), b""), Ok(Format::Kubernetes));
-        assert_eq!(classify(Path::new("q.yaml"), b""), Ok(Format::Kubernetes));
-        assert_eq!(classify(Path::new("x.csv"), b""), Err("extension .csv".into()));
-        assert_eq!(classify(Path::new("sim/expected.json"), b"{}"), Err("simulator truth (expected.json)".into()));
+        assert_eq!(classify(Path::new("a/b.prom"), b"", &[]), Ok(Format::PrometheusText));
+        assert_eq!(classify(Path::new("a/b.txt"), b"", &[]), Ok(Format::PrometheusText));
+        assert_eq!(classify(Path::new("q.json"), br#"{"status":"success","data":{"resultType":"vector"}}"#, &[]), Ok(Format::PrometheusApi));
+        assert_eq!(classify(Path::new("pods.json"), br#"{"apiVersion":"v1","kind":"List"}"#, &[]), Ok(Format::Kubernetes));
+        assert_eq!(classify(Path::new("w.JSONL"), b"", &[]), Ok(Format::Kubernetes));
+        assert_eq!(classify(Path::new("q.yaml"), b"", &[]), Ok(Format::Kubernetes));
+        assert_eq!(classify(Path::new("x.csv"), b"", &[]), Err("extension .csv".into()));
+        let skip = [SkipFile { name: "expected.json".into(), reason: "simulator truth (expected.json)".into() }];
+        assert_eq!(classify(Path::new("sim/expected.json"), b"{}", &skip), Err("simulator truth (expected.json)".into()));
+        assert_eq!(classify(Path::new("sim/expected.json"), b"{}", &[]), Ok(Format::Kubernetes), "only a caller's list skips it");
+        assert_eq!(classify(Path::new("sim/not-expected.json"), b"{}", &skip), Ok(Format::Kubernetes));
     }
 }

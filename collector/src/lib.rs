@@ -12,6 +12,7 @@
 //! that is the ledger's job (it only reads keys back, to skip facts already stored).
 
 pub mod backfill;
+pub mod backoff;
 pub mod diag;
 pub mod error;
 pub mod ingest;

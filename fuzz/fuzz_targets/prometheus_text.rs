@@ -1,19 +1,35 @@
-//! The exposition-text reader must never panic, and every line it reads is either a sample or
-//! a reported error.
+//! The exposition-text reader must never panic, and every line that is neither blank nor a
+//! comment is either a record or a reported bad line, numbered as the text numbers it.
 #![no_main]
 
-use std::path::Path;
-
-use gpuledger_collector::Diagnostics;
-use gpuledger_collector::sources::dcgm_text::{ScrapeTime, read_text};
-use gpuledger_collector::tables::samples::SampleTables;
+use gpuledger_dcgm_text::Reader;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let mut tables = SampleTables::new();
-    let mut diags = Diagnostics::new();
-    let stats = read_text(Path::new("fuzz.prom"), data, ScrapeTime::FileName(0), &mut tables, &mut diags);
-    assert_eq!(stats.lines, stats.samples + stats.rejected);
-    assert_eq!(stats.rejected as usize, diags.errors.len());
-    let _ = tables.take_batches().expect("batches build");
+    let mut reader = Reader::new();
+    let mut records = reader.records(data);
+    let mut numbers = Vec::new();
+    while let Some(item) = records.next() {
+        match item {
+            Ok(r) => {
+                let _ = records.labels(r.labels);
+                numbers.push(r.line);
+            }
+            Err(bad) => {
+                assert!(!bad.reason.is_empty());
+                numbers.push(bad.line);
+            }
+        }
+    }
+    let expected: Vec<u64> = data
+        .split(|c| *c == b'\n')
+        .zip(1u64..)
+        .filter(|(line, _)| {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let start = line.iter().position(|c| *c != b' ' && *c != b'\t');
+            start.is_some_and(|i| line[i] != b'#')
+        })
+        .map(|(_, n)| n)
+        .collect();
+    assert_eq!(numbers, expected);
 });

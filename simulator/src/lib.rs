@@ -45,6 +45,10 @@ use chrono::{DateTime, TimeZone, Utc};
 
 pub use error::SimError;
 
+/// The file beside a capture that holds the figures it implies: the simulator's truth, not
+/// capture data, so whoever ingests a capture directory passes over it.
+pub const TRUTH_FILE: &str = "expected.json";
+
 /// Object capture starts this long before the first scrape, so that the cluster is already busy
 /// (queues, runs in flight) when metrics begin.
 const WARMUP_S: i64 = 12 * 3600;
@@ -200,7 +204,7 @@ fn simulate_on(
             objects_by_kind: written.objects_by_kind,
         },
     );
-    let path = out.join("expected.json");
+    let path = out.join(TRUTH_FILE);
     let mut text = serde_json::to_vec_pretty(&expected).map_err(|e| SimError::Serialize {
         path: path.clone(),
         what: "expected figures".to_string(),

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use gpuledger_store::StoreLocation;
 use clap::ValueEnum;
-use gpuledger_collector::ingest::{self, IngestOptions, IngestSummary};
+use gpuledger_collector::ingest::{self, IngestOptions, IngestSummary, SkipFile};
 use gpuledger_collector::Diagnostics;
 use gpuledger_collector::store::{StoreOptions, StoreStats};
 use serde_json::json;
@@ -76,6 +76,10 @@ pub fn ingest_with(args: &Args) -> anyhow::Result<IngestSummary> {
     if let Some(t) = args.threads {
         options.threads = t.max(1);
     }
+    // A simulated capture holds its truth beside the data: reading it as Kubernetes objects
+    // would only report it as bad input.
+    let truth = gpuledger_simulator::TRUTH_FILE;
+    options.skip.push(SkipFile { name: truth.to_string(), reason: format!("simulator truth ({truth})") });
     let reporter = Reporter::new(args.progress);
     ingest::ingest(&args.paths, &args.store, &options, &reporter).with_context(|| format!("ingesting into {}", args.store))
 }

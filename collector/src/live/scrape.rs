@@ -16,7 +16,7 @@ use super::log;
 use super::metrics::Metrics;
 use super::writer::Msg;
 use crate::diag::Diagnostics;
-use crate::sources::dcgm_text::{self, ScrapeTime};
+use crate::sources::{DcgmText, Origin, Source};
 use crate::tables::samples::SampleTables;
 
 /// Largest body read from an exporter (a DCGM exporter of 8 GPUs writes about 100 KiB).
@@ -113,21 +113,24 @@ fn describe(e: &reqwest::Error, timeout: Duration) -> String {
 /// Body -> table batches. A body with no sample at all (an HTML error page, garbage) is a
 /// failed scrape; bad lines in an otherwise good body are counted and the rest kept.
 fn parse(endpoint: &str, body: &[u8], scraped_ms: i64, metrics: &Metrics) -> Result<(Vec<crate::tables::TableBatch>, u64), String> {
-    let mut tables = SampleTables::new();
+    let mut source = DcgmText::scrape();
+    let origin = Origin::fetched(Path::new(endpoint), scraped_ms);
     let mut diags = Diagnostics::new();
-    let stats = dcgm_text::read_text(Path::new(endpoint), body, ScrapeTime::Scraped(scraped_ms), &mut tables, &mut diags);
+    let records = source.parse(body, &origin, &mut diags);
     for (t, n) in diags.error_counts() {
         metrics.rejected(endpoint, t, n);
     }
-    if stats.samples == 0 && stats.rejected > 0 {
+    if records.samples() == 0 && records.rejected > 0 {
         let first = diags.errors.first().map(|d| d.to_string()).unwrap_or_default();
-        return Err(format!("not Prometheus text ({} lines rejected; first: {first})", stats.rejected));
+        return Err(format!("not Prometheus text ({} lines rejected; first: {first})", records.rejected));
     }
     if let Some(first) = diags.errors.first() {
-        log::warn(format!("{} line(s) rejected, first: {first}", stats.rejected));
+        log::warn(format!("{} line(s) rejected, first: {first}", records.rejected));
     }
+    let mut tables = SampleTables::new();
+    let loaded = source.load(records, &mut tables, &origin, &mut diags);
     let batches = tables.take_batches().map_err(|e| e.to_string())?;
-    Ok((batches, stats.samples))
+    Ok((batches, loaded.samples))
 }
 
 /// The exporter URLs the API server lists right now: running pods matching `selector`.

@@ -1,23 +1,20 @@
-//! `dcgm_file`: Prometheus text exposition as the DCGM exporter (and Prometheus' `/federate`)
-//! writes it.
+//! `dcgm_file` and `dcgm_scrape`: Prometheus text exposition as the DCGM exporter (and
+//! Prometheus' `/federate`) writes it, read by [`gpuledger_dcgm_text`] into records, which are
+//! then loaded into [`SampleTables`].
 //!
-//! Why not the prometheus-parse crate: it silently drops every metric whose name holds `:` (most
-//! of a vLLM scrape), keeps the leading space of label keys written after `, ` (the exporter's own
-//! README examples do that) and mangles label values holding `,` `=` `\"` or `}`; and it builds a
-//! fresh label map for every line. Real exporter output repeats the same label block for every
-//! metric of a GPU, so this reader parses each distinct label block once and looks the rest up by
-//! their raw bytes (see `benches/` and README for the measured difference).
-//!
-//! Accepted: `# HELP`/`# TYPE`/other comments (skipped), blank lines, `\r\n` endings, a missing
-//! final newline, metric names with `:`, label values with escapes (`\\`, `\"`, `\n`) and any
-//! other character, a trailing comma in a label block, whitespace around labels, values
-//! `NaN`/`+Inf`/`-Inf`, and an optional integer millisecond timestamp. A line that does not
-//! parse costs that line only and is reported with its line number.
+//! What this module adds to the text reader is what the bytes alone cannot say: the time of
+//! samples that carry none (the file name's, the scrape's, else the file's modification time),
+//! and the mapping of the reader's metric names and label sets onto the tables' interned ones,
+//! kept per reader so that each distinct label set is resolved once.
 
 use std::path::Path;
 
-use crate::diag::{Diagnostics, Position, excerpt};
-use crate::tables::samples::SampleTables;
+use gpuledger_dcgm_text::{LabelSetId, Reader};
+use rustc_hash::FxHashMap;
+
+use crate::diag::{Diagnostics, Position};
+use crate::sources::{Loaded, Origin, Source};
+use crate::tables::samples::{MetricRef, SampleTables, SeriesRef, TablesId};
 
 /// Where the time of samples without their own timestamp comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,302 +37,219 @@ pub struct TextStats {
     pub rejected: u64,
 }
 
-/// Reads a whole exposition text into `tables`. `path` only names the source in diagnostics.
-pub fn read_text(
-    path: &Path,
-    bytes: &[u8],
-    scrape_time: ScrapeTime,
-    tables: &mut SampleTables,
-    diags: &mut Diagnostics,
-) -> TextStats {
-    let mut stats = TextStats::default();
-    let mut used_mtime = 0u64;
-    let mut line_no = 0u64;
-    let mut pos = 0usize;
-    while pos < bytes.len() {
-        let end = memchr::memchr(b'\n', &bytes[pos..]).map_or(bytes.len(), |i| pos + i);
-        let mut line = &bytes[pos..end];
-        pos = end + 1;
-        line_no += 1;
-        if let [rest @ .., b'\r'] = line {
-            line = rest;
-        }
-        let line = trim_start(line);
-        if line.is_empty() || line[0] == b'#' {
-            continue;
-        }
-        stats.lines += 1;
-        match parse_line(line, tables) {
-            Ok((metric, series, value, ts)) => {
-                let ts = match (ts, scrape_time) {
-                    (Some(ts), _) => ts,
-                    (None, ScrapeTime::FileName(t) | ScrapeTime::Scraped(t)) => t,
-                    (None, ScrapeTime::Modified(t)) => {
-                        used_mtime += 1;
-                        t
-                    }
-                    (None, ScrapeTime::Unknown) => {
-                        stats.rejected += 1;
-                        diags.error(path, Position::Line(line_no), "missing_timestamp", "sample has no timestamp and the file's time is unknown");
-                        continue;
-                    }
-                };
-                tables.push(metric, series, ts, value);
-                stats.samples += 1;
-            }
-            Err(e) => {
-                stats.rejected += 1;
-                diags.error(path, Position::Line(line_no), e.error_type, format!("{}: {}", e.reason, excerpt(line)));
-            }
-        }
-    }
-    if used_mtime > 0 {
-        diags.warn(
-            path,
-            Position::File,
-            "time_from_mtime",
-            format!("{used_mtime} samples have no timestamp and the file name is not a time: used the file's modification time"),
-        );
-    }
-    stats
+/// Which input the text is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A capture file: times from the file name, else its modification time. A file of which
+    /// not one line parses is reported once, as not being exposition text at all.
+    File,
+    /// An exporter's answer: samples without a time take the scrape's.
+    Scrape,
 }
 
-/// Why a line was rejected.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LineError {
-    pub error_type: &'static str,
-    pub reason: String,
+/// The exposition-text source. Keep one per worker or task: it remembers the label sets it
+/// has read, so the next text of the same exporter costs a lookup per line, not a parse.
+pub struct DcgmText {
+    kind: Kind,
+    reader: Reader,
+    /// Metric names read, interned: records then carry an index.
+    name_ids: FxHashMap<Box<str>, u32>,
+    names: Vec<Box<str>>,
+    /// The tables the refs below belong to: refs of other tables would name other rows.
+    bound: Option<TablesId>,
+    metric_refs: Vec<Option<MetricRef>>,
+    series_refs: Vec<Option<SeriesRef>>,
+    /// The last records' buffer, kept for the next text.
+    spare: Vec<Sample>,
 }
 
-fn err(error_type: &'static str, reason: impl Into<String>) -> LineError {
-    LineError { error_type, reason: reason.into() }
+/// The samples of one text, with the counts of what was read.
+#[derive(Debug, Default)]
+pub struct TextRecords {
+    samples: Vec<Sample>,
+    pub lines: u64,
+    pub rejected: u64,
 }
 
-type Parsed = (crate::tables::samples::MetricRef, crate::tables::samples::SeriesRef, f64, Option<i64>);
-
-fn parse_line(line: &[u8], tables: &mut SampleTables) -> Result<Parsed, LineError> {
-    let name_len = metric_name_len(line);
-    if name_len == 0 {
-        return Err(err("invalid_metric_name", "expected a metric name"));
-    }
-    let name = &line[..name_len];
-    let mut rest = &line[name_len..];
-    let raw_labels: &[u8] = if rest.first() == Some(&b'{') {
-        let close = label_block_end(rest).ok_or_else(|| err("invalid_labels", "label set is not closed with `}`"))?;
-        let raw = &rest[1..close];
-        rest = &rest[close + 1..];
-        raw
-    } else {
-        b""
-    };
-    if !rest.first().is_some_and(|c| *c == b' ' || *c == b'\t') {
-        return Err(err("invalid_line", "expected whitespace and a value after the metric"));
-    }
-    rest = trim_start(rest);
-    let (value_tok, after) = split_token(rest);
-    let value = parse_value(value_tok).ok_or_else(|| err("invalid_number", format!("value {:?} is not a number", String::from_utf8_lossy(value_tok))))?;
-    let after = trim_start(after);
-    let ts = if after.is_empty() {
-        None
-    } else {
-        let (ts_tok, tail) = split_token(after);
-        if !trim_start(tail).is_empty() {
-            return Err(err("invalid_line", "unexpected text after the timestamp"));
-        }
-        Some(parse_int(ts_tok).ok_or_else(|| {
-            err("invalid_timestamp", format!("timestamp {:?} is not integer milliseconds", String::from_utf8_lossy(ts_tok)))
-        })?)
-    };
-    let metric = tables.metric(name);
-    let series = tables.series_for_raw(raw_labels, parse_labels)?;
-    Ok((metric, series, value, ts))
-}
-
-fn trim_start(b: &[u8]) -> &[u8] {
-    let n = b.iter().take_while(|c| **c == b' ' || **c == b'\t').count();
-    &b[n..]
-}
-
-fn split_token(b: &[u8]) -> (&[u8], &[u8]) {
-    let n = b.iter().position(|c| *c == b' ' || *c == b'\t').unwrap_or(b.len());
-    (&b[..n], &b[n..])
-}
-
-fn is_name_start(c: u8) -> bool {
-    c.is_ascii_alphabetic() || c == b'_' || c == b':'
-}
-
-fn is_name_char(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || c == b'_' || c == b':'
-}
-
-fn metric_name_len(line: &[u8]) -> usize {
-    match line.first() {
-        Some(c) if is_name_start(*c) => line.iter().take_while(|c| is_name_char(**c)).count(),
-        _ => 0,
+impl TextRecords {
+    pub fn samples(&self) -> usize {
+        self.samples.len()
     }
 }
 
-/// Index of the `}` closing the label block that starts at `b[0] == b'{'`, skipping quoted values.
-fn label_block_end(b: &[u8]) -> Option<usize> {
-    let mut i = 1;
-    loop {
-        let j = memchr::memchr2(b'"', b'}', &b[i..])? + i;
-        if b[j] == b'}' {
-            return Some(j);
+/// One accepted sample line, its time resolved.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    metric: u32,
+    labels: LabelSetId,
+    ts_ms: i64,
+    value: f64,
+}
+
+impl DcgmText {
+    /// `dcgm_file`: capture files.
+    pub fn file() -> Self {
+        Self::new(Kind::File)
+    }
+
+    /// `dcgm_scrape`: live exporter answers.
+    pub fn scrape() -> Self {
+        Self::new(Kind::Scrape)
+    }
+
+    fn new(kind: Kind) -> Self {
+        DcgmText {
+            kind,
+            reader: Reader::new(),
+            name_ids: FxHashMap::default(),
+            names: Vec::new(),
+            bound: None,
+            metric_refs: Vec::new(),
+            series_refs: Vec::new(),
+            spare: Vec::new(),
         }
-        // Inside a quoted value: find its closing quote, stepping over escapes.
-        let mut k = j + 1;
-        loop {
-            let q = memchr::memchr2(b'"', b'\\', &b[k..])? + k;
-            if b[q] == b'\\' {
-                k = q + 2;
-                if k > b.len() {
-                    return None;
+    }
+
+    /// The text's records, samples without a time of their own taking `time`.
+    pub fn parse_text(&mut self, path: &Path, bytes: &[u8], time: ScrapeTime, diags: &mut Diagnostics) -> TextRecords {
+        let mut out = TextRecords { samples: std::mem::take(&mut self.spare), lines: 0, rejected: 0 };
+        out.samples.clear();
+        let mut used_mtime = 0u64;
+        for item in self.reader.records(bytes) {
+            out.lines += 1;
+            let rec = match item {
+                Ok(rec) => rec,
+                Err(bad) => {
+                    out.rejected += 1;
+                    diags.error(path, Position::Line(bad.line), bad.kind.as_str(), format!("{}: {}", bad.reason, bad.excerpt));
+                    continue;
                 }
-            } else {
-                i = q + 1;
-                break;
-            }
+            };
+            let ts_ms = match (rec.timestamp, time) {
+                (Some(ts), _) => ts,
+                (None, ScrapeTime::FileName(t) | ScrapeTime::Scraped(t)) => t,
+                (None, ScrapeTime::Modified(t)) => {
+                    used_mtime += 1;
+                    t
+                }
+                (None, ScrapeTime::Unknown) => {
+                    out.rejected += 1;
+                    diags.error(path, Position::Line(rec.line), "missing_timestamp", "sample has no timestamp and the file's time is unknown");
+                    continue;
+                }
+            };
+            let metric = match self.name_ids.get(rec.name) {
+                Some(i) => *i,
+                None => {
+                    let i = self.names.len() as u32;
+                    self.names.push(rec.name.into());
+                    self.name_ids.insert(rec.name.into(), i);
+                    i
+                }
+            };
+            out.samples.push(Sample { metric, labels: rec.labels, ts_ms, value: rec.value });
         }
+        if used_mtime > 0 {
+            diags.warn(
+                path,
+                Position::File,
+                "time_from_mtime",
+                format!("{used_mtime} samples have no timestamp and the file name is not a time: used the file's modification time"),
+            );
+        }
+        out
     }
-}
 
-/// Parses `k="v",k2="v2"` (whitespace around items and a trailing comma allowed).
-pub fn parse_labels(raw: &[u8]) -> Result<Vec<(String, String)>, LineError> {
-    let mut out: Vec<(String, String)> = Vec::with_capacity(12);
-    let mut b = trim_start(raw);
-    while !b.is_empty() {
-        let key_len = match b.first() {
-            Some(c) if c.is_ascii_alphabetic() || *c == b'_' => b.iter().take_while(|c| c.is_ascii_alphanumeric() || **c == b'_').count(),
-            _ => return Err(err("invalid_labels", format!("bad label name at {:?}", excerpt(b)))),
-        };
-        let key = std::str::from_utf8(&b[..key_len]).map_err(|_| err("invalid_labels", "label name is not UTF-8"))?;
-        b = trim_start(&b[key_len..]);
-        if b.first() != Some(&b'=') {
-            return Err(err("invalid_labels", format!("expected `=` after label {key}")));
+    /// Adds the records' samples to `tables`; returns how many.
+    pub fn load_text(&mut self, mut records: TextRecords, tables: &mut SampleTables) -> u64 {
+        if self.bound != Some(tables.id()) {
+            self.bound = Some(tables.id());
+            self.metric_refs.clear();
+            self.series_refs.clear();
         }
-        b = trim_start(&b[1..]);
-        if b.first() != Some(&b'"') {
-            return Err(err("invalid_labels", format!("value of label {key} is not quoted")));
-        }
-        let mut value = Vec::new();
-        let mut i = 1;
-        loop {
-            match b.get(i) {
-                None => return Err(err("invalid_labels", format!("value of label {key} is not closed"))),
-                Some(b'"') => break,
-                Some(b'\\') => {
-                    match b.get(i + 1) {
-                        Some(b'n') => value.push(b'\n'),
-                        Some(b'\\') => value.push(b'\\'),
-                        Some(b'"') => value.push(b'"'),
-                        Some(c) => {
-                            // Unknown escapes are kept as written rather than rejected.
-                            value.push(b'\\');
-                            value.push(*c);
-                        }
-                        None => return Err(err("invalid_labels", format!("value of label {key} is not closed"))),
-                    }
-                    i += 2;
-                }
-                Some(c) => {
-                    value.push(*c);
-                    i += 1;
-                }
-            }
-        }
-        let value = String::from_utf8(value).map_err(|_| err("invalid_labels", format!("value of label {key} is not UTF-8")))?;
-        if out.iter().any(|(k, _)| k == key) {
-            return Err(err("invalid_labels", format!("label {key} appears twice")));
-        }
-        out.push((key.to_string(), value));
-        b = trim_start(&b[i + 1..]);
-        match b.first() {
-            None => break,
-            Some(b',') => b = trim_start(&b[1..]),
-            Some(_) => return Err(err("invalid_labels", format!("expected `,` after label {key}"))),
-        }
-    }
-    Ok(out)
-}
-
-/// Integers and plain decimals take a fast path; everything else (exponents, NaN, Inf) goes to
-/// the standard library's parser.
-fn parse_value(tok: &[u8]) -> Option<f64> {
-    if tok.is_empty() {
-        return None;
-    }
-    if tok.len() <= 15 {
-        let (neg, digits) = match tok[0] {
-            b'-' => (true, &tok[1..]),
-            b'+' => (false, &tok[1..]),
-            _ => (false, tok),
-        };
-        let mut int: u64 = 0;
-        let mut frac_digits = 0i32;
-        let mut seen_dot = false;
-        let mut ok = !digits.is_empty();
-        for &c in digits {
-            match c {
-                b'0'..=b'9' => {
-                    int = int * 10 + u64::from(c - b'0');
-                    if seen_dot {
-                        frac_digits += 1;
-                    }
-                }
-                b'.' if !seen_dot => seen_dot = true,
+        for s in &records.samples {
+            let metric = match self.metric_refs.get(s.metric as usize) {
+                Some(Some(m)) => *m,
                 _ => {
-                    ok = false;
-                    break;
+                    let m = tables.metric(self.names[s.metric as usize].as_bytes());
+                    set(&mut self.metric_refs, s.metric as usize, m);
+                    m
                 }
-            }
+            };
+            let series = match self.series_refs.get(s.labels.index()) {
+                Some(Some(r)) => *r,
+                _ => {
+                    let r = tables.series(self.reader.labels(s.labels).to_vec());
+                    set(&mut self.series_refs, s.labels.index(), r);
+                    r
+                }
+            };
+            tables.push(metric, series, s.ts_ms, s.value);
         }
-        if ok && digits != b"." {
-            // Up to 15 digits fit an f64 mantissa exactly; dividing by a power of ten is then
-            // correctly rounded, matching what `str::parse` returns.
-            let v = if frac_digits == 0 { int as f64 } else { int as f64 / POW10[frac_digits as usize] };
-            return Some(if neg { -v } else { v });
-        }
-    }
-    let s = std::str::from_utf8(tok).ok()?;
-    match s {
-        "+Inf" | "Inf" => Some(f64::INFINITY),
-        "-Inf" => Some(f64::NEG_INFINITY),
-        "NaN" => Some(f64::NAN),
-        _ => {
-            let first = s.as_bytes()[0];
-            // Reject Rust-only spellings ("inf", "infinity") that the text format does not allow.
-            if first.is_ascii_digit() || ((first == b'-' || first == b'+' || first == b'.') && s.len() > 1) {
-                s.parse::<f64>().ok().filter(|v| v.is_finite())
-            } else {
-                None
-            }
-        }
+        let n = records.samples.len() as u64;
+        records.samples.clear();
+        self.spare = records.samples;
+        n
     }
 }
 
-const POW10: [f64; 16] = [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
+fn set<T>(v: &mut Vec<Option<T>>, i: usize, x: T) {
+    if v.len() <= i {
+        v.resize_with(i + 1, || None);
+    }
+    v[i] = Some(x);
+}
 
-/// Millisecond timestamps: digits with an optional sign, no UTF-8 round trip (every federate
-/// line has one).
-fn parse_int(tok: &[u8]) -> Option<i64> {
-    let (neg, digits) = match tok.first()? {
-        b'-' => (true, &tok[1..]),
-        b'+' => (false, &tok[1..]),
-        _ => (false, tok),
-    };
-    if digits.is_empty() || digits.len() > 18 {
-        return None;
-    }
-    let mut v: i64 = 0;
-    for &c in digits {
-        if !c.is_ascii_digit() {
-            return None;
+impl Source for DcgmText {
+    type Records = TextRecords;
+    type Tables = SampleTables;
+
+    fn name(&self) -> &'static str {
+        match self.kind {
+            Kind::File => "dcgm_file",
+            Kind::Scrape => "dcgm_scrape",
         }
-        v = v * 10 + i64::from(c - b'0');
     }
-    Some(if neg { -v } else { v })
+
+    fn parse(&mut self, bytes: &[u8], origin: &Origin<'_>, diags: &mut Diagnostics) -> TextRecords {
+        let time = match self.kind {
+            Kind::File => match time_from_file_name(origin.path) {
+                Some(t) => ScrapeTime::FileName(t),
+                None => origin.modified_ms.map_or(ScrapeTime::Unknown, ScrapeTime::Modified),
+            },
+            Kind::Scrape => origin.fetched_ms.map_or(ScrapeTime::Unknown, ScrapeTime::Scraped),
+        };
+        if self.kind == Kind::Scrape {
+            return self.parse_text(origin.path, bytes, time, diags);
+        }
+        let mut file_diags = Diagnostics::new();
+        let records = self.parse_text(origin.path, bytes, time, &mut file_diags);
+        if records.samples.is_empty() && records.rejected > 0 {
+            // Nothing in the file parsed: it is not exposition text at all (a kubectl table
+            // saved as .txt, say). One error for the file says more than one per line.
+            let first = file_diags.errors.first().map(|d| d.to_string()).unwrap_or_default();
+            diags.error(origin.path, Position::File, "unrecognised_format", format!("not Prometheus text exposition ({} lines rejected; first: {first})", records.rejected));
+        } else {
+            diags.merge(file_diags);
+        }
+        records
+    }
+
+    fn load(&mut self, records: TextRecords, tables: &mut SampleTables, _origin: &Origin<'_>, _diags: &mut Diagnostics) -> Loaded {
+        let before = tables.counts.blank;
+        let samples = self.load_text(records, tables);
+        Loaded { samples, blank: tables.counts.blank - before, ..Loaded::default() }
+    }
+}
+
+/// Reads a whole exposition text into `tables` (parse, then load). `path` only names the
+/// source in diagnostics.
+pub fn read_text(path: &Path, bytes: &[u8], scrape_time: ScrapeTime, tables: &mut SampleTables, diags: &mut Diagnostics) -> TextStats {
+    let mut source = DcgmText::new(Kind::Scrape);
+    let records = source.parse_text(path, bytes, scrape_time, diags);
+    let (lines, rejected) = (records.lines, records.rejected);
+    let samples = source.load_text(records, tables);
+    TextStats { lines, samples, rejected }
 }
 
 /// The scrape time a file name states: `<unix-millis>.prom` or an RFC 3339 stem such as
@@ -359,45 +273,6 @@ mod tests {
         let mut d = Diagnostics::new();
         let s = read_text(Path::new("x.prom"), text.as_bytes(), t, &mut tables, &mut d);
         (tables, d, s)
-    }
-
-    #[test]
-    fn value_fast_path_matches_std_parse() {
-        for s in ["0", "42", "-7", "1410", "0.5", "12.25", "-0.03", "99999999999999", "3.141592653589", "+5", "1e3", "1.5e-7", "-2.5E+10"] {
-            let expect: f64 = s.trim_start_matches('+').parse().unwrap();
-            assert_eq!(parse_value(s.as_bytes()), Some(expect), "{s}");
-        }
-        assert!(parse_value(b"NaN").unwrap().is_nan());
-        assert_eq!(parse_int(b"1790812800000"), Some(1_790_812_800_000));
-        assert_eq!(parse_int(b"-5"), Some(-5));
-        for bad in ["", "-", "1.5", "12a", "1234567890123456789"] {
-            assert_eq!(parse_int(bad.as_bytes()), None, "{bad:?}");
-        }
-        assert_eq!(parse_value(b"+Inf"), Some(f64::INFINITY));
-        assert_eq!(parse_value(b"-Inf"), Some(f64::NEG_INFINITY));
-        for bad in ["", "abc", "1.2.3", "inf", "infinity", "nan", ".", "-", "0x10", "1,5"] {
-            assert_eq!(parse_value(bad.as_bytes()).map(|_| ()), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn labels_with_tricky_values_and_spacing() {
-        let raw = br#" gpu="0", UUID="GPU-1" ,msg="a,b=c}d \"q\" \\ \n",trailing="x","#;
-        let l = parse_labels(raw).unwrap();
-        assert_eq!(l[0], ("gpu".into(), "0".into()));
-        assert_eq!(l[1], ("UUID".into(), "GPU-1".into()), "no leading space kept in keys");
-        assert_eq!(l[2].1, "a,b=c}d \"q\" \\ \n");
-        assert_eq!(l[3], ("trailing".into(), "x".into()));
-        assert!(parse_labels(br#"a="1",a="2""#).is_err());
-        assert!(parse_labels(br#"a=1"#).is_err());
-        assert!(parse_labels(br#"a="1"#).is_err());
-    }
-
-    #[test]
-    fn label_block_end_skips_quoted_braces() {
-        assert_eq!(label_block_end(br#"{a="}",b="\"}"} 1"#), Some(14));
-        assert_eq!(label_block_end(br#"{a="x"#), None);
-        assert_eq!(label_block_end(br#"{a="x\"#), None);
     }
 
     #[test]
@@ -461,5 +336,37 @@ mod tests {
         assert_eq!(time_from_file_name(Path::new("2026-10-01T00:00:30Z.prom")), Some(1_790_812_830_000));
         assert_eq!(time_from_file_name(Path::new("node-a.prom")), None);
         assert_eq!(time_from_file_name(Path::new("2026-10-01.prom")), None);
+    }
+
+    #[test]
+    fn one_source_over_many_files_and_tables() {
+        // The label sets a source remembers are resolved again for fresh tables.
+        let mut src = DcgmText::file();
+        let mut d = Diagnostics::new();
+        let text = b"DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"G0\"} 10 1000\nDCGM_FI_DEV_GPU_TEMP{gpu=\"0\",UUID=\"G0\"} 50 1000\n";
+        for _ in 0..2 {
+            let mut t = SampleTables::new();
+            let origin = Origin::file(Path::new("a.prom"), None);
+            let loaded = src.read(text, &origin, &mut t, &mut d);
+            assert_eq!(loaded.samples, 2);
+            let b = &t.take_batches().unwrap()[0].1;
+            assert_eq!(b.num_rows(), 1);
+            assert_eq!(b.column(b.schema().index_of("uuid").unwrap()).as_string::<i32>().value(0), "G0");
+        }
+        assert!(d.is_clean());
+        assert_eq!(src.name(), "dcgm_file");
+    }
+
+    #[test]
+    fn a_file_of_no_exposition_text_is_one_error() {
+        let mut src = DcgmText::file();
+        let mut d = Diagnostics::new();
+        let mut t = SampleTables::new();
+        let origin = Origin::file(Path::new("pods.txt"), Some(5));
+        let loaded = src.read(b"NAME READY STATUS\nfoo 1/1 Running\n", &origin, &mut t, &mut d);
+        assert_eq!(loaded.samples, 0);
+        assert_eq!(d.errors.len(), 1);
+        assert_eq!(d.errors[0].error_type, "unrecognised_format");
+        assert!(d.errors[0].reason.starts_with("not Prometheus text exposition (2 lines rejected; first: pods.txt:1: "), "{}", d.errors[0].reason);
     }
 }

@@ -12,6 +12,8 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::diag::{self, Diagnostics, Position};
+use crate::sources::{Loaded, Origin, Source};
+use crate::tables::k8s::K8sTables;
 
 /// One version of one object, in the order its stream holds it.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,6 +54,40 @@ pub fn read_objects(path: &Path, bytes: &[u8], fallback_ms: i64, diags: &mut Dia
         );
     }
     reader.out
+}
+
+/// `kubernetes_file`: the [`Source`] over [`read_objects`]; objects without a time of their
+/// own take the file's modification time (0 when unknown).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct KubernetesFile;
+
+impl Source for KubernetesFile {
+    type Records = Vec<ObjectVersion>;
+    type Tables = K8sTables;
+
+    fn name(&self) -> &'static str {
+        "kubernetes_file"
+    }
+
+    fn parse(&mut self, bytes: &[u8], origin: &Origin<'_>, diags: &mut Diagnostics) -> Vec<ObjectVersion> {
+        read_objects(origin.path, bytes, origin.modified_ms.unwrap_or(0), diags)
+    }
+
+    fn load(&mut self, records: Vec<ObjectVersion>, tables: &mut K8sTables, origin: &Origin<'_>, diags: &mut Diagnostics) -> Loaded {
+        let before = tables.kinds.clone();
+        for v in &records {
+            tables.push(origin.path, v, diags);
+        }
+        let objects = tables
+            .kinds
+            .iter()
+            .filter_map(|(k, n)| {
+                let delta = n - before.get(k).copied().unwrap_or(0);
+                (delta > 0).then(|| (k.clone(), delta))
+            })
+            .collect();
+        Loaded { objects, ..Loaded::default() }
+    }
 }
 
 /// One object version received from an API server watch or list (the live collector), with

@@ -1,4 +1,4 @@
-//! `prometheus_query`: Prometheus HTTP API responses (`/api/v1/query` vectors and
+//! `prometheus_query` and `prometheus_query_range`: Prometheus HTTP API responses (`/api/v1/query` vectors and
 //! `/api/v1/query_range` matrices) of DCGM series, read into the same tables as exporter text.
 //!
 //! Sample times are float seconds in the API; they are rounded to milliseconds. A series
@@ -10,6 +10,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::diag::{Diagnostics, Position, line_of};
+use crate::sources::{Loaded, Origin, Source};
 use crate::tables::samples::SampleTables;
 
 /// True when a JSON document looks like a Prometheus API response (sniffed from its start, so
@@ -28,44 +29,123 @@ pub struct ApiStats {
     pub rejected: u64,
 }
 
+/// The series of one response, as read.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ApiRecords {
+    pub series: Vec<ApiSeries>,
+    /// Points, series or whole responses rejected (each reported).
+    pub rejected: u64,
+}
+
+/// One series of a response and its points.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiSeries {
+    /// `__name__`, or `__expr__` for a series without one.
+    pub name: String,
+    /// The other labels, in the response's order.
+    pub labels: Vec<(String, String)>,
+    /// (unix milliseconds, value).
+    pub points: Vec<(i64, f64)>,
+}
+
+/// `prometheus_query` (saved `/api/v1/query` or `query_range` answers) and
+/// `prometheus_query_range` (the backfill's answers): one reader, two names.
+#[derive(Debug, Clone, Copy)]
+pub struct PrometheusApi {
+    name: &'static str,
+}
+
+impl PrometheusApi {
+    /// Answers saved to files and ingested.
+    pub fn query() -> Self {
+        PrometheusApi { name: "prometheus_query" }
+    }
+
+    /// Answers the backfill asks for.
+    pub fn query_range() -> Self {
+        PrometheusApi { name: "prometheus_query_range" }
+    }
+}
+
+impl Source for PrometheusApi {
+    type Records = ApiRecords;
+    type Tables = SampleTables;
+
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn parse(&mut self, bytes: &[u8], origin: &Origin<'_>, diags: &mut Diagnostics) -> ApiRecords {
+        parse_response(origin.path, bytes, diags)
+    }
+
+    fn load(&mut self, records: ApiRecords, tables: &mut SampleTables, _origin: &Origin<'_>, _diags: &mut Diagnostics) -> Loaded {
+        let before = tables.counts.blank;
+        let samples = load_series(records.series, tables);
+        Loaded { samples, blank: tables.counts.blank - before, ..Loaded::default() }
+    }
+}
+
+/// Reads a response into `tables` (parse, then load).
 pub fn read_response(path: &Path, bytes: &[u8], tables: &mut SampleTables, diags: &mut Diagnostics) -> ApiStats {
-    let mut stats = ApiStats::default();
+    let records = parse_response(path, bytes, diags);
+    let (series, rejected) = (records.series.len() as u64, records.rejected);
+    let samples = load_series(records.series, tables);
+    ApiStats { series, samples, rejected }
+}
+
+fn load_series(series: Vec<ApiSeries>, tables: &mut SampleTables) -> u64 {
+    let mut samples = 0;
+    for s in series {
+        let metric = tables.metric(s.name.as_bytes());
+        let series_ref = tables.series(s.labels);
+        for (ts, value) in s.points {
+            tables.push(metric, series_ref, ts, value);
+            samples += 1;
+        }
+    }
+    samples
+}
+
+/// A response's series; what is not one is reported and counted in `rejected`.
+pub fn parse_response(path: &Path, bytes: &[u8], diags: &mut Diagnostics) -> ApiRecords {
+    let mut out = ApiRecords::default();
     let doc: Value = match serde_json::from_slice(bytes) {
         Ok(v) => v,
         Err(e) => {
             let offset = byte_offset(bytes, e.line(), e.column());
             diags.error(path, Position::Byte { offset: offset as u64, line: line_of(bytes, offset) }, "invalid_json", format!("not a Prometheus API response: {e}"));
-            stats.rejected += 1;
-            return stats;
+            out.rejected += 1;
+            return out;
         }
     };
     if doc.get("status").and_then(Value::as_str) == Some("error") {
         let kind = doc.get("errorType").and_then(Value::as_str).unwrap_or("unknown");
         let msg = doc.get("error").and_then(Value::as_str).unwrap_or("");
         diags.error(path, Position::File, "api_error", format!("Prometheus answered an error ({kind}): {msg}"));
-        stats.rejected += 1;
-        return stats;
+        out.rejected += 1;
+        return out;
     }
     let Some(data) = doc.get("data") else {
         diags.error(path, Position::File, "invalid_response", "no `data` in the response");
-        stats.rejected += 1;
-        return stats;
+        out.rejected += 1;
+        return out;
     };
     let result_type = data.get("resultType").and_then(Value::as_str).unwrap_or("");
     let Some(result) = data.get("result").and_then(Value::as_array) else {
         diags.error(path, Position::File, "invalid_response", "no `data.result` array in the response");
-        stats.rejected += 1;
-        return stats;
+        out.rejected += 1;
+        return out;
     };
     if result_type != "vector" && result_type != "matrix" {
         diags.error(path, Position::File, "unsupported_result", format!("resultType {result_type:?} holds no series (expected vector or matrix)"));
-        stats.rejected += 1;
-        return stats;
+        out.rejected += 1;
+        return out;
     }
     for (i, series) in result.iter().enumerate() {
         let Some(labels) = series.get("metric").and_then(Value::as_object) else {
             diags.error(path, Position::File, "invalid_response", format!("result[{i}] has no `metric` object"));
-            stats.rejected += 1;
+            out.rejected += 1;
             continue;
         };
         let mut name = "__expr__".to_string();
@@ -78,28 +158,24 @@ pub fn read_response(path: &Path, bytes: &[u8], tables: &mut SampleTables, diags
                 pairs.push((k.clone(), v));
             }
         }
-        let metric = tables.metric(name.as_bytes());
-        let series_ref = tables.series(pairs);
-        stats.series += 1;
-        let points: Vec<&Value> = match (series.get("value"), series.get("values")) {
+        let raw_points: Vec<&Value> = match (series.get("value"), series.get("values")) {
             (Some(v), _) => vec![v],
             (None, Some(Value::Array(vs))) => vs.iter().collect(),
             _ => Vec::new(),
         };
-        for (j, p) in points.into_iter().enumerate() {
+        let mut points = Vec::with_capacity(raw_points.len());
+        for (j, p) in raw_points.into_iter().enumerate() {
             match point(p) {
-                Some((ts, value)) => {
-                    tables.push(metric, series_ref, ts, value);
-                    stats.samples += 1;
-                }
+                Some(tv) => points.push(tv),
                 None => {
                     diags.error(path, Position::File, "invalid_point", format!("result[{i}] ({name}) point {j} is not [seconds, \"value\"]: {p}"));
-                    stats.rejected += 1;
+                    out.rejected += 1;
                 }
             }
         }
+        out.series.push(ApiSeries { name, labels: pairs, points });
     }
-    stats
+    out
 }
 
 /// `[1759276800.123, "42"]` -> (ms, value).

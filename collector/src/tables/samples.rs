@@ -2,7 +2,8 @@
 //! `metric_samples` (everything else, long form).
 //!
 //! Both metric sources (DCGM text and Prometheus API responses) feed [`SampleTables`] with
-//! interned series, so the label rules of the issue live here once:
+//! interned names and label sets (never with text: the builder knows no input format), so the
+//! label rules of the issue live here once:
 //! - label drift: `Hostname`/`hostname`, `UUID`/`uuid`, `pod`/`pod_name`/`exported_pod`, ...;
 //!   when `exported_pod` and `pod` both exist the exported one names the workload (Prometheus
 //!   renamed the exporter's own labels on scrape);
@@ -12,6 +13,7 @@
 //! - DCGM "blank" sentinel values mean no value (null), counted as skipped.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow::array::{ArrayRef, Float64Builder, Int32Builder, Int64Builder, StringBuilder, TimestampMillisecondBuilder};
 use arrow::record_batch::RecordBatch;
@@ -87,6 +89,17 @@ pub struct SampleCounts {
     pub also_long_form: u64,
 }
 
+/// Names one [`SampleTables`] (see [`SampleTables::id`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TablesId(u64);
+
+impl Default for TablesId {
+    fn default() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        TablesId(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
 /// Accumulates samples and builds the two batches.
 #[derive(Default)]
 pub struct SampleTables {
@@ -96,8 +109,7 @@ pub struct SampleTables {
     label_set_ids: FxHashMap<String, u32>,
     identities: Vec<(GpuIdentity, u32)>,
     identity_ids: FxHashMap<GpuIdentity, u32>,
-    /// Raw label text (as it appears between `{}` in the text format) -> resolved series.
-    series_by_raw: FxHashMap<Box<[u8]>, SeriesRef>,
+    id: TablesId,
     // gpu_samples rows, columnar
     row_of: FxHashMap<(u32, i64), u32>,
     g_ts: Vec<i64>,
@@ -115,6 +127,12 @@ pub struct SampleTables {
 impl SampleTables {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Tells these tables apart from every other in the process: a source that caches the
+    /// [`MetricRef`]s and [`SeriesRef`]s it resolved checks that they are still these tables'.
+    pub fn id(&self) -> TablesId {
+        self.id
     }
 
     /// Rows buffered (both tables).
@@ -151,21 +169,6 @@ impl SampleTables {
         self.names.push(text);
         self.metric_by_name.insert(name.into(), r);
         r
-    }
-
-    /// The series for a raw label block, parsing it with `parse` only the first time it is seen.
-    pub fn series_for_raw<E>(
-        &mut self,
-        raw: &[u8],
-        parse: impl FnOnce(&[u8]) -> std::result::Result<Vec<(String, String)>, E>,
-    ) -> std::result::Result<SeriesRef, E> {
-        if let Some(s) = self.series_by_raw.get(raw) {
-            return Ok(*s);
-        }
-        let pairs = parse(raw)?;
-        let s = self.series(pairs);
-        self.series_by_raw.insert(raw.into(), s);
-        Ok(s)
     }
 
     /// Resolves a label set (any order; empty values are dropped as absent).
