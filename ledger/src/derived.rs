@@ -50,7 +50,7 @@ pub async fn write_parquet(location: &StoreLocation, rel: &str, schema: SchemaRe
 
 /// Registers the derived tables present in the store under their names.
 pub async fn register(ctx: &SessionContext, location: &StoreLocation) -> Result<()> {
-    for (table, _) in DERIVED_TABLES {
+    for table in DERIVED_TABLES {
         register_one(ctx, location, table).await?;
     }
     Ok(())
@@ -61,7 +61,7 @@ pub async fn register(ctx: &SessionContext, location: &StoreLocation) -> Result<
 /// later `gpuledger ledger` run replaces in place.
 pub async fn register_missing(ctx: &SessionContext, location: &StoreLocation) -> Result<usize> {
     let mut n = 0;
-    for (table, _) in DERIVED_TABLES {
+    for table in DERIVED_TABLES {
         if !ctx.table_exist(*table).unwrap_or(false) && register_one(ctx, location, table).await? {
             n += 1;
         }

@@ -8,27 +8,17 @@ use crate::accounting::{Accounting, collect, rows, strings};
 use crate::error::Result;
 use crate::report::{ChargebackRow, FailureCauseRow, QueueWaitRow, Report, UnitsRow, UsageRow};
 
-/// The names under which a session holds the tables whose view and stored names differ.
-#[derive(Debug, Clone, Copy)]
-struct Names {
-    priced_state_hours: &'static str,
-}
-
-/// An accounting run names the priced hours by their view; the store by the derived table.
-const VIEWS: Names = Names { priced_state_hours: "priced_state_hours" };
-const STORED: Names = Names { priced_state_hours: "gpu_state_hours" };
-
 impl Accounting {
     /// The report of `month` (`YYYY-MM`). Queue waits are those of admissions in that month.
     pub async fn report(&self, month: &str, currency: &str, idle_policy: &str) -> Result<Report> {
-        read_report(self.context(), VIEWS, month, currency, idle_policy).await
+        read_report(self.context(), month, currency, idle_policy).await
     }
 }
 
 /// The report of `month` from a session holding the stored derived tables under their names
 /// (see [`crate::derived::register`]): the same figures the accounting run that wrote them gave.
 pub async fn stored_report(ctx: &SessionContext, month: &str, currency: &str, idle_policy: &str) -> Result<Report> {
-    read_report(ctx, STORED, month, currency, idle_policy).await
+    read_report(ctx, month, currency, idle_policy).await
 }
 
 /// Months of the stored chargeback, oldest first, and the busiest of them.
@@ -49,7 +39,7 @@ pub(crate) async fn busiest_month(ctx: &SessionContext) -> Result<Option<String>
     Ok(strings(&batches, 0).into_iter().flatten().next())
 }
 
-async fn read_report(ctx: &SessionContext, names: Names, month: &str, currency: &str, idle_policy: &str) -> Result<Report> {
+async fn read_report(ctx: &SessionContext, month: &str, currency: &str, idle_policy: &str) -> Result<Report> {
     let query = async |sql: &str| collect(ctx, sql).await.map(|(_, batches)| batches);
     let month_lit = month.replace('\'', "''");
     let chargeback = rows(&query(&format!("SELECT * FROM chargeback_monthly WHERE month = '{month_lit}' ORDER BY team")).await?)?
@@ -85,10 +75,9 @@ async fn read_report(ctx: &SessionContext, names: Names, month: &str, currency: 
         "SELECT h.team, h.state, COALESCE(h.model_name, 'unknown') AS model_name, SUM(h.gpu_hours) AS gpu_hours,
                 SUM(CASE WHEN h.provisional THEN h.gpu_hours ELSE 0 END) AS provisional_gpu_hours,
                 SUM(h.cost) AS cost, COALESCE(h.paid_by = 'platform', false) AS platform_paid
-         FROM {priced} h WHERE h.month = '{month_lit}'
+         FROM priced_state_hours h WHERE h.month = '{month_lit}'
          GROUP BY h.team, h.state, COALESCE(h.model_name, 'unknown'), COALESCE(h.paid_by = 'platform', false)
-         ORDER BY h.team, h.state, model_name, platform_paid",
-        priced = names.priced_state_hours
+         ORDER BY h.team, h.state, model_name, platform_paid"
     );
     let mut usage: Vec<UsageRow> = rows(&query(&usage_sql).await?)?
         .into_iter()
