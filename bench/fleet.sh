@@ -144,7 +144,7 @@ PY
   say "[$G GPUs] ledger in process..."
   timed ledger "$D/ledger.out" "$BIN" ledger --store "$S" --config "$CONFIG" --progress off
   cp "$S/ledger/chargeback_monthly.parquet" "$D/inproc_chargeback.parquet"
-  cp "$S/ledger/gpu_state_hours.parquet" "$D/inproc_gpu_state_hours.parquet"
+  cp "$S/ledger/priced_state_hours.parquet" "$D/inproc_priced_state_hours.parquet"
 
   # 4. in process with a memory limit (spilling to $D/spill).
   say "[$G GPUs] ledger in process with --memory-limit $LIMIT..."
@@ -230,7 +230,7 @@ PY
   pids=()
   du -sb "$D"/exec-* 2>/dev/null | awk '{s += $1} END {print s + 0}' > "$D/ballista_work_bytes"
   rm -rf "$D"/exec-*
-  if [ "$(cat "$D/ballista.rc")" = 0 ]; then cp "$S/ledger/chargeback_monthly.parquet" "$D/ballista_chargeback.parquet"; cp "$S/ledger/gpu_state_hours.parquet" "$D/ballista_gpu_state_hours.parquet"; fi
+  if [ "$(cat "$D/ballista.rc")" = 0 ]; then cp "$S/ledger/chargeback_monthly.parquet" "$D/ballista_chargeback.parquet"; cp "$S/ledger/priced_state_hours.parquet" "$D/ballista_priced_state_hours.parquet"; fi
 
   # result.json of this size.
   python3 - "$D" "$G" "$DAYS" "$SCRAPE" "$START" "$SEED" "$LIMIT" "$EXECUTORS" "$BIN" <<'PY'
@@ -321,7 +321,7 @@ if "error" not in res["limited"]:
 # DuckDB.
 res["duckdb"] = step("duckdb")
 if "error" not in res["duckdb"]:
-    diff, cells, only = max_diff(f"SELECT month, team, state, sum(gpu_hours) FROM '{d}/inproc_gpu_state_hours.parquet' GROUP BY ALL",
+    diff, cells, only = max_diff(f"SELECT month, team, state, sum(gpu_hours) FROM '{d}/inproc_priced_state_hours.parquet' GROUP BY ALL",
                                  f"SELECT month, team, state, sum(gpu_hours) FROM '{d}/duckdb_result.parquet' GROUP BY ALL")
     res["duckdb"].update({"cells": cells, "max_gpu_hour_difference": diff, "cells_in_one_only": only})
 if "error" not in res["inprocess"] and "error" not in res["duckdb"]:
@@ -346,8 +346,8 @@ if "error" not in b:
         diff, cells, only = max_diff(f"SELECT month, team, sum(total) FROM '{d}/inproc_chargeback.parquet' GROUP BY ALL",
                                      f"SELECT month, team, sum(total) FROM '{d}/ballista_chargeback.parquet' GROUP BY ALL")
         b.update({"chargeback_cells": cells, "chargeback_max_total_difference": diff, "chargeback_cells_in_one_only": only})
-        diff, _, _ = max_diff(f"SELECT month, team, state, sum(gpu_hours) FROM '{d}/inproc_gpu_state_hours.parquet' GROUP BY ALL",
-                              f"SELECT month, team, state, sum(gpu_hours) FROM '{d}/ballista_gpu_state_hours.parquet' GROUP BY ALL")
+        diff, _, _ = max_diff(f"SELECT month, team, state, sum(gpu_hours) FROM '{d}/inproc_priced_state_hours.parquet' GROUP BY ALL",
+                              f"SELECT month, team, state, sum(gpu_hours) FROM '{d}/ballista_priced_state_hours.parquet' GROUP BY ALL")
         b["gpu_hour_max_difference"] = diff
 res["ballista"] = b
 json.dump(res, open(f"{d}/result.json", "w"), indent=1)

@@ -36,7 +36,7 @@ python3 - "$W" "$ROWS" <<'PY'
 import duckdb, json, sys
 w, rows = sys.argv[1], int(sys.argv[2])
 con = duckdb.connect()
-ours = dict(((m, t, s), h) for m, t, s, h in con.execute(f"SELECT month, team, state, sum(gpu_hours) FROM '{w}/store/ledger/gpu_state_hours.parquet' GROUP BY ALL").fetchall())
+ours = dict(((m, t, s), h) for m, t, s, h in con.execute(f"SELECT month, team, state, sum(gpu_hours) FROM '{w}/store/ledger/priced_state_hours.parquet' GROUP BY ALL").fetchall())
 duck = dict(((m, t, s), h) for m, t, s, h in con.execute(f"SELECT month, team, state, gpu_hours FROM '{w}/duckdb_result.parquet'").fetchall())
 worst = max(abs(ours.get(k, 0) - duck.get(k, 0)) for k in set(ours) | set(duck))
 lt, lm = open(f"{w}/ledger.time").read().split()

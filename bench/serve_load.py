@@ -212,8 +212,8 @@ FALLBACK = {
     "panels": [{"title": t, "targets": [{"rawSql": s}]} for t, s in [
         ("chargeback table", "SELECT team, total, compute, idle, failed_runs, accepted_units FROM chargeback_monthly WHERE month = '$month' AND team IN ($team) ORDER BY total DESC"),
         ("chargeback total", "SELECT sum(total) AS total FROM chargeback_monthly WHERE month = '$month' AND team IN ($team)"),
-        ("gpu-hours by team and state", "SELECT team, state, sum(gpu_hours) AS gpu_hours FROM gpu_state_hours WHERE day BETWEEN left($__timeFrom(), 10) AND left($__timeTo(), 10) AND team IN ($team) GROUP BY 1, 2 ORDER BY 1, 2"),
-        ("gpu-hours by state per day", "WITH s AS (SELECT to_timestamp(day) AS day_start, state, gpu_hours FROM gpu_state_hours WHERE day BETWEEN left($__timeFrom(), 10) AND left($__timeTo(), 10)) "
+        ("gpu-hours by team and state", "SELECT team, state, sum(gpu_hours) AS gpu_hours FROM priced_state_hours WHERE day BETWEEN left($__timeFrom(), 10) AND left($__timeTo(), 10) AND team IN ($team) GROUP BY 1, 2 ORDER BY 1, 2"),
+        ("gpu-hours by state per day", "WITH s AS (SELECT to_timestamp(day) AS day_start, state, gpu_hours FROM priced_state_hours WHERE day BETWEEN left($__timeFrom(), 10) AND left($__timeTo(), 10)) "
                                        "SELECT $__timeGroupAlias(day_start, '1d'), state AS metric, sum(gpu_hours) AS gpu_hours FROM s GROUP BY 1, 2 ORDER BY 1, 2"),
         ("queue wait summary", "SELECT cluster_queue, team, admissions, p50_seconds, p95_seconds, max_seconds FROM queue_wait_summary WHERE team IN ($team) ORDER BY p95_seconds DESC"),
         ("failure causes", "SELECT outcome || ' / ' || cause AS cause, sum(cost) AS cost FROM failure_causes WHERE month = '$month' GROUP BY 1 ORDER BY cost DESC LIMIT 10"),

@@ -56,19 +56,20 @@ const PER_DAY_TABLES: &[&str] = &["gpu_state_hours", "unobserved_gpu_hours", "gp
 /// The steps after the sample steps, once over the gathered results.
 const MONTHLY_FILES: [&str; 6] = ["50_units.sql", "55_who_pays.sql", "60_chargeback.sql", "70_queue.sql", "80_failures.sql", "90_reports.sql"];
 
-/// The derived tables `gpuledger ledger` writes to the store: (table, the view it comes from).
-pub const DERIVED_TABLES: &[(&str, &str)] = &[
-    ("gpu_state_hours", "priced_state_hours"),
-    ("pod_runs", "pod_runs"),
-    ("unobserved_gpu_hours", "unobserved_gpu_hours"),
-    ("chargeback_monthly", "chargeback_monthly"),
-    ("accepted_units_monthly", "accepted_units_monthly"),
-    ("run_segments", "run_segments"),
-    ("run_failures", "run_failures"),
-    ("failure_causes", "failure_causes"),
-    ("queue_waits", "queue_waits"),
-    ("queue_wait_summary", "queue_wait_summary"),
-    ("queue_wait_monthly", "queue_wait_monthly"),
+/// The derived tables `gpuledger ledger` writes to the store, each stored under the name of
+/// the view it comes from (`gpuledger_schemas::derived` declares their columns).
+pub const DERIVED_TABLES: &[&str] = &[
+    "priced_state_hours",
+    "pod_runs",
+    "unobserved_gpu_hours",
+    "chargeback_monthly",
+    "accepted_units_monthly",
+    "run_segments",
+    "run_failures",
+    "failure_causes",
+    "queue_waits",
+    "queue_wait_summary",
+    "queue_wait_monthly",
 ];
 
 /// What a caller can tune for one accounting run besides the configuration file.
@@ -270,8 +271,8 @@ impl Accounting {
     /// Computes every derived table: (name, schema, rows).
     pub async fn derived_tables(&self) -> Result<Vec<(&'static str, SchemaRef, Vec<RecordBatch>)>> {
         let mut out = Vec::new();
-        for (name, view) in DERIVED_TABLES {
-            let (schema, batches) = collect(&self.ctx, &format!("SELECT * FROM {view}")).await?;
+        for name in DERIVED_TABLES {
+            let (schema, batches) = collect(&self.ctx, &format!("SELECT * FROM {name}")).await?;
             out.push((*name, schema, batches));
         }
         Ok(out)

@@ -34,7 +34,7 @@ pub async fn register(ctx: &SessionContext, location: &StoreLocation) -> Result<
 /// planned over, and those keep reading their files.
 pub async fn register_missing(ctx: &SessionContext, location: &StoreLocation) -> Result<usize> {
     let mut n = 0;
-    for (table, _) in DERIVED_TABLES {
+    for table in DERIVED_TABLES {
         if !ctx.table_exist(*table).unwrap_or(false) && register_one(ctx, location, table).await? {
             n += 1;
         }

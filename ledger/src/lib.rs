@@ -57,6 +57,7 @@ impl Ledger {
     pub async fn open_in(ctx: SessionContext, location: &StoreLocation) -> Result<Ledger> {
         let ctx = Self::store_session(ctx, location).await?;
         derived::register(&ctx, location).await?;
+        warn_if_derived_tables_outdated(location).await?;
         Ok(Ledger { ctx, location: location.clone() })
     }
 
@@ -106,6 +107,16 @@ impl Ledger {
         let df = self.ctx.sql(sql).await.map_err(|source| Error::Query { sql: first_line(sql), source })?;
         df.collect().await.map_err(|source| Error::Query { sql: first_line(sql), source })
     }
+}
+
+/// Says so on stderr when the store's derived tables were written by a gpuledger that stored the
+/// priced hours as `gpu_state_hours` (now `priced_state_hours`, its view's name): queries and
+/// reports over them fail or find nothing until `gpuledger ledger` writes them again.
+async fn warn_if_derived_tables_outdated(location: &StoreLocation) -> Result<()> {
+    if !store::has_file(location, &derived::rel("priced_state_hours")).await? && store::has_file(location, &derived::rel("gpu_state_hours")).await? {
+        eprintln!("gpuledger: warning: the derived tables in {location}/{} are from an older gpuledger version (gpu_state_hours.parquet is now priced_state_hours.parquet); re-run `gpuledger ledger`", derived::DIR);
+    }
+    Ok(())
 }
 
 /// The first line of a statement, shortened, to name it in an error.

@@ -146,3 +146,41 @@ async fn the_day_by_day_ledger_equals_one_pass_over_the_store() {
     let c = rows(&by_day, "SELECT month, ROUND(SUM(gpu_hours) * 3600, 3) FROM gpu_state_hours WHERE node = 'n3' GROUP BY month ORDER BY month").await;
     assert_eq!(c, ["2026-09 14400.0", "2026-10 14400.0"]);
 }
+
+/// Each column as `name TYPE [NOT NULL]`, to compare a table's schema with its declaration.
+fn columns(schema: &arrow::datatypes::Schema, with_nullability: bool) -> Vec<String> {
+    schema
+        .fields()
+        .iter()
+        .map(|f| format!("{} {}{}", f.name(), f.data_type(), if with_nullability && !f.is_nullable() { " NOT NULL" } else { "" }))
+        .collect()
+}
+
+/// The derived tables the ledger writes are the ones `gpuledger_schemas` declares, each with the
+/// declared columns (names, order, types, nullability), computed day by day or at once: a change
+/// to `queries/` that changes a stored column fails here until the declaration follows.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_derived_table_has_its_declared_schema() {
+    let tmp = tempfile::tempdir().unwrap();
+    write_store(tmp.path());
+    let location = StoreLocation::Local(tmp.path().to_path_buf());
+    let config = Config::with_default_price(1.0);
+    let declared: Vec<&str> = gpuledger_schemas::DERIVED_TABLES.iter().map(|t| t.name).collect();
+    assert_eq!(gpuledger_ledger::accounting::DERIVED_TABLES, declared.as_slice());
+
+    let ctx = Ledger::accounting_session(&location).await.unwrap();
+    let by_day = Accounting::run(ctx, &location, &config, &RunOptions::default(), &mut |_, _, _| {}).await.unwrap();
+    let ctx = Ledger::accounting_session(&location).await.unwrap();
+    let at_once = Accounting::run_at_once(ctx, &config, &RunOptions::default()).await.unwrap();
+    let mut wrong = Vec::new();
+    for run in [&by_day, &at_once] {
+        for (name, schema, _) in run.derived_tables().await.unwrap() {
+            let declared = gpuledger_schemas::derived_table(name).unwrap().arrow_schema();
+            let (got, want) = (columns(&schema, true), columns(&declared, true));
+            if got != want {
+                wrong.push(format!("{name}:\n  computed: {got:?}\n  declared: {want:?}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "derived tables differ from schemas/src/derived.rs:\n{}", wrong.join("\n"));
+}

@@ -7,7 +7,8 @@
 //!
 //! Each [`Table`] names its columns (with a one-line meaning each), the timestamp column that
 //! decides its `date=YYYY-MM-DD` partition, the sort order inside a file, and the key that
-//! recognises the same fact ingested twice.
+//! recognises the same fact ingested twice. Each [`DerivedTable`] (module [`derived`]) declares
+//! the columns of a table the ledger computes and writes to `ledger/<name>.parquet`.
 //!
 //! ```
 //! let t = gpuledger_schemas::table("gpu_samples").unwrap();
@@ -22,6 +23,7 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
+pub mod derived;
 mod k8s;
 pub mod units;
 mod samples;
@@ -155,6 +157,7 @@ pub fn table(name: &str) -> Option<&'static Table> {
     TABLES.iter().find(|t| t.name == name)
 }
 
+pub use derived::{DERIVED_TABLES, DerivedTable, derived_table};
 pub use k8s::{JOBS, K8S_EVENTS, K8S_OBJECTS, KUEUE_QUEUES, NAMESPACES, NODES, PODS, WORKLOAD_CONDITIONS, WORKLOADS};
 pub use samples::{GPU_METRICS, GPU_SAMPLES, GpuMetric, METRIC_SAMPLES};
 

@@ -314,7 +314,7 @@ async fn states(State(api): State<Arc<Api>>, Params(p): Params<StateParams>) -> 
     let sql = format!(
         "SELECT date_bin(INTERVAL '{step} days', to_timestamp(day), TIMESTAMP '1970-01-01T00:00:00') AS time, state, \
                 SUM(gpu_hours) AS gpu_hours, SUM(cost) AS cost \
-         FROM gpu_state_hours {filter} GROUP BY 1, state ORDER BY 1, state"
+         FROM priced_state_hours {filter} GROUP BY 1, state ORDER BY 1, state"
     );
     let batches = api.run(&sql, params).await?;
     let points: Vec<Value> = rows(&batches)?

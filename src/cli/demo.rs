@@ -74,6 +74,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let cf = config.display();
     println!("  gpuledger report --store {st} --config {cf} --month {} --format csv", report.month);
     println!("  gpuledger ledger --store {st} --config {cf}      # derived tables into {st}/ledger/");
-    println!("  gpuledger query  --store {st} \"SELECT team, state, sum(gpu_hours) FROM gpu_state_hours GROUP BY 1, 2\"");
+    println!("  gpuledger query  --store {st} \"SELECT team, state, sum(gpu_hours) FROM priced_state_hours GROUP BY 1, 2\"");
     Ok(ExitCode::SUCCESS)
 }

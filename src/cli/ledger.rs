@@ -14,7 +14,7 @@ use gpuledger_ledger::engine::{Engine, MemoryStats};
 use super::progress::ProgressMode;
 
 /// Run the accounting (queries/*.sql) over the store and write the derived tables to
-/// <STORE>/ledger/<table>.parquet, each replaced atomically: gpu_state_hours, chargeback_monthly,
+/// <STORE>/ledger/<table>.parquet, each replaced atomically: priced_state_hours, chargeback_monthly,
 /// accepted_units_monthly, run_segments, run_failures, failure_causes, queue_waits,
 /// queue_wait_summary, queue_wait_monthly, unobserved_gpu_hours, pod_runs.
 ///

@@ -59,3 +59,17 @@ fn schema_prints_every_documented_column() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no table named \"gpu_sample\""));
 }
+
+#[test]
+fn schema_lists_and_shows_the_derived_tables() {
+    let all = String::from_utf8_lossy(&run(&["schema"], 0).stdout).to_string();
+    for t in gpuledger_schemas::DERIVED_TABLES {
+        assert!(all.contains(&format!("{} (derived) -- ", t.name)) && all.contains(&format!("file: ledger/{}.parquet", t.name)), "{} not listed", t.name);
+    }
+    let out = run(&["schema", "priced_state_hours"], 0);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("priced_state_hours (derived) -- "), "{text}");
+    for c in gpuledger_schemas::derived_table("priced_state_hours").unwrap().columns {
+        assert!(text.contains(c.name) && text.contains(c.doc), "missing {}", c.name);
+    }
+}

@@ -876,7 +876,7 @@ fn every_dashboard_panel_query_runs_and_returns_what_the_panel_needs() {
     assert_eq!(count(from, to), total, "$__timeFilter over the data span keeps every sample");
     assert!(count(from + ms, to) < total && count(from, to - ms) < total, "$__timeFilter bounds are exact");
     // The busiest month, for a single-valued month picker.
-    let months = run_sql(&env, "SELECT month, sum(gpu_hours) AS h FROM gpu_state_hours GROUP BY month").unwrap();
+    let months = run_sql(&env, "SELECT month, sum(gpu_hours) AS h FROM priced_state_hours GROUP BY month").unwrap();
     let busiest = |offered: &[String]| -> Option<String> {
         months
             .rows

@@ -101,7 +101,7 @@ fn assert_same_rows(got: &[Value], want: &[Value], what: &str) {
 
 /// What the comparisons read: every chargeback row, and state hours summed per team and state.
 const CHARGEBACK: &str = "SELECT * FROM chargeback_monthly ORDER BY month, team";
-const STATES: &str = "SELECT month, team, state, sum(gpu_hours) AS gpu_hours, sum(cost) AS cost, count(*) AS n FROM gpu_state_hours GROUP BY 1, 2, 3 ORDER BY 1, 2, 3";
+const STATES: &str = "SELECT month, team, state, sum(gpu_hours) AS gpu_hours, sum(cost) AS cost, count(*) AS n FROM priced_state_hours GROUP BY 1, 2, 3 ORDER BY 1, 2, 3";
 const SEGMENTS: &str = "SELECT team, outcome, count(*) AS n, sum(gpu_hours) AS gpu_hours FROM run_segments GROUP BY 1, 2 ORDER BY 1, 2";
 
 fn simulate(dir: &Path, gpus: u32, days: u32, interval: &str, start: &str) -> PathBuf {
@@ -239,7 +239,7 @@ fn ballista_gives_the_in_process_chargeback_of_a_month() {
     for ((day, h), (want_day, want_h)) in gap.iter().zip(want) {
         assert!(day == want_day && (h - want_h).abs() < 1e-9, "{gap:?}");
     }
-    let covered = rows(moto.command(), &s3, "SELECT state, sum(gpu_hours) AS h FROM gpu_state_hours WHERE node = 'gap-node' GROUP BY 1");
+    let covered = rows(moto.command(), &s3, "SELECT state, sum(gpu_hours) AS h FROM priced_state_hours WHERE node = 'gap-node' GROUP BY 1");
     assert_eq!(covered.len(), 1, "{covered:?}");
     assert_eq!(covered[0]["state"], "unallocated");
     assert!((covered[0]["h"].as_f64().unwrap() - 2.5).abs() < 1e-9, "{covered:?}");

@@ -497,7 +497,7 @@ fn hand_built_capture_of_real_world_shapes() {
     let q = |sql: &str| -> Vec<Value> { serde_json::from_slice(&run(&["query", "--store", &s, "--format", "json", sql], 0).stdout).unwrap() };
 
     // GPU-seconds per run, segment and state (see shapes_capture for each figure).
-    let hours = q("SELECT run, segment, state, team, round(sum(gpu_hours) * 3600, 6) AS s FROM gpu_state_hours WHERE run IS NOT NULL GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3");
+    let hours = q("SELECT run, segment, state, team, round(sum(gpu_hours) * 3600, 6) AS s FROM priced_state_hours WHERE run IS NOT NULL GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3");
     let got: Vec<(String, i64, String, String, f64)> = hours
         .iter()
         .map(|r| (r["run"].as_str().unwrap().into(), r["segment"].as_i64().unwrap(), r["state"].as_str().unwrap().into(), r["team"].as_str().unwrap().into(), r["s"].as_f64().unwrap()))
@@ -519,7 +519,7 @@ fn hand_built_capture_of_real_world_shapes() {
     assert_eq!(got, want);
 
     // The upper-case hostname found node-spot: its pool's price.
-    let spot = q("SELECT node, state, price, round(sum(gpu_hours) * 3600, 6) AS s FROM gpu_state_hours WHERE run IS NULL GROUP BY 1, 2, 3");
+    let spot = q("SELECT node, state, price, round(sum(gpu_hours) * 3600, 6) AS s FROM priced_state_hours WHERE run IS NULL GROUP BY 1, 2, 3");
     assert_eq!(spot.len(), 1, "{spot:?}");
     assert_eq!((spot[0]["node"].as_str(), spot[0]["state"].as_str(), spot[0]["price"].as_f64(), spot[0]["s"].as_f64()), (Some("node-spot"), Some("unallocated"), Some(1.10), Some(120.0)));
 
@@ -798,8 +798,8 @@ import duckdb, json, sys
 d = sys.argv[1] + "/ledger/"
 con = duckdb.connect()
 total = con.execute(f"SELECT sum(total) FROM '{d}chargeback_monthly.parquet' WHERE month = '2026-10'").fetchone()[0]
-hours = con.execute(f"SELECT sum(gpu_hours) FROM '{d}gpu_state_hours.parquet' WHERE month = '2026-10' AND state = 'productive'").fetchone()[0]
-cost = con.execute(f"SELECT sum(cost) FROM '{d}gpu_state_hours.parquet' WHERE month = '2026-10'").fetchone()[0]
+hours = con.execute(f"SELECT sum(gpu_hours) FROM '{d}priced_state_hours.parquet' WHERE month = '2026-10' AND state = 'productive'").fetchone()[0]
+cost = con.execute(f"SELECT sum(cost) FROM '{d}priced_state_hours.parquet' WHERE month = '2026-10'").fetchone()[0]
 print(json.dumps({"total": total, "productive_hours": hours, "cost": cost}))
 "#;
     let out = Command::new("python3").arg("-c").arg(script).arg(&store).output().unwrap();
@@ -830,4 +830,17 @@ fn demo_prints_the_chargeback_and_writes_html_and_focus() {
     assert!(focus_csv.lines().next().unwrap().contains("BilledCost"));
     assert!(focus_csv.lines().count() > 5, "FOCUS rows: {focus_csv}");
     assert!(dir.join("focus-2026-10.parquet").is_file());
+
+    // The query the demo suggests runs on the store it wrote, quietly; on a store whose priced
+    // hours an older version stored as gpu_state_hours, `query` says to re-run the ledger.
+    let store = dir.join("store").display().to_string();
+    let next = stdout.lines().find(|l| l.trim_start().starts_with("gpuledger query")).expect("the demo suggests a query");
+    let sql = next.split_once('"').map(|(_, q)| q.trim_end_matches('"')).unwrap();
+    let out = run(&["query", "--store", &store, sql], 0);
+    assert!(!String::from_utf8_lossy(&out.stdout).is_empty() && !String::from_utf8_lossy(&out.stderr).contains("older"), "{out:?}");
+    let derived = dir.join("store").join("ledger");
+    std::fs::rename(derived.join("priced_state_hours.parquet"), derived.join("gpu_state_hours.parquet")).unwrap();
+    let out = run(&["query", "--store", &store, "SELECT count(*) FROM chargeback_monthly"], 0);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().filter(|l| l.contains("older gpuledger version") && l.contains("re-run `gpuledger ledger`")).count(), 1, "{stderr}");
 }

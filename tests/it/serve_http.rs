@@ -257,7 +257,7 @@ fn state_totals(answer: &Value) -> BTreeMap<String, (f64, f64)> {
 
 /// The same sums straight from the stored table.
 fn stored_state_totals(store: &Path, filter: &str) -> BTreeMap<String, (f64, f64)> {
-    let sql = format!("SELECT state, SUM(gpu_hours) AS h, SUM(cost) AS c FROM gpu_state_hours {filter} GROUP BY state");
+    let sql = format!("SELECT state, SUM(gpu_hours) AS h, SUM(cost) AS c FROM priced_state_hours {filter} GROUP BY state");
     query(store, &sql).iter().map(|r| (str_of(&r["state"]).to_owned(), (r["h"].as_f64().unwrap_or(0.0), r["c"].as_f64().unwrap_or(0.0)))).collect()
 }
 
@@ -292,7 +292,7 @@ fn states_queue_failures_and_metrics_agree_with_the_stored_tables() {
     assert_eq!(daily["team"], Value::Null);
     assert_same(&get_json(&server, "/api/v1/states"), &daily, "step defaults to 1d");
     assert_totals(&state_totals(&daily), &stored_state_totals(store, ""), "states step=1d");
-    let days: Vec<String> = query(store, "SELECT DISTINCT day FROM gpu_state_hours ORDER BY day").iter().map(|r| str_of(&r["day"]).to_owned()).collect();
+    let days: Vec<String> = query(store, "SELECT DISTINCT day FROM priced_state_hours ORDER BY day").iter().map(|r| str_of(&r["day"]).to_owned()).collect();
     let points = daily["points"].as_array().unwrap();
     let served_days: BTreeSet<String> = points.iter().map(|p| point_day(p).to_string()).collect();
     assert_eq!(served_days.into_iter().collect::<Vec<_>>(), days, "one point time per stored day");
@@ -301,7 +301,7 @@ fn states_queue_failures_and_metrics_agree_with_the_stored_tables() {
 
     // One team over a range: only its days in [from, to).
     assert!(days.len() >= 3, "the demo covers at least three days: {days:?}");
-    let team = query(store, "SELECT team FROM gpu_state_hours WHERE team <> 'platform' GROUP BY team ORDER BY SUM(gpu_hours) DESC LIMIT 1");
+    let team = query(store, "SELECT team FROM priced_state_hours WHERE team <> 'platform' GROUP BY team ORDER BY SUM(gpu_hours) DESC LIMIT 1");
     let team = str_of(&team[0]["team"]).to_owned();
     let (from, to) = (&days[1], &days[days.len() - 1]);
     let ranged = get_json(&server, &format!("/api/v1/states?team={team}&from={from}&to={to}"));

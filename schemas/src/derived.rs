@@ -1,0 +1,352 @@
+//! The columns of the ledger's derived tables: what `gpuledger ledger` writes to
+//! `<store>/ledger/<table>.parquet`, declared here so readers need not run the SQL to know them.
+//!
+//! Each table is a view of the accounting in `queries/*.sql`, stored under the view's name. The
+//! SQL decides the columns; these declarations say what it produces today (the ledger's tests
+//! compare the two, so they cannot drift apart) and what each column means.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+
+use DerivedType::{Boolean, Decimal20, Float64, Int32, Int64, LargeUtf8, Timestamp, UInt64, Utf8, Utf8View};
+
+/// The directory of the derived tables inside a store.
+pub const DERIVED_DIR: &str = "ledger";
+
+/// The Arrow types the accounting's SQL gives derived columns. Wider than the raw tables'
+/// [`crate::ColumnType`]: DataFusion picks a view or large string, a decimal or an unsigned
+/// count by how a column is computed, and the stored file keeps what it picked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DerivedType {
+    /// `Timestamp(Millisecond, "UTC")`.
+    Timestamp,
+    Utf8,
+    Utf8View,
+    LargeUtf8,
+    Int32,
+    Int64,
+    UInt64,
+    /// `Decimal128(20, 0)`: an integer that went through `COALESCE` with a literal.
+    Decimal20,
+    Float64,
+    Boolean,
+}
+
+impl DerivedType {
+    pub fn data_type(self) -> DataType {
+        match self {
+            Timestamp => DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+            Utf8 => DataType::Utf8,
+            Utf8View => DataType::Utf8View,
+            LargeUtf8 => DataType::LargeUtf8,
+            Int32 => DataType::Int32,
+            Int64 => DataType::Int64,
+            UInt64 => DataType::UInt64,
+            Decimal20 => DataType::Decimal128(20, 0),
+            Float64 => DataType::Float64,
+            Boolean => DataType::Boolean,
+        }
+    }
+
+    /// The SQL spelling shown by `gpuledger schema`.
+    pub fn sql_name(self) -> &'static str {
+        match self {
+            Timestamp => "TIMESTAMP(ms, UTC)",
+            Utf8 | Utf8View | LargeUtf8 => "VARCHAR",
+            Int32 => "INT",
+            Int64 => "BIGINT",
+            UInt64 => "BIGINT UNSIGNED",
+            Decimal20 => "DECIMAL(20, 0)",
+            Float64 => "DOUBLE",
+            Boolean => "BOOLEAN",
+        }
+    }
+}
+
+/// One column of a derived table: name, type, whether it may be null, and what it means.
+#[derive(Debug, Clone, Copy)]
+pub struct DerivedColumn {
+    pub name: &'static str,
+    pub ty: DerivedType,
+    pub nullable: bool,
+    pub doc: &'static str,
+}
+
+const fn col(name: &'static str, ty: DerivedType, nullable: bool, doc: &'static str) -> DerivedColumn {
+    DerivedColumn { name, ty, nullable, doc }
+}
+
+/// A table the ledger computes from the store and writes whole on every run (no partitions).
+#[derive(Debug, Clone, Copy)]
+pub struct DerivedTable {
+    pub name: &'static str,
+    pub doc: &'static str,
+    pub columns: &'static [DerivedColumn],
+}
+
+impl DerivedTable {
+    /// The Arrow schema of the stored file.
+    pub fn arrow_schema(&self) -> SchemaRef {
+        let fields: Vec<Field> = self.columns.iter().map(|c| Field::new(c.name, c.ty.data_type(), c.nullable)).collect();
+        Arc::new(Schema::new(fields))
+    }
+
+    /// The table's file, relative to the store root.
+    pub fn file(&self) -> String {
+        format!("{DERIVED_DIR}/{}.parquet", self.name)
+    }
+
+    pub fn column(&self, name: &str) -> Option<&'static DerivedColumn> {
+        self.columns.iter().find(|c| c.name == name)
+    }
+}
+
+/// Every derived table, in the order `gpuledger schema` prints them.
+pub const DERIVED_TABLES: &[DerivedTable] = &[
+    PRICED_STATE_HOURS,
+    POD_RUNS,
+    UNOBSERVED_GPU_HOURS,
+    CHARGEBACK_MONTHLY,
+    ACCEPTED_UNITS_MONTHLY,
+    RUN_SEGMENTS,
+    RUN_FAILURES,
+    FAILURE_CAUSES,
+    QUEUE_WAITS,
+    QUEUE_WAIT_SUMMARY,
+    QUEUE_WAIT_MONTHLY,
+];
+
+/// Looks a derived table up by name.
+pub fn derived_table(name: &str) -> Option<&'static DerivedTable> {
+    DERIVED_TABLES.iter().find(|t| t.name == name)
+}
+
+pub const PRICED_STATE_HOURS: DerivedTable = DerivedTable {
+    name: "priced_state_hours",
+    doc: "GPU-hours by sample day, UTC day, node, GPU model, team, run segment and state, priced (60_chargeback.sql over gpu_state_hours of 40_states.sql)",
+    columns: &[
+        col("date", Utf8, false, "Store partition (YYYY-MM-DD) of the samples the hours come from"),
+        col("day", Utf8, true, "UTC day (YYYY-MM-DD) the hours fall in; differs from date for a span's piece after midnight"),
+        col("month", Utf8, true, "UTC month (YYYY-MM) of day"),
+        col("node", Utf8, true, "Kubernetes node (the DCGM hostname where no node matches it)"),
+        col("model_name", Utf8, true, "GPU model as DCGM reports it"),
+        col("team", Utf8, true, "Team the hours belong to; platform for unallocated time"),
+        col("namespace", Utf8View, true, "Namespace of the pod holding the GPU; null when unallocated"),
+        col("run", Utf8View, true, "Run: the Workload, else pod/<name> for a bare pod; null when unallocated"),
+        col("segment", Decimal20, true, "Admission segment of the run (1 for a bare pod); null when unallocated"),
+        col("outcome", Utf8View, true, "Outcome of the run segment (succeeded, failed, preempted, running, unknown); null when unallocated"),
+        col("state", Utf8, false, "productive, allocated_idle, failed, preempted or unallocated"),
+        col("provisional", Boolean, true, "The segment has not ended (outcome running or unknown): its state may still change"),
+        col("gpu_hours", Float64, true, "GPU-hours (MIG instances count their sevenths, shared GPUs split among their pods)"),
+        col("xid_error", Int64, true, "Largest non-zero XID error DCGM reported in these hours; null when none"),
+        col("price", Float64, true, "Price of a GPU-hour: by node label, else by GPU model, else the default"),
+        col("cost", Float64, true, "gpu_hours x price"),
+        col("pool", Utf8, true, "Value of the node label that priced the hours; null when no label rule matched"),
+        col("paid_by", Utf8, true, "Who pays for lost (failed, preempted) time: platform or team; null for other states"),
+    ],
+};
+
+pub const POD_RUNS: DerivedTable = DerivedTable {
+    name: "pod_runs",
+    doc: "Each pod incarnation's run, segment, outcome and team (20_runs.sql)",
+    columns: &[
+        col("namespace", Utf8, false, "Pod namespace"),
+        col("pod", Utf8, false, "Pod name"),
+        col("workload", Utf8, true, "Kueue Workload the pod belongs to; null for a bare pod"),
+        col("run", Utf8View, false, "The Workload, else pod/<name> (pod/<name>#N for a later incarnation of the name)"),
+        col("segment", Decimal20, true, "Admission segment the pod belongs to (1 for a bare pod)"),
+        col("outcome", Utf8, false, "succeeded, failed, preempted or running"),
+        col("team", Utf8, false, "Team label of the pod, else of the Workload, else of the namespace, else the namespace"),
+        col("pod_started", Timestamp, true, "When the pod started (first seen where no start time is known)"),
+        col("segment_started", Timestamp, true, "When the segment was admitted (the pod's start for a bare pod)"),
+        col("segment_ended", Timestamp, true, "When the segment ended; null while it runs"),
+        col("last_termination_reason", Utf8, true, "Reason of the pod's last container termination (OOMKilled, Error, ...)"),
+        col("last_exit_code", Int32, true, "Exit code of that termination"),
+        col("node_name", Utf8, true, "Node the pod was scheduled on"),
+        col("pod_key", Utf8, false, "The pod's uid, else namespace/name where the capture has no uid"),
+        col("incarnation", UInt64, false, "Number of this pod among the pods of its name, by start"),
+        col("valid_from_ms", Int64, true, "Start (epoch ms) of the time samples naming the pod belong to this incarnation"),
+        col("valid_to_ms", Int64, true, "End (epoch ms, exclusive) of that time; null for the last incarnation"),
+        col("uid", Utf8, true, "Pod uid"),
+        col("pod_failed", Boolean, false, "The pod itself failed (phase Failed)"),
+    ],
+};
+
+pub const UNOBSERVED_GPU_HOURS: DerivedTable = DerivedTable {
+    name: "unobserved_gpu_hours",
+    doc: "Whole-GPU hours no sample covered (gaps beyond max_gap), by day and node; reported, never charged (40_states.sql)",
+    columns: &[
+        col("date", Utf8, false, "Store partition (YYYY-MM-DD) of the sample before the gap"),
+        col("month", Utf8, true, "UTC month (YYYY-MM) of day"),
+        col("node", Utf8, true, "Kubernetes node (the DCGM hostname where no node matches it)"),
+        col("model_name", Utf8, true, "GPU model as DCGM reports it"),
+        col("gpu_hours", Float64, true, "Unobserved GPU-hours"),
+        col("day", Utf8, true, "UTC day (YYYY-MM-DD) the hours fall in"),
+    ],
+};
+
+pub const CHARGEBACK_MONTHLY: DerivedTable = DerivedTable {
+    name: "chargeback_monthly",
+    doc: "The chargeback: GPU-hours by state and cost by component, per month and team (60_chargeback.sql)",
+    columns: &[
+        col("month", Utf8, true, "UTC month (YYYY-MM)"),
+        col("team", Utf8, true, "Team; platform holds unallocated time"),
+        col("productive_gpu_hours", Float64, false, "GPU-hours in state productive"),
+        col("allocated_idle_gpu_hours", Float64, false, "GPU-hours in state allocated_idle"),
+        col("failed_gpu_hours", Float64, false, "GPU-hours in state failed"),
+        col("preempted_gpu_hours", Float64, false, "GPU-hours in state preempted"),
+        col("unallocated_gpu_hours", Float64, false, "GPU-hours in state unallocated"),
+        col("compute", Float64, false, "Cost of productive time"),
+        col("network", Float64, false, "Network overhead, direct or the team's share of a spread amount"),
+        col("storage", Float64, false, "Storage overhead, direct or the team's share of a spread amount"),
+        col("support", Float64, false, "Support overhead, direct or the team's share of a spread amount"),
+        col("idle", Float64, true, "Cost of allocated_idle time plus the team's share of unallocated time (by idle policy)"),
+        col("failed_runs", Float64, false, "Cost of failed and preempted time the team pays for (platform: what it pays for)"),
+        col("operations", Float64, false, "Operations overhead, direct or the team's share of a spread amount"),
+        col("total", Float64, true, "compute + network + storage + support + idle + failed_runs + operations"),
+        col("accepted_units", Float64, false, "Accepted units of the team's succeeded runs and extra units"),
+        col("cost_per_accepted_unit", Float64, true, "total / accepted_units; null without units"),
+        col("provisional_gpu_hours", Float64, false, "GPU-hours of segments not yet ended (their state may change)"),
+        col("lost_gpu_hours_platform_paid", Float64, false, "Failed and preempted GPU-hours of the team the platform pays for"),
+        col("lost_cost_platform_paid", Float64, false, "Cost of those hours"),
+    ],
+};
+
+pub const ACCEPTED_UNITS_MONTHLY: DerivedTable = DerivedTable {
+    name: "accepted_units_monthly",
+    doc: "Accepted units per month, team and unit name: succeeded runs' annotations plus configured extra units (50_units.sql)",
+    columns: &[
+        col("month", Utf8, true, "UTC month (YYYY-MM) the run ended in, or of the extra units"),
+        col("team", Utf8, true, "Team"),
+        col("unit", Utf8, true, "Unit name"),
+        col("accepted_units", Float64, true, "Units accepted"),
+    ],
+};
+
+pub const RUN_SEGMENTS: DerivedTable = DerivedTable {
+    name: "run_segments",
+    doc: "Every run segment with its pods, GPU time and cost, and the part of it lost (80_failures.sql)",
+    columns: &[
+        col("namespace", Utf8, false, "Namespace"),
+        col("run", Utf8View, false, "The Workload, else pod/<name> for a bare pod"),
+        col("workload", Utf8, true, "Kueue Workload; null for a bare pod"),
+        col("segment", Decimal20, true, "Admission segment (1 for a bare pod)"),
+        col("team", Utf8, true, "Team"),
+        col("outcome", Utf8, true, "succeeded, failed, preempted or running"),
+        col("started_at", Timestamp, true, "When the segment was admitted (the pod's start for a bare pod)"),
+        col("ended_at", Timestamp, true, "When the segment ended; null while it runs"),
+        col("pods", Int64, false, "Pod incarnations in the segment"),
+        col("last_pod", Utf8, true, "The pod that started last: `<name> <pod_key>`"),
+        col("failed_attempts", Int64, true, "Pods that failed while the segment went on (retried attempts)"),
+        col("last_failed_pod", Utf8, true, "The last of the failed pods: `<name> <pod_key>`; null when none failed"),
+        col("gpu_hours", Float64, false, "GPU-hours of the segment, all states"),
+        col("cost", Float64, false, "Cost of those hours"),
+        col("lost_gpu_hours", Float64, false, "GPU-hours in state failed or preempted"),
+        col("lost_cost", Float64, false, "Cost of those hours"),
+        col("xid_error", Int64, true, "Largest XID error DCGM reported on the segment's GPUs; null when none"),
+        col("nodes", LargeUtf8, true, "Nodes the segment's GPUs were on, comma-separated; null without GPU time"),
+    ],
+};
+
+pub const RUN_FAILURES: DerivedTable = DerivedTable {
+    name: "run_failures",
+    doc: "Each failed or preempted segment (and each that went on after failed attempts) with its cause (80_failures.sql)",
+    columns: &[
+        col("namespace", Utf8, false, "Namespace"),
+        col("run", Utf8View, false, "The Workload, else pod/<name> for a bare pod"),
+        col("workload", Utf8, true, "Kueue Workload; null for a bare pod"),
+        col("segment", Decimal20, true, "Admission segment (1 for a bare pod)"),
+        col("team", Utf8, true, "Team"),
+        col("outcome", Utf8, true, "failed or preempted (failed for a segment that went on after failed attempts)"),
+        col("started_at", Timestamp, true, "When the segment was admitted"),
+        col("ended_at", Timestamp, true, "When the segment ended; null while it runs"),
+        col("cause", Utf8View, false, "Hardware fault (XID <code>, NodeNotReady, NodeDeleted), else eviction or termination reason"),
+        col("exit_code", Int32, true, "Exit code of the pod whose termination speaks for the segment"),
+        col("xid_error", Int64, true, "Largest XID error DCGM reported on the segment's GPUs; null when none"),
+        col("gpu_hours", Float64, false, "Lost GPU-hours (failed and preempted time)"),
+        col("cost", Float64, false, "Cost of those hours"),
+        col("nodes", LargeUtf8, true, "Nodes the segment's GPUs were on, comma-separated"),
+        col("event_reasons", LargeUtf8, true, "Reasons of Warning events about its pods or Workload while it ran, comma-separated"),
+        col("paid_by", Utf8, true, "Who pays for the lost time: platform (hardware fault) or team"),
+    ],
+};
+
+pub const FAILURE_CAUSES: DerivedTable = DerivedTable {
+    name: "failure_causes",
+    doc: "Failed and preempted segments per month, outcome and cause, with the GPU-hours and cost they lost (80_failures.sql)",
+    columns: &[
+        col("month", Utf8, true, "UTC month (YYYY-MM) the lost time was spent in (the end month for a segment without GPU time)"),
+        col("outcome", Utf8, true, "failed or preempted"),
+        col("cause", Utf8View, false, "Cause, as in run_failures"),
+        col("segments", Int64, false, "Segments with this cause in the month"),
+        col("gpu_hours", Float64, true, "Lost GPU-hours"),
+        col("cost", Float64, true, "Cost of those hours"),
+    ],
+};
+
+pub const QUEUE_WAITS: DerivedTable = DerivedTable {
+    name: "queue_waits",
+    doc: "How long each Workload admission waited: creation, eviction or requeue to admission (70_queue.sql)",
+    columns: &[
+        col("namespace", Utf8, false, "Namespace"),
+        col("workload", Utf8, false, "Kueue Workload"),
+        col("segment", UInt64, false, "Admission number (1 for the first)"),
+        col("admitted_at", Timestamp, true, "When the Workload was admitted (Admitted, else QuotaReserved)"),
+        col("queued_at", Timestamp, true, "When the wait began: creation, else the eviction or requeue before this admission"),
+        col("team", Utf8, false, "Team"),
+        col("cluster_queue", Utf8, false, "ClusterQueue that admitted it (via its LocalQueue); empty when unknown"),
+        col("wait_seconds", Float64, true, "admitted_at - queued_at, seconds"),
+    ],
+};
+
+/// The columns of a queue wait figure, after `month` in [`QUEUE_WAIT_MONTHLY`].
+macro_rules! wait_figures {
+    ($($first:expr),*) => {
+        &[
+            $($first,)*
+            col("team", Utf8, false, "Team"),
+            col("cluster_queue", Utf8, false, "ClusterQueue; empty when unknown"),
+            col("admissions", Int64, false, "Admissions"),
+            col("p50_seconds", Float64, true, "Median wait, seconds (nearest rank)"),
+            col("p95_seconds", Float64, true, "95th percentile wait, seconds (nearest rank)"),
+            col("max_seconds", Float64, true, "Longest wait, seconds"),
+            col("evictions", Int64, false, "Evictions of the team's Workloads in this ClusterQueue, over the whole data"),
+            col("eviction_reasons", LargeUtf8, false, "Those evictions by reason (`Preempted x3, InactiveWorkload x1`); empty when none"),
+        ]
+    };
+}
+
+pub const QUEUE_WAIT_SUMMARY: DerivedTable = DerivedTable {
+    name: "queue_wait_summary",
+    doc: "Queue waits per team and ClusterQueue over the whole data, with evictions (70_queue.sql)",
+    columns: wait_figures!(),
+};
+
+pub const QUEUE_WAIT_MONTHLY: DerivedTable = DerivedTable {
+    name: "queue_wait_monthly",
+    doc: "Queue waits per month of admission, team and ClusterQueue; evictions as in queue_wait_summary (70_queue.sql)",
+    columns: wait_figures!(col("month", Utf8, true, "UTC month (YYYY-MM) of the admissions")),
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn derived_tables_are_consistent_and_apart_from_the_raw_ones() {
+        let mut names = HashSet::new();
+        for t in DERIVED_TABLES {
+            assert!(names.insert(t.name), "duplicate derived table {}", t.name);
+            assert!(crate::table(t.name).is_none(), "{} is also a raw table", t.name);
+            assert!(!t.doc.is_empty(), "{} has no doc", t.name);
+            let mut cols = HashSet::new();
+            for c in t.columns {
+                assert!(cols.insert(c.name), "{}.{} declared twice", t.name, c.name);
+                assert!(!c.doc.is_empty(), "{}.{} has no doc", t.name, c.name);
+            }
+        }
+        assert_eq!(derived_table("priced_state_hours").map(|t| t.file()), Some("ledger/priced_state_hours.parquet".to_string()));
+    }
+}
