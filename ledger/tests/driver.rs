@@ -168,9 +168,9 @@ async fn every_derived_table_has_its_declared_schema() {
     let declared: Vec<&str> = gpuledger_schemas::DERIVED_TABLES.iter().map(|t| t.name).collect();
     assert_eq!(gpuledger_ledger::accounting::DERIVED_TABLES, declared.as_slice());
 
-    let ctx = Ledger::accounting_session(&location).await.unwrap();
+    let ctx = Ledger::store_session(SessionContext::new(), &location).await.unwrap();
     let by_day = Accounting::run(ctx, &location, &config, &RunOptions::default(), &mut |_, _, _| {}).await.unwrap();
-    let ctx = Ledger::accounting_session(&location).await.unwrap();
+    let ctx = Ledger::store_session(SessionContext::new(), &location).await.unwrap();
     let at_once = Accounting::run_at_once(ctx, &config, &RunOptions::default()).await.unwrap();
     let mut wrong = Vec::new();
     for run in [&by_day, &at_once] {
