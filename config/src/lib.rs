@@ -244,14 +244,19 @@ impl<'a> Document<'a> {
         let offset = e.span().map_or(0, |s| s.start);
         // The partially parsed document usually still holds the key being written.
         let (partial, _) = DeTable::parse_recoverable(self.text);
-        let key = key_at(partial.get_ref(), offset).unwrap_or_default();
+        let found = key_at(partial.get_ref(), offset);
         let mut reason = one_line(e.message());
         // Some messages ("duplicate key") do not say what they are about; the span does.
         let snippet = e.span().and_then(|s| self.text.get(s)).map(str::trim).unwrap_or_default();
-        if key.is_empty() && !snippet.is_empty() && !snippet.contains('\n') {
+        if found.is_none() && !snippet.is_empty() && !snippet.contains('\n') {
             reason = format!("{reason} (`{snippet}`)");
         }
-        self.report(offset..offset, key, reason);
+        // Else the section it is written in: the last top-level key that starts before it.
+        let key = found.or_else(|| {
+            let before = partial.get_ref().iter().filter(|(k, _)| k.span().start <= offset).max_by_key(|(k, _)| k.span().start);
+            before.map(|(k, _)| key_segment(k.get_ref()))
+        });
+        self.report(offset..offset, key.unwrap_or_default(), reason);
     }
 }
 
