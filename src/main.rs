@@ -23,18 +23,7 @@ fn main() -> ExitCode {
             if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) {
                 return ExitCode::SUCCESS;
             }
-            let mut msg = String::new();
-            for (i, cause) in e.chain().enumerate() {
-                let text = cause.to_string();
-                // thiserror messages often already end with their source's text.
-                if i > 0 && msg.contains(&text) {
-                    continue;
-                }
-                if i > 0 {
-                    msg.push_str(": ");
-                }
-                msg.push_str(&text);
-            }
+            let msg = gpuledger_telemetry::join_chain(e.chain());
             let _ = writeln!(std::io::stderr(), "gpuledger: error: {msg}");
             ExitCode::from(cli::EXIT_ERROR)
         }

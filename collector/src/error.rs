@@ -37,10 +37,25 @@ pub enum Error {
     /// Reaching the store's files failed (I/O, object storage).
     #[error("store {0}")]
     StoreFiles(#[from] gpuledger_store::Error),
+    /// A broken invariant: gpuledger's own bug, never the input's or the environment's fault.
+    /// Returned instead of panicking, so a long run fails with a message that says what to do.
+    #[error("internal error: {0}. This is a gpuledger bug: please report it with the command that was run")]
+    Internal(String),
 }
 
 impl Error {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io { path: path.into(), source }
+    }
+}
+
+#[cfg(test)]
+mod internal_tests {
+    use super::Error;
+
+    #[test]
+    fn internal_errors_say_they_are_a_bug() {
+        let e = Error::Internal("a table without its schema".into()).to_string();
+        assert_eq!(e, "internal error: a table without its schema. This is a gpuledger bug: please report it with the command that was run");
     }
 }

@@ -33,10 +33,11 @@
 //! files = ["units.csv"]               # month,team,unit,accepted_units (CSV or .parquet)
 //! ```
 //!
-//! Every mistake is reported as `<file>:<line>: <dotted.key>: <reason>`. Unknown keys are errors
-//! because a misspelt key would otherwise fall back to its default without a word; the only
-//! sections passed through unchecked are `[collector]` and `[serve]`, which belong to components
-//! that validate them themselves.
+//! The file is read by the one loader of `gpuledger-config`: every mistake is reported, all of
+//! them in one run, as `<file>:<line>: <dotted.key>: <reason>`. Unknown keys are errors because a
+//! misspelt key would otherwise fall back to its default without a word. This module checks the
+//! ledger's sections; `[collector]` and `[serve]` are checked by their components on the same
+//! [`Document`] (the binary runs all three).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -47,8 +48,8 @@ use std::str::FromStr;
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{DataType, Float64Type};
 use serde::Deserialize;
+use gpuledger_config::{Document, key_segment};
 use toml::Spanned;
-use toml::de::{DeTable, DeValue};
 
 pub const DEFAULT_TEAM_LABEL: &str = "team";
 pub const DEFAULT_ACTIVE_THRESHOLD_ENGINE: f64 = 0.05;
@@ -136,31 +137,7 @@ impl FromStr for Payer {
     }
 }
 
-/// A configuration that cannot be used, located in the file that is wrong.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The configuration file cannot be read.
-    #[error("{}: cannot read: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    /// A key of the configuration file is wrong. `key` is the dotted path (`overheads[1].month`
-    /// for the second `[[overheads]]` entry); it is empty only for a syntax error no key encloses.
-    #[error("{}:{line}: {}{reason}", path.display(), key_prefix(key))]
-    Invalid { path: PathBuf, line: usize, key: String, reason: String },
-    /// A line of an extra-units file is wrong (for Parquet, `line` is the 1-based row).
-    #[error("{}:{line}: {reason}", path.display())]
-    Units { path: PathBuf, line: usize, reason: String },
-    /// An extra-units file as a whole cannot be used (unreadable Parquet, wrong columns).
-    #[error("{}: {reason}", path.display())]
-    UnitsFile { path: PathBuf, reason: String },
-}
-
-fn key_prefix(key: &str) -> String {
-    if key.is_empty() { String::new() } else { format!("{key}: ") }
-}
+pub use gpuledger_config::{ConfigError, Problem};
 
 /// The whole configuration, validated.
 #[derive(Debug, Clone, PartialEq)]
@@ -173,10 +150,6 @@ pub struct Config {
     pub units: Vec<ExtraUnits>,
     /// `[units].files`, resolved against the configuration file's directory.
     pub unit_files: Vec<PathBuf>,
-    /// Reserved for the live collector; kept raw, not validated here.
-    pub collector: Option<toml::Table>,
-    /// Reserved for the server; kept raw, not validated here.
-    pub serve: Option<toml::Table>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -262,21 +235,60 @@ pub struct ExtraUnits {
 impl Config {
     /// Reads and validates the file at `path`; unit files are resolved against its directory.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = fs::read_to_string(path).map_err(|source| ConfigError::Io { path: path.to_path_buf(), source })?;
+        let text = Document::read(path)?;
         Config::parse(&text, path)
     }
 
     /// Validates `text`. `origin` names the file in messages, and its directory is where
-    /// relative unit files are looked for.
+    /// relative unit files are looked for. Every problem of the ledger's sections (and any
+    /// unknown section) is reported, not only the first; `[collector]` and `[serve]` are
+    /// checked by their own components ([`Config::check`] runs beside theirs on one document).
     pub fn parse(text: &str, origin: &Path) -> Result<Config, ConfigError> {
-        let doc = Doc { text, origin };
-        let tree = match DeTable::parse(text) {
-            Ok(tree) => tree,
-            Err(e) => return Err(doc.syntax_error(&e)),
-        };
-        let raw = RawConfig::deserialize(toml::de::Deserializer::from(tree.clone())).map_err(|e| doc.serde_error(tree.get_ref(), &e))?;
+        let doc = Document::parse(text, origin);
+        let config = Config::check(&doc);
+        doc.finish()?;
+        config.ok_or_else(|| ConfigError::Invalid {
+            problems: vec![Problem {
+                path: origin.to_path_buf(),
+                line: None,
+                key: String::new(),
+                reason: "internal error: the configuration was refused without a reason (this is a gpuledger bug, please report it)".into(),
+            }],
+        })
+    }
+
+    /// Checks the ledger's sections of `doc` (`accounting`, `prices`, `overheads`, `units`),
+    /// reporting every problem to it; the configuration when none of them had one.
+    pub fn check(doc: &Document<'_>) -> Option<Config> {
+        if !doc.parsed() {
+            return None;
+        }
+        let accounting = accounting(doc, doc.section::<RawAccounting>("accounting"));
         // A missing `prices.default` is reported at the `[prices]` header, else at line 1.
-        doc.build(raw, key_span(tree.get_ref(), "prices"))
+        let prices_span = doc.section_span("prices").unwrap_or(0..0);
+        let prices = prices(doc, doc.section::<RawPrices>("prices"), prices_span);
+        let raw_overheads = doc.section::<Vec<Spanned<RawOverhead>>>("overheads").unwrap_or_default();
+        let overheads: Vec<Overhead> = raw_overheads.into_iter().enumerate().filter_map(|(i, o)| overhead(doc, i, o)).collect();
+        let mut units = Vec::new();
+        let mut unit_files = Vec::new();
+        if let Some(raw) = doc.section::<RawUnits>("units") {
+            for file in raw.files.unwrap_or_default() {
+                let path = doc.dir().join(file.get_ref());
+                if !path.is_file() {
+                    doc.report(file.span(), "units.files", format!("units file {} not found", path.display()));
+                    continue;
+                }
+                match read_units(&path) {
+                    Ok(rows) => units.extend(rows),
+                    Err(problem) => doc.report_problem(problem),
+                }
+                unit_files.push(path);
+            }
+        }
+        if doc.has_problems() {
+            return None;
+        }
+        Some(Config { accounting, prices: prices?, overheads, units, unit_files })
     }
 
     /// A configuration with every default and one price for every GPU, for runs without a file.
@@ -287,26 +299,13 @@ impl Config {
             overheads: Vec::new(),
             units: Vec::new(),
             unit_files: Vec::new(),
-            collector: None,
-            serve: None,
         }
     }
 }
 
-// The file as serde reads it. Every value checked beyond its type keeps its span, so the
-// check can name the line; all fields are optional so that a missing key is reported by us,
-// with its line, rather than by serde against the whole table.
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawConfig {
-    accounting: Option<RawAccounting>,
-    prices: Option<RawPrices>,
-    overheads: Option<Vec<Spanned<RawOverhead>>>,
-    units: Option<RawUnits>,
-    collector: Option<toml::Table>,
-    serve: Option<toml::Table>,
-}
+// The file as serde reads it, one section at a time. Every value checked beyond its type keeps
+// its span, so the check can name the line; all fields are optional so that a missing key is
+// reported by us, with its line, rather than by serde against the whole table.
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -350,250 +349,191 @@ struct RawUnits {
     files: Option<Vec<Spanned<String>>>,
 }
 
-/// The text being validated, for turning spans into `file:line` errors.
-struct Doc<'a> {
-    text: &'a str,
-    origin: &'a Path,
-}
-
-impl Doc<'_> {
-    fn line(&self, offset: usize) -> usize {
-        let end = offset.min(self.text.len());
-        self.text.as_bytes()[..end].iter().filter(|&&b| b == b'\n').count() + 1
-    }
-
-    fn err(&self, span: Range<usize>, key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-        ConfigError::Invalid { path: self.origin.to_path_buf(), line: self.line(span.start), key: key.into(), reason: reason.into() }
-    }
-
-    fn syntax_error(&self, e: &toml::de::Error) -> ConfigError {
-        let offset = e.span().map_or(0, |s| s.start);
-        // The partially parsed document usually still holds the key being written.
-        let (partial, _) = DeTable::parse_recoverable(self.text);
-        let key = key_at(partial.get_ref(), offset).unwrap_or_default();
-        let mut reason = one_line(e.message());
-        // Some messages ("duplicate key") do not say what they are about; the span does.
-        let snippet = e.span().and_then(|s| self.text.get(s)).map(str::trim).unwrap_or_default();
-        if key.is_empty() && !snippet.is_empty() && !snippet.contains('\n') {
-            reason = format!("{reason} (`{snippet}`)");
-        }
-        self.err(offset..offset, key, reason)
-    }
-
-    fn serde_error(&self, tree: &DeTable<'_>, e: &toml::de::Error) -> ConfigError {
-        let offset = e.span().map_or(0, |s| s.start);
-        let key = key_at(tree, offset).unwrap_or_default();
-        self.err(offset..offset, key, tomlish(&one_line(e.message())))
-    }
-
-    fn build(&self, raw: RawConfig, prices_span: Range<usize>) -> Result<Config, ConfigError> {
-        let accounting = self.accounting(raw.accounting)?;
-        let prices = self.prices(raw.prices, prices_span)?;
-        let overheads = raw.overheads.unwrap_or_default().into_iter().enumerate().map(|(i, o)| self.overhead(i, o)).collect::<Result<Vec<_>, _>>()?;
-        let mut units = Vec::new();
-        let mut unit_files = Vec::new();
-        let base = self.origin.parent().unwrap_or_else(|| Path::new(""));
-        for file in raw.units.and_then(|u| u.files).unwrap_or_default() {
-            let path = base.join(file.get_ref());
-            if !path.is_file() {
-                return Err(self.err(file.span(), "units.files", format!("units file {} not found", path.display())));
-            }
-            units.extend(read_units(&path)?);
-            unit_files.push(path);
-        }
-        Ok(Config { accounting, prices, overheads, units, unit_files, collector: raw.collector, serve: raw.serve })
-    }
-
-    fn accounting(&self, raw: Option<RawAccounting>) -> Result<Accounting, ConfigError> {
-        let mut acc = Accounting::default();
-        let Some(raw) = raw else { return Ok(acc) };
-        if let Some(v) = raw.team_label {
-            let label = v.get_ref();
-            if label.is_empty() || label.chars().any(char::is_whitespace) {
-                return Err(self.err(v.span(), "accounting.team_label", format!("team label {label:?} must be a non-empty label key without spaces")));
-            }
+/// `[accounting]`: a bad value is reported and its default kept, so the other keys are
+/// still checked.
+fn accounting(doc: &Document<'_>, raw: Option<RawAccounting>) -> Accounting {
+    let mut acc = Accounting::default();
+    let Some(raw) = raw else { return acc };
+    if let Some(v) = raw.team_label {
+        let label = v.get_ref();
+        if label.is_empty() || label.chars().any(char::is_whitespace) {
+            doc.report(v.span(), "accounting.team_label", format!("team label {label:?} must be a non-empty label key without spaces"));
+        } else {
             acc.team_label = label.clone();
         }
-        if let Some(v) = raw.idle_policy {
-            acc.idle_policy = v.get_ref().parse().map_err(|e: UnknownIdlePolicy| self.err(v.span(), "accounting.idle_policy", e.to_string()))?;
+    }
+    if let Some(v) = raw.idle_policy {
+        match v.get_ref().parse::<IdlePolicy>() {
+            Ok(p) => acc.idle_policy = p,
+            Err(e) => doc.report(v.span(), "accounting.idle_policy", e.to_string()),
         }
-        if let Some(v) = raw.active_threshold_engine {
-            acc.active_threshold_engine = self.ranged(&v, "accounting.active_threshold_engine", 0.0, 1.0, "an engine-active ratio")?;
-        }
-        if let Some(v) = raw.active_threshold_util {
-            acc.active_threshold_util = self.ranged(&v, "accounting.active_threshold_util", 0.0, 100.0, "a utilisation percentage")?;
-        }
-        if let Some(v) = raw.max_gap_factor {
-            let f = *v.get_ref();
-            if !f.is_finite() || f < 1.0 {
-                return Err(self.err(v.span(), "accounting.max_gap_factor", format!("{f} must be a finite number >= 1 (scrape intervals)")));
-            }
+    }
+    if let Some(v) = raw.active_threshold_engine {
+        acc.active_threshold_engine = ranged(doc, &v, "accounting.active_threshold_engine", 0.0, 1.0, "an engine-active ratio").unwrap_or(acc.active_threshold_engine);
+    }
+    if let Some(v) = raw.active_threshold_util {
+        acc.active_threshold_util = ranged(doc, &v, "accounting.active_threshold_util", 0.0, 100.0, "a utilisation percentage").unwrap_or(acc.active_threshold_util);
+    }
+    if let Some(v) = raw.max_gap_factor {
+        let f = *v.get_ref();
+        if !f.is_finite() || f < 1.0 {
+            doc.report(v.span(), "accounting.max_gap_factor", format!("{f} must be a finite number >= 1 (scrape intervals)"));
+        } else {
             acc.max_gap_factor = f;
         }
-        if let Some(v) = raw.currency {
-            let c = v.get_ref();
-            if c.len() != 3 || !c.bytes().all(|b| b.is_ascii_uppercase()) {
-                return Err(self.err(v.span(), "accounting.currency", format!("currency {c:?} must be three uppercase letters (ISO 4217, e.g. USD)")));
-            }
+    }
+    if let Some(v) = raw.currency {
+        let c = v.get_ref();
+        if c.len() != 3 || !c.bytes().all(|b| b.is_ascii_uppercase()) {
+            doc.report(v.span(), "accounting.currency", format!("currency {c:?} must be three uppercase letters (ISO 4217, e.g. USD)"));
+        } else {
             acc.currency = c.clone();
         }
-        if let Some(v) = raw.hardware_xids {
-            let mut codes = Vec::new();
-            for code in v.into_inner() {
-                let c = *code.get_ref();
-                if c <= 0 {
-                    return Err(self.err(code.span(), "accounting.hardware_xids", format!("{c} is not an XID code (a positive integer)")));
-                }
-                codes.push(c);
+    }
+    if let Some(v) = raw.hardware_xids {
+        let mut codes = Vec::new();
+        for code in v.into_inner() {
+            let c = *code.get_ref();
+            if c <= 0 {
+                doc.report(code.span(), "accounting.hardware_xids", format!("{c} is not an XID code (a positive integer)"));
             }
-            acc.hardware_xids = codes;
+            codes.push(c);
         }
-        for (raw, key, slot) in [(raw.hardware_failures, "accounting.hardware_failures", &mut acc.hardware_failures), (raw.preemptions, "accounting.preemptions", &mut acc.preemptions)] {
-            if let Some(v) = raw {
-                *slot = v.get_ref().parse().map_err(|e: String| self.err(v.span(), key, e))?;
+        acc.hardware_xids = codes;
+    }
+    for (raw, key, slot) in [(raw.hardware_failures, "accounting.hardware_failures", &mut acc.hardware_failures), (raw.preemptions, "accounting.preemptions", &mut acc.preemptions)] {
+        if let Some(v) = raw {
+            match v.get_ref().parse::<Payer>() {
+                Ok(p) => *slot = p,
+                Err(e) => doc.report(v.span(), key, e),
             }
         }
-        Ok(acc)
+    }
+    acc
+}
+
+fn ranged(doc: &Document<'_>, v: &Spanned<f64>, key: &str, lo: f64, hi: f64, what: &str) -> Option<f64> {
+    let f = *v.get_ref();
+    // `contains` is false for NaN, so this also refuses non-finite values.
+    if !(lo..=hi).contains(&f) {
+        doc.report(v.span(), key, format!("{f} must be {what} between {lo} and {hi}"));
+        return None;
+    }
+    Some(f)
+}
+
+fn amount(doc: &Document<'_>, v: &Spanned<f64>, key: &str) -> Option<f64> {
+    let f = *v.get_ref();
+    if !f.is_finite() || f < 0.0 {
+        doc.report(v.span(), key, format!("{f} must be a finite number >= 0"));
+        return None;
+    }
+    Some(f)
+}
+
+/// `[prices]`; `None` when the default price is missing or bad (there is nothing to fall
+/// back to), every other problem reported all the same.
+fn prices(doc: &Document<'_>, raw: Option<RawPrices>, prices_span: Range<usize>) -> Option<Prices> {
+    // A default that was there but badly shaped is already reported: no second "missing".
+    let missing = || {
+        if !doc.reported_under("prices.default") {
+            doc.report(prices_span.clone(), "prices.default", "missing: a default price per GPU-hour is required");
+        }
+    };
+    let Some(raw) = raw else {
+        // Present but unreadable (`prices = 3`) is already reported.
+        if doc.section_span("prices").is_none() {
+            missing();
+        }
+        return None;
+    };
+    let default = match &raw.default {
+        Some(v) => amount(doc, v, "prices.default"),
+        None => {
+            missing();
+            None
+        }
+    };
+
+    let mut by_model = Vec::new();
+    for (model, price) in raw.by_model.unwrap_or_default() {
+        let key = format!("prices.by_model.{}", key_segment(model.get_ref()));
+        if model.get_ref().is_empty() {
+            doc.report(model.span(), key, "empty model name");
+            continue;
+        }
+        if let Some(p) = amount(doc, &price, &key) {
+            by_model.push((model.into_inner(), p));
+        }
     }
 
-    fn ranged(&self, v: &Spanned<f64>, key: &str, lo: f64, hi: f64, what: &str) -> Result<f64, ConfigError> {
-        let f = *v.get_ref();
-        // `contains` is false for NaN, so this also refuses non-finite values.
-        if !(lo..=hi).contains(&f) {
-            return Err(self.err(v.span(), key, format!("{f} must be {what} between {lo} and {hi}")));
+    let mut by_node_label = Vec::new();
+    let mut label_keys: Vec<_> = raw.by_node_label.unwrap_or_default().into_iter().collect();
+    // The first label key in the file wins, so keep file order rather than the map's.
+    label_keys.sort_by_key(|(k, _)| k.span().start);
+    for (label_key, values) in label_keys {
+        let key = format!("prices.by_node_label.{}", key_segment(label_key.get_ref()));
+        if label_key.get_ref().is_empty() {
+            doc.report(label_key.span(), key, "empty node label key");
+            continue;
         }
-        Ok(f)
-    }
-
-    fn amount(&self, v: &Spanned<f64>, key: &str) -> Result<f64, ConfigError> {
-        let f = *v.get_ref();
-        if !f.is_finite() || f < 0.0 {
-            return Err(self.err(v.span(), key, format!("{f} must be a finite number >= 0")));
-        }
-        Ok(f)
-    }
-
-    fn prices(&self, raw: Option<RawPrices>, prices_span: Range<usize>) -> Result<Prices, ConfigError> {
-        let missing = || self.err(prices_span.clone(), "prices.default", "missing: a default price per GPU-hour is required");
-        let raw = raw.ok_or_else(missing)?;
-        let default = self.amount(raw.default.as_ref().ok_or_else(missing)?, "prices.default")?;
-
-        let mut by_model = Vec::new();
-        for (model, price) in raw.by_model.unwrap_or_default() {
-            let key = format!("prices.by_model.{}", key_segment(model.get_ref()));
-            if model.get_ref().is_empty() {
-                return Err(self.err(model.span(), key, "empty model name"));
-            }
-            by_model.push((model.into_inner(), self.amount(&price, &key)?));
-        }
-
-        let mut by_node_label = Vec::new();
-        let mut label_keys: Vec<_> = raw.by_node_label.unwrap_or_default().into_iter().collect();
-        // The first label key in the file wins, so keep file order rather than the map's.
-        label_keys.sort_by_key(|(k, _)| k.span().start);
-        for (label_key, values) in label_keys {
-            let key = format!("prices.by_node_label.{}", key_segment(label_key.get_ref()));
-            if label_key.get_ref().is_empty() {
-                return Err(self.err(label_key.span(), key, "empty node label key"));
-            }
-            let mut values: Vec<_> = values.into_iter().collect();
-            values.sort_by_key(|(v, _)| v.span().start);
-            for (value, price) in values {
-                let key = format!("{key}.{}", key_segment(value.get_ref()));
-                let price = self.amount(&price, &key)?;
+        let mut values: Vec<_> = values.into_iter().collect();
+        values.sort_by_key(|(v, _)| v.span().start);
+        for (value, price) in values {
+            let key = format!("{key}.{}", key_segment(value.get_ref()));
+            if let Some(price) = amount(doc, &price, &key) {
                 by_node_label.push(NodeLabelPrice { label_key: label_key.get_ref().clone(), label_value: value.into_inner(), price });
             }
         }
-        Ok(Prices { default, by_model, by_node_label })
     }
+    Some(Prices { default: default?, by_model, by_node_label })
+}
 
-    fn overhead(&self, index: usize, raw: Spanned<RawOverhead>) -> Result<Overhead, ConfigError> {
-        let at = format!("overheads[{index}]");
-        let entry_span = raw.span();
-        let raw = raw.into_inner();
-        let month = raw.month.ok_or_else(|| self.err(entry_span.clone(), format!("{at}.month"), "missing: every overhead needs a month (YYYY-MM)"))?;
-        if !valid_month(month.get_ref()) {
-            return Err(self.err(month.span(), format!("{at}.month"), format!("month {:?} is not YYYY-MM", month.get_ref())));
+/// One `[[overheads]]` entry; `None` when it has a problem (all of them reported).
+fn overhead(doc: &Document<'_>, index: usize, raw: Spanned<RawOverhead>) -> Option<Overhead> {
+    let at = format!("overheads[{index}]");
+    let entry_span = raw.span();
+    let raw = raw.into_inner();
+    let mut ok = true;
+    let month = match raw.month {
+        None => {
+            doc.report(entry_span.clone(), format!("{at}.month"), "missing: every overhead needs a month (YYYY-MM)");
+            None
         }
-        let team = match raw.team {
-            Some(t) if t.get_ref().trim().is_empty() => return Err(self.err(t.span(), format!("{at}.team"), "empty team name")),
-            Some(t) => Some(t.into_inner()),
-            None => None,
-        };
-        if raw.network.is_none() && raw.storage.is_none() && raw.support.is_none() && raw.operations.is_none() {
-            return Err(self.err(entry_span, at, "no amount: give at least one of network, storage, support, operations"));
+        Some(m) if !valid_month(m.get_ref()) => {
+            doc.report(m.span(), format!("{at}.month"), format!("month {:?} is not YYYY-MM", m.get_ref()));
+            None
         }
-        let amount = |v: &Option<Spanned<f64>>, name: &str| v.as_ref().map_or(Ok(0.0), |v| self.amount(v, &format!("{at}.{name}")));
-        Ok(Overhead {
-            month: month.into_inner(),
-            team,
-            network: amount(&raw.network, "network")?,
-            storage: amount(&raw.storage, "storage")?,
-            support: amount(&raw.support, "support")?,
-            operations: amount(&raw.operations, "operations")?,
-        })
-    }
-}
-
-/// toml's messages may span lines; ours are one line each.
-fn one_line(message: &str) -> String {
-    message.trim().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ")
-}
-
-/// serde names Rust types ("expected f64", "map"); the file's author thinks in TOML ones.
-fn tomlish(message: &str) -> String {
-    [("f64", "a number"), ("a sequence", "an array"), ("sequence", "array"), ("a map", "a table"), ("map", "table")]
-        .iter()
-        .fold(message.to_string(), |m, (rust, toml)| {
-            m.replace(&format!("expected {rust}"), &format!("expected {toml}")).replace(&format!("type: {rust}"), &format!("type: {toml}"))
-        })
-}
-
-/// A key as TOML would write it in a dotted path: bare if it can be, quoted otherwise.
-fn key_segment(key: &str) -> String {
-    if !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') { key.to_string() } else { format!("{key:?}") }
-}
-
-fn key_span(table: &DeTable<'_>, name: &str) -> Range<usize> {
-    table.iter().find(|(k, _)| k.get_ref() == name).map_or(0..0, |(k, _)| k.span())
-}
-
-/// The dotted path of the key or value at byte `offset`: the innermost key, scalar or container
-/// whose span holds it (serde errors carry a span but not the path of tables around it).
-fn key_at(table: &DeTable<'_>, offset: usize) -> Option<String> {
-    let mut best: Option<(usize, String)> = None;
-    collect_table(table, "", offset, &mut best);
-    best.map(|(_, path)| path)
-}
-
-fn consider(span: Range<usize>, path: &str, offset: usize, best: &mut Option<(usize, String)>) {
-    let holds = span.contains(&offset) || (span.is_empty() && span.start == offset);
-    let len = span.end - span.start;
-    if holds && best.as_ref().is_none_or(|(l, _)| len < *l) {
-        *best = Some((len, path.to_string()));
-    }
-}
-
-fn collect_table(table: &DeTable<'_>, prefix: &str, offset: usize, best: &mut Option<(usize, String)>) {
-    for (k, v) in table.iter() {
-        let seg = key_segment(k.get_ref());
-        let path = if prefix.is_empty() { seg } else { format!("{prefix}.{seg}") };
-        consider(k.span(), &path, offset, best);
-        collect_value(v, &path, offset, best);
-    }
-}
-
-fn collect_value(v: &Spanned<DeValue<'_>>, path: &str, offset: usize, best: &mut Option<(usize, String)>) {
-    consider(v.span(), path, offset, best);
-    match v.get_ref() {
-        DeValue::Table(t) => collect_table(t, path, offset, best),
-        DeValue::Array(a) => {
-            for (i, item) in a.iter().enumerate() {
-                collect_value(item, &format!("{path}[{i}]"), offset, best);
-            }
+        Some(m) => Some(m.into_inner()),
+    };
+    let team = match raw.team {
+        Some(t) if t.get_ref().trim().is_empty() => {
+            doc.report(t.span(), format!("{at}.team"), "empty team name");
+            ok = false;
+            None
         }
-        _ => {}
+        Some(t) => Some(t.into_inner()),
+        None => None,
+    };
+    if raw.network.is_none() && raw.storage.is_none() && raw.support.is_none() && raw.operations.is_none() {
+        doc.report(entry_span, at.clone(), "no amount: give at least one of network, storage, support, operations");
+        ok = false;
     }
+    let mut amount_of = |v: &Option<Spanned<f64>>, name: &str| match v {
+        None => 0.0,
+        Some(v) => amount(doc, v, &format!("{at}.{name}")).unwrap_or_else(|| {
+            ok = false;
+            0.0
+        }),
+    };
+    let network = amount_of(&raw.network, "network");
+    let storage = amount_of(&raw.storage, "storage");
+    let support = amount_of(&raw.support, "support");
+    let operations = amount_of(&raw.operations, "operations");
+    if !ok {
+        return None;
+    }
+    Some(Overhead { month: month?, team, network, storage, support, operations })
 }
 
 /// `YYYY-MM` with a month from 01 to 12.
@@ -603,7 +543,7 @@ pub fn valid_month(s: &str) -> bool {
 }
 
 /// Reads one extra-units file: Parquet by its `.parquet` extension, CSV otherwise.
-fn read_units(path: &Path) -> Result<Vec<ExtraUnits>, ConfigError> {
+fn read_units(path: &Path) -> Result<Vec<ExtraUnits>, Problem> {
     let parquet = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("parquet"));
     if parquet { read_units_parquet(path) } else { read_units_csv(path) }
 }
@@ -644,9 +584,9 @@ fn column_order<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<[usize; 
     Ok(pos)
 }
 
-fn read_units_csv(path: &Path) -> Result<Vec<ExtraUnits>, ConfigError> {
-    let text = fs::read_to_string(path).map_err(|e| ConfigError::UnitsFile { path: path.to_path_buf(), reason: format!("cannot read: {e}") })?;
-    let bad = |line: usize, reason: String| ConfigError::Units { path: path.to_path_buf(), line, reason };
+fn read_units_csv(path: &Path) -> Result<Vec<ExtraUnits>, Problem> {
+    let text = fs::read_to_string(path).map_err(|e| Problem { path: path.to_path_buf(), line: None, key: String::new(), reason: format!("cannot read: {e}") })?;
+    let bad = |line: usize, reason: String| Problem { path: path.to_path_buf(), line: Some(line), key: String::new(), reason };
     let mut rows = Vec::new();
     let mut order: Option<[usize; 4]> = None;
     for (i, line) in text.trim_start_matches('\u{feff}').lines().enumerate() {
@@ -667,7 +607,7 @@ fn read_units_csv(path: &Path) -> Result<Vec<ExtraUnits>, ConfigError> {
         rows.push(unit_row(&fields[pos[0]], &fields[pos[1]], &fields[pos[2]], accepted).map_err(|r| bad(n, r))?);
     }
     if order.is_none() {
-        return Err(ConfigError::UnitsFile { path: path.to_path_buf(), reason: format!("empty: expected a header {}", UNIT_COLUMNS.join(",")) });
+        return Err(Problem { path: path.to_path_buf(), line: None, key: String::new(), reason: format!("empty: expected a header {}", UNIT_COLUMNS.join(",")) });
     }
     Ok(rows)
 }
@@ -714,10 +654,10 @@ fn split_csv_line(line: &str) -> Result<Vec<String>, String> {
     Ok(fields)
 }
 
-fn read_units_parquet(path: &Path) -> Result<Vec<ExtraUnits>, ConfigError> {
+fn read_units_parquet(path: &Path) -> Result<Vec<ExtraUnits>, Problem> {
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-    let whole = |reason: String| ConfigError::UnitsFile { path: path.to_path_buf(), reason };
+    let whole = |reason: String| Problem { path: path.to_path_buf(), line: None, key: String::new(), reason };
     let file = fs::File::open(path).map_err(|e| whole(format!("cannot read: {e}")))?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| whole(format!("not a readable Parquet file: {e}")))?;
     let schema = builder.schema().clone();
@@ -743,7 +683,7 @@ fn read_units_parquet(path: &Path) -> Result<Vec<ExtraUnits>, ConfigError> {
         let accepted = accepted.as_primitive::<Float64Type>();
         for i in 0..batch.num_rows() {
             let n = rows.len() + 1;
-            let bad = |reason: String| ConfigError::Units { path: path.to_path_buf(), line: n, reason };
+            let bad = |reason: String| Problem { path: path.to_path_buf(), line: Some(n), key: String::new(), reason };
             for (name, array) in [("month", month as &dyn Array), ("team", team), ("unit", unit), ("accepted_units", accepted)] {
                 if array.is_null(i) {
                     return Err(bad(format!("{name} is null")));
@@ -849,8 +789,6 @@ support = 50.0
                 ],
                 units: vec![],
                 unit_files: vec![],
-                collector: None,
-                serve: None,
             }
         );
     }
@@ -867,7 +805,6 @@ support = 50.0
         assert_eq!(c.accounting.currency, "USD");
         assert!(c.prices.by_model.is_empty() && c.prices.by_node_label.is_empty());
         assert!(c.overheads.is_empty() && c.units.is_empty() && c.unit_files.is_empty());
-        assert!(c.collector.is_none() && c.serve.is_none());
     }
 
     #[test]
@@ -907,11 +844,9 @@ support = 50.0
     }
 
     #[test]
-    fn collector_and_serve_are_tolerated_other_sections_are_not() {
-        let c = parse("[prices]\ndefault = 1.0\n[collector]\nanything = 1\n[serve]\nlisten = \"0.0.0.0:8080\"\n").unwrap();
-        assert_eq!(c.collector.unwrap().get("anything").and_then(toml::Value::as_integer), Some(1));
-        assert_eq!(c.serve.unwrap().get("listen").and_then(toml::Value::as_str), Some("0.0.0.0:8080"));
-        assert_error("[prices]\ndefault = 1.0\n\n[colector]\nx = 1\n", 4, "colector", &["unknown field", "collector", "serve"]);
+    fn collector_and_serve_are_left_to_their_components_other_sections_are_refused() {
+        parse("[prices]\ndefault = 1.0\n[collector]\nlisten = \"0.0.0.0:9464\"\n[serve]\npg_listen = \"0.0.0.0:5432\"\n").unwrap();
+        assert_error("[prices]\ndefault = 1.0\n\n[colector]\nx = 1\n", 4, "colector", &["unknown section", "collector", "serve", "did you mean `collector`?"]);
     }
 
     #[test]

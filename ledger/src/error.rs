@@ -38,11 +38,22 @@ pub enum Error {
     /// A Ballista scheduler or executor could not start or stopped.
     #[error("ballista {0}")]
     Engine(String),
-    /// A broken invariant in gpuledger itself (a query result without the column a report
-    /// reads, say).
-    #[error("internal error: {0}. This is a bug in gpuledger; please report it with the command that ran")]
-    Internal(String),
     /// Formatting results failed.
     #[error("formatting results: {0}")]
     Output(#[from] arrow::error::ArrowError),
+    /// A broken invariant: gpuledger's own bug, never the input's or the environment's fault.
+    /// Returned instead of panicking, so a long run fails with a message that says what to do.
+    #[error("internal error: {0}. This is a gpuledger bug: please report it with the command that was run")]
+    Internal(String),
+}
+
+#[cfg(test)]
+mod internal_tests {
+    use super::Error;
+
+    #[test]
+    fn internal_errors_say_they_are_a_bug() {
+        let e = Error::Internal("a table without its schema".into()).to_string();
+        assert_eq!(e, "internal error: a table without its schema. This is a gpuledger bug: please report it with the command that was run");
+    }
 }

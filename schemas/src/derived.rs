@@ -11,9 +11,6 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use DerivedType::{Boolean, Decimal20, Float64, Int32, Int64, LargeUtf8, Timestamp, UInt64, Utf8, Utf8View};
 
-/// The directory of the derived tables inside a store.
-pub const DERIVED_DIR: &str = "ledger";
-
 /// The Arrow types the accounting's SQL gives derived columns. Wider than the raw tables'
 /// [`crate::ColumnType`]: DataFusion picks a view or large string, a decimal or an unsigned
 /// count by how a column is computed, and the stored file keeps what it picked.
@@ -90,11 +87,6 @@ impl DerivedTable {
     pub fn arrow_schema(&self) -> SchemaRef {
         let fields: Vec<Field> = self.columns.iter().map(|c| Field::new(c.name, c.ty.data_type(), c.nullable)).collect();
         Arc::new(Schema::new(fields))
-    }
-
-    /// The table's file, relative to the store root.
-    pub fn file(&self) -> String {
-        format!("{DERIVED_DIR}/{}.parquet", self.name)
     }
 
     pub fn column(&self, name: &str) -> Option<&'static DerivedColumn> {
@@ -349,6 +341,5 @@ mod tests {
                 assert!(!c.doc.is_empty(), "{}.{} has no doc", t.name, c.name);
             }
         }
-        assert_eq!(derived_table("priced_state_hours").map(|t| t.file()), Some("ledger/priced_state_hours.parquet".to_string()));
     }
 }

@@ -1,6 +1,7 @@
 //! The `[serve]` section of `gpuledger.toml`: listen addresses, limits, users, TLS.
 //!
-//! Errors name the file, the line and the key, like the ledger's and the collector's:
+//! Checked by the one loader of `gpuledger-config`, beside the other sections: every problem is
+//! reported with the file, the line and the key,
 //! `gpuledger.toml:12: serve.users[0].password_env: GPULEDGER_GRAFANA_PASSWORD is not set`.
 //! Secrets are resolved here, once, and never printed: [`Secret`] has no readable `Debug`.
 
@@ -10,17 +11,12 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use gpuledger_config::Document;
 use gpuledger_schemas::units::{format_duration, parse_bytes, parse_duration};
 use serde::Deserialize;
 use toml::Spanned;
 
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
-    #[error("{}:{line}: {key}: {reason}", path.display())]
-    Invalid { path: PathBuf, line: usize, key: String, reason: String },
-}
+pub use gpuledger_config::ConfigError;
 
 /// A password or token. Its `Debug` and `Display` print a placeholder so that no log line,
 /// error or panic message ever carries it.
@@ -98,11 +94,6 @@ impl Default for ServeConfig {
 }
 
 #[derive(Deserialize)]
-struct RawFile {
-    serve: Option<RawServe>,
-}
-
-#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawServe {
     pg_listen: Option<Spanned<String>>,
@@ -129,108 +120,151 @@ struct RawUser {
 impl ServeConfig {
     /// Reads `[serve]` from the file at `path`; secrets come from the process environment.
     pub fn load(path: &Path) -> Result<ServeConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io { path: path.to_path_buf(), source })?;
+        let text = Document::read(path)?;
         ServeConfig::parse(&text, path, &|name| std::env::var(name).ok())
     }
 
     /// Parses `text` (`origin` names it in messages); `env` looks up environment variables.
+    /// The other sections' contents are not looked at, but an unknown section is refused.
     pub fn parse(text: &str, origin: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<ServeConfig, ConfigError> {
-        let line = |offset: usize| text[..offset.min(text.len())].bytes().filter(|b| *b == b'\n').count() + 1;
-        let err = |span: Range<usize>, key: &str, reason: String| ConfigError::Invalid { path: origin.to_path_buf(), line: line(span.start), key: format!("serve.{key}"), reason };
-        let file: RawFile = toml::from_str(text).map_err(|e| {
-            let span = e.span().unwrap_or(0..0);
-            ConfigError::Invalid { path: origin.to_path_buf(), line: line(span.start), key: "serve".into(), reason: e.message().trim().to_owned() }
-        })?;
+        let doc = Document::parse(text, origin);
+        let c = ServeConfig::check(&doc, env);
+        doc.finish()?;
+        Ok(c)
+    }
+
+    /// Checks `[serve]` of `doc`, reporting every problem to it; secrets are read with `env`
+    /// (and a variable that is not set is a problem). The result has the defaults wherever a
+    /// value was refused; it is only meant to be used when `doc` has no problems.
+    pub fn check(doc: &Document<'_>, env: &dyn Fn(&str) -> Option<String>) -> ServeConfig {
         let mut c = ServeConfig::default();
-        let Some(raw) = file.serve else {
+        let Some(raw) = doc.section::<RawServe>("serve") else {
             c.http_token = env(&c.http_token_env).filter(|t| !t.is_empty()).map(Secret::new);
-            return Ok(c);
+            return c;
         };
-        let addr = |v: &Spanned<String>, key: &str| -> Result<SocketAddr, ConfigError> {
-            v.get_ref().trim().parse().map_err(|_| err(v.span(), key, format!("{:?} is not an address:port such as 127.0.0.1:5432", v.get_ref())))
-        };
-        let duration = |v: &Spanned<String>, key: &str, min: Duration| -> Result<Duration, ConfigError> {
-            let d = parse_duration(v.get_ref()).map_err(|reason| err(v.span(), key, reason))?;
-            if d < min {
-                return Err(err(v.span(), key, format!("{} is shorter than the minimum {}", v.get_ref(), format_duration(min))));
+        let err = |span: Range<usize>, key: &str, reason: String| doc.report(span, format!("serve.{key}"), reason);
+        let addr = |v: &Spanned<String>, key: &str| -> Option<SocketAddr> {
+            let parsed = v.get_ref().trim().parse().ok();
+            if parsed.is_none() {
+                err(v.span(), key, format!("{:?} is not an address:port such as 127.0.0.1:5432", v.get_ref()));
             }
-            Ok(d)
+            parsed
         };
-        if let Some(v) = &raw.pg_listen {
-            c.pg_listen = addr(v, "pg_listen")?;
+        let duration = |v: &Spanned<String>, key: &str, min: Duration| -> Option<Duration> {
+            let d = match parse_duration(v.get_ref()) {
+                Ok(d) => d,
+                Err(reason) => {
+                    err(v.span(), key, reason);
+                    return None;
+                }
+            };
+            if d < min {
+                err(v.span(), key, format!("{} is shorter than the minimum {}", v.get_ref(), format_duration(min)));
+                return None;
+            }
+            Some(d)
+        };
+        let bytes = |v: &Spanned<String>, key: &str| -> Option<u64> {
+            parse_bytes(v.get_ref()).map_err(|reason| err(v.span(), key, reason)).ok()
+        };
+        if let Some(a) = raw.pg_listen.as_ref().and_then(|v| addr(v, "pg_listen")) {
+            c.pg_listen = a;
         }
-        if let Some(v) = &raw.http_listen {
-            c.http_listen = addr(v, "http_listen")?;
+        if let Some(a) = raw.http_listen.as_ref().and_then(|v| addr(v, "http_listen")) {
+            c.http_listen = a;
         }
         if let Some(v) = &raw.http_token_env {
             let name = v.get_ref().trim();
             if name.is_empty() || name.contains(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_')) {
-                return Err(err(v.span(), "http_token_env", format!("{name:?} is not an environment variable name")));
+                err(v.span(), "http_token_env", format!("{name:?} is not an environment variable name"));
+            } else {
+                c.http_token_env = name.to_owned();
             }
-            c.http_token_env = name.to_owned();
         }
         c.http_token = env(&c.http_token_env).filter(|t| !t.is_empty()).map(Secret::new);
-        if let Some(v) = &raw.query_timeout {
-            c.query_timeout = duration(v, "query_timeout", Duration::from_millis(10))?;
+        if let Some(d) = raw.query_timeout.as_ref().and_then(|v| duration(v, "query_timeout", Duration::from_millis(10))) {
+            c.query_timeout = d;
         }
-        if let Some(v) = &raw.refresh_interval {
-            c.refresh_interval = duration(v, "refresh_interval", Duration::from_millis(100))?;
+        if let Some(d) = raw.refresh_interval.as_ref().and_then(|v| duration(v, "refresh_interval", Duration::from_millis(100))) {
+            c.refresh_interval = d;
         }
         if let Some(v) = &raw.memory_limit {
-            c.memory_limit = parse_bytes(v.get_ref()).map_err(|reason| err(v.span(), "memory_limit", reason))?;
-            if c.memory_limit < 1 << 20 {
-                return Err(err(v.span(), "memory_limit", format!("{} is below the minimum 1MiB", v.get_ref())));
+            match bytes(v, "memory_limit") {
+                Some(n) if n < 1 << 20 => err(v.span(), "memory_limit", format!("{} is below the minimum 1MiB", v.get_ref())),
+                Some(n) => c.memory_limit = n,
+                None => {}
             }
         }
-        if let Some(v) = &raw.memory_total {
-            c.memory_total = parse_bytes(v.get_ref()).map_err(|reason| err(v.span(), "memory_total", reason))?;
-        }
-        if raw.memory_total.is_none() {
+        let total = raw.memory_total.as_ref().and_then(|v| bytes(v, "memory_total"));
+        match (&raw.memory_total, total) {
             // Unset: at least one statement's worth.
-            c.memory_total = c.memory_total.max(c.memory_limit);
-        } else if c.memory_total < c.memory_limit {
-            let span = raw.memory_total.as_ref().map_or(0..0, Spanned::span);
-            return Err(err(span, "memory_total", format!("{} MiB is less than memory_limit ({} MiB): one statement could never use its limit", c.memory_total >> 20, c.memory_limit >> 20)));
+            (None, _) => c.memory_total = c.memory_total.max(c.memory_limit),
+            (Some(v), Some(n)) if n < c.memory_limit => err(
+                v.span(),
+                "memory_total",
+                format!("{} MiB is less than memory_limit ({} MiB): one statement could never use its limit", n >> 20, c.memory_limit >> 20),
+            ),
+            (Some(_), Some(n)) => c.memory_total = n,
+            (Some(_), None) => {}
         }
         if let Some(v) = &raw.max_connections {
-            c.max_connections = usize::try_from(*v.get_ref()).ok().filter(|n| *n > 0).ok_or_else(|| err(v.span(), "max_connections", format!("{} must be a positive number", v.get_ref())))?;
+            match usize::try_from(*v.get_ref()).ok().filter(|n| *n > 0) {
+                Some(n) => c.max_connections = n,
+                None => err(v.span(), "max_connections", format!("{} must be a positive number", v.get_ref())),
+            }
         }
-        let path = |v: &Spanned<String>, key: &str| -> Result<PathBuf, ConfigError> {
+        let path = |v: &Spanned<String>, key: &str| -> Option<PathBuf> {
             let p = PathBuf::from(v.get_ref().trim());
             if !p.is_file() {
-                return Err(err(v.span(), key, format!("{} is not a readable file", p.display())));
+                err(v.span(), key, format!("{} is not a readable file", p.display()));
+                return None;
             }
-            Ok(p)
+            Some(p)
         };
-        c.tls_cert = raw.tls_cert.as_ref().map(|v| path(v, "tls_cert")).transpose()?;
-        c.tls_key = raw.tls_key.as_ref().map(|v| path(v, "tls_key")).transpose()?;
-        if c.tls_cert.is_some() != c.tls_key.is_some() {
+        c.tls_cert = raw.tls_cert.as_ref().and_then(|v| path(v, "tls_cert"));
+        c.tls_key = raw.tls_key.as_ref().and_then(|v| path(v, "tls_key"));
+        if raw.tls_cert.is_some() != raw.tls_key.is_some() {
             let span = raw.tls_cert.as_ref().or(raw.tls_key.as_ref()).map_or(0..0, Spanned::span);
-            return Err(err(span, "tls_cert", "TLS needs both tls_cert and tls_key".into()));
+            err(span, "tls_cert", "TLS needs both tls_cert and tls_key".into());
         }
         for (i, user) in raw.users.unwrap_or_default().iter().enumerate() {
             let key = |k: &str| format!("users[{i}].{k}");
             let u = user.get_ref();
             let name = u.name.get_ref().trim();
             if name.is_empty() {
-                return Err(err(u.name.span(), &key("name"), "must not be empty".into()));
+                err(u.name.span(), &key("name"), "must not be empty".into());
+                continue;
             }
             if c.users.iter().any(|x| x.name == name) {
-                return Err(err(u.name.span(), &key("name"), format!("user {name:?} is defined twice")));
+                err(u.name.span(), &key("name"), format!("user {name:?} is defined twice"));
+                continue;
             }
             let password = match (&u.password, &u.password_env) {
-                (Some(_), Some(v)) => return Err(err(v.span(), &key("password_env"), "give password or password_env, not both".into())),
-                (None, None) => return Err(err(user.span(), &key("password_env"), format!("user {name:?} has no password: set password_env (or password)"))),
+                (Some(_), Some(v)) => {
+                    err(v.span(), &key("password_env"), "give password or password_env, not both".into());
+                    continue;
+                }
+                (None, None) => {
+                    err(user.span(), &key("password_env"), format!("user {name:?} has no password: set password_env (or password)"));
+                    continue;
+                }
                 (Some(v), None) => v.get_ref().clone(),
-                (None, Some(v)) => env(v.get_ref().trim()).ok_or_else(|| err(v.span(), &key("password_env"), format!("environment variable {} is not set", v.get_ref().trim())))?,
+                (None, Some(v)) => match env(v.get_ref().trim()) {
+                    Some(p) => p,
+                    None => {
+                        err(v.span(), &key("password_env"), format!("environment variable {} is not set", v.get_ref().trim()));
+                        continue;
+                    }
+                },
             };
             if password.is_empty() {
                 let span = u.password.as_ref().or(u.password_env.as_ref()).map_or(0..0, Spanned::span);
-                return Err(err(span, &key("password"), "an empty password is refused".into()));
+                err(span, &key("password"), "an empty password is refused".into());
+                continue;
             }
             c.users.push(User { name: name.to_owned(), password: Secret::new(password) });
         }
-        Ok(c)
+        c
     }
 }
 
@@ -314,7 +348,7 @@ password = "inline"
         let e = error("[serve]\npg_listen = \"localhost\"\n", &[]);
         assert!(e.starts_with("g.toml:2: serve.pg_listen:"), "{e}");
         let e = error("[serve]\nbogus = 1\n", &[]);
-        assert!(e.starts_with("g.toml:2: serve:") && e.contains("bogus"), "{e}");
+        assert!(e.starts_with("g.toml:2: serve.bogus: unknown field"), "{e}");
         let e = error("[serve]\n[[serve.users]]\nname = \"a\"\npassword = \"x\"\n[[serve.users]]\nname = \"a\"\npassword = \"y\"\n", &[]);
         assert!(e.contains("serve.users[1].name") && e.contains("twice"), "{e}");
         let c = parse_with("[serve]\n[[serve.users]]\nname = \"a\"\npassword = \"hunter2\"\n", &[]).unwrap();

@@ -4,12 +4,12 @@
 //! The gauges are read from the stored `chargeback_monthly` at each scrape, so they always show
 //! what the last `gpuledger ledger` run wrote. Labels are month, team and state or component.
 
-use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow::array::{Array, AsArray, Float64Array};
 use arrow::datatypes::{DataType, Float64Type};
 use arrow::record_batch::RecordBatch;
+use gpuledger_telemetry::Exposition;
 
 /// Counters of the SQL endpoint and the HTTP API.
 #[derive(Debug, Default)]
@@ -40,7 +40,7 @@ const COMPONENTS: [&str; 8] = ["compute", "network", "storage", "support", "idle
 /// Renders the exposition text: ledger gauges from `chargeback` (the rows of
 /// [`CHARGEBACK_SQL`]; None when no ledger has been written yet) and the counters.
 pub fn render(chargeback: Option<&[RecordBatch]>, currency: &str, stats: &Stats) -> String {
-    let mut out = String::new();
+    let mut out = Exposition::new();
     if let Some(batches) = chargeback {
         let batches: Vec<Numbers<'_>> = batches.iter().map(Numbers::new).collect();
         let batches = batches.as_slice();
@@ -90,7 +90,7 @@ pub fn render(chargeback: Option<&[RecordBatch]>, currency: &str, stats: &Stats)
         });
     }
     gauge_header(&mut out, "gpuledger_ledger_available", "1 when the store holds a ledger (gpuledger ledger has run), else 0.");
-    let _ = writeln!(out, "gpuledger_ledger_available {}", u8::from(chargeback.is_some()));
+    out.sample("gpuledger_ledger_available", &[], u8::from(chargeback.is_some()));
     let counters: [(&str, &str, &AtomicU64); 8] = [
         ("gpuledger_sql_connections_total", "SQL connections accepted.", &stats.pg_connections),
         ("gpuledger_sql_connections_refused_total", "SQL connections refused at max_connections.", &stats.pg_connections_refused),
@@ -102,25 +102,22 @@ pub fn render(chargeback: Option<&[RecordBatch]>, currency: &str, stats: &Stats)
         ("gpuledger_http_unauthorized_total", "HTTP API requests refused for a missing or wrong token.", &stats.http_unauthorized),
     ];
     for (name, help, value) in counters {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", value.load(Ordering::Relaxed));
+        out.header(name, "counter", help);
+        out.sample(name, &[], value.load(Ordering::Relaxed));
     }
     let seconds = stats.query_micros.load(Ordering::Relaxed) as f64 / 1e6;
-    let _ = writeln!(out, "# HELP gpuledger_sql_query_seconds_total Time spent in SQL statements.\n# TYPE gpuledger_sql_query_seconds_total counter\ngpuledger_sql_query_seconds_total {seconds}");
-    out
+    out.header("gpuledger_sql_query_seconds_total", "counter", "Time spent in SQL statements.");
+    out.sample("gpuledger_sql_query_seconds_total", &[], seconds);
+    out.finish()
 }
 
-fn gauge_header(out: &mut String, name: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+fn gauge_header(out: &mut Exposition, name: &str, help: &str) {
+    out.header(name, "gauge", help);
 }
 
-fn sample(out: &mut String, name: &str, labels: &[(&str, String)], value: f64) {
-    let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", escape(v))).collect();
-    let _ = writeln!(out, "{name}{{{}}} {value}", labels.join(","));
-}
-
-/// Label values escape backslash, double quote and newline (the text format's rules).
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+fn sample(out: &mut Exposition, name: &str, labels: &[(&str, String)], value: f64) {
+    let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    out.sample(name, &labels, value);
 }
 
 /// A batch with its numeric columns cast to f64 once, however many gauges read them.

@@ -170,7 +170,8 @@ fn summary_json(s: &BackfillSummary, o: &BackfillOptions) -> serde_json::Value {
         .iter()
         .map(|f| json!({"start": backfill::format_time(f.range.start_ms), "end": backfill::format_time(f.range.end_ms), "attempts": f.attempts, "reason": f.reason}))
         .collect();
-    json!({
+    let mut m = super::ingest::store_json(&s.store, &s.diagnostics);
+    let fields = json!({
         "from": backfill::format_time(o.from_ms),
         "to": backfill::format_time(o.to_ms),
         "step_seconds": o.step.as_secs_f64(),
@@ -187,16 +188,12 @@ fn summary_json(s: &BackfillSummary, o: &BackfillOptions) -> serde_json::Value {
         "max_series_per_query": s.max_series,
         "samples": s.samples,
         "blank_samples": s.blank_samples,
-        "rows_written": s.store.rows_written,
-        "duplicates_skipped": s.store.duplicates,
-        "files_written": s.store.files_written,
-        "bytes_written": s.store.bytes_written,
-        "rejected": s.diagnostics.errors.len(),
-        "rejected_by_reason": s.diagnostics.error_counts(),
-        "errors": s.diagnostics.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
-        "warnings": s.diagnostics.warnings.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
         "elapsed_seconds": s.elapsed.as_secs_f64(),
-    })
+    });
+    if let serde_json::Value::Object(f) = fields {
+        m.extend(f);
+    }
+    serde_json::Value::Object(m)
 }
 
 /// Progress counted in chunks. The ingest reporter (`super::progress::Reporter`) speaks of files

@@ -35,7 +35,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut cfg = match &args.config {
-        Some(p) => CollectorConfig::load(p)?,
+        Some(p) => super::config::load(p, super::config::Uses { ledger: false, serve: false })?.collector,
         None => CollectorConfig::default(),
     };
     if let Some(l) = args.listen {

@@ -104,6 +104,25 @@ pub(super) fn print_problems(diagnostics: &Diagnostics, verbose: bool, what: &st
     }
 }
 
+/// The summary fields on what reached the store and what was rejected, for `--format json`
+/// (ingest and backfill give them the same names).
+pub(super) fn store_json(store: &StoreStats, diagnostics: &Diagnostics) -> serde_json::Map<String, serde_json::Value> {
+    let fields = json!({
+        "rows_written": store.rows_written,
+        "duplicates_skipped": store.duplicates,
+        "files_written": store.files_written,
+        "bytes_written": store.bytes_written,
+        "rejected": diagnostics.errors.len(),
+        "rejected_by_reason": diagnostics.error_counts(),
+        "errors": diagnostics.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+        "warnings": diagnostics.warnings.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+    });
+    match fields {
+        serde_json::Value::Object(m) => m,
+        _ => serde_json::Map::new(),
+    }
+}
+
 /// The summary lines on what reached the store and what was rejected. `width` is that of the
 /// label column (`rows`, `store`) in the caller's summary.
 pub(super) fn push_store_lines(out: &mut String, store: &StoreStats, diagnostics: &Diagnostics, width: usize) {
@@ -158,22 +177,16 @@ pub fn summary_text(s: &IngestSummary) -> String {
 /// The run summary for programs (`--format json`).
 pub fn summary_json(s: &IngestSummary) -> serde_json::Value {
     let files: serde_json::Map<String, serde_json::Value> = s.files.iter().map(|(f, n)| (f.name().to_string(), json!(n))).collect();
-    json!({
-        "files": files,
-        "skipped_files": s.skipped_files,
-        "bytes_read": s.bytes_read,
-        "samples": s.samples,
-        "blank_samples": s.blank_samples,
-        "objects": s.objects,
-        "rows_written": s.store.rows_written,
-        "duplicates_skipped": s.store.duplicates,
-        "files_written": s.store.files_written,
-        "bytes_written": s.store.bytes_written,
-        "rejected": s.diagnostics.errors.len(),
-        "rejected_by_reason": s.diagnostics.error_counts(),
-        "errors": s.diagnostics.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
-        "warnings": s.diagnostics.warnings.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
-        "skipped": s.diagnostics.skipped,
-        "elapsed_seconds": s.elapsed.as_secs_f64(),
-    })
+    let mut m = store_json(&s.store, &s.diagnostics);
+    m.extend([
+        ("files".to_string(), json!(files)),
+        ("skipped_files".to_string(), json!(s.skipped_files)),
+        ("bytes_read".to_string(), json!(s.bytes_read)),
+        ("samples".to_string(), json!(s.samples)),
+        ("blank_samples".to_string(), json!(s.blank_samples)),
+        ("objects".to_string(), json!(s.objects)),
+        ("skipped".to_string(), json!(s.diagnostics.skipped)),
+        ("elapsed_seconds".to_string(), json!(s.elapsed.as_secs_f64())),
+    ]);
+    serde_json::Value::Object(m)
 }

@@ -106,7 +106,7 @@ pub async fn write_derived(accounting: &Accounting, store: &StoreLocation, start
 /// The configuration file, or the defaults (with a note) when none is given.
 pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
     match path {
-        Some(p) => Ok(Config::load(p)?),
+        Some(p) => super::config::load(p, super::config::Uses { ledger: true, serve: false })?.ledger.context("internal error: a checked configuration without its ledger sections (this is a gpuledger bug, please report it)"),
         None => {
             eprintln!("gpuledger: no --config: every GPU-hour costs 2.0 USD, no overheads (see examples/gpuledger.toml)");
             Ok(Config::with_default_price(2.0))

@@ -3,6 +3,7 @@
 mod backfill;
 mod ballista;
 mod collect;
+mod config;
 mod demo;
 mod ingest;
 mod ledger;

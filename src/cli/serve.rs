@@ -7,8 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use gpuledger_ledger::config::Config;
-use gpuledger_serve::{Options, ServeConfig};
+use gpuledger_serve::Options;
 
 /// Serve the store to Grafana, SQL clients and HTTP until SIGTERM or Ctrl-C.
 ///
@@ -57,8 +56,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let ledger_config = Config::load(&args.config)?;
-    let mut config = ServeConfig::load(&args.config)?;
+    let file = super::config::load(&args.config, super::config::Uses { ledger: true, serve: true })?;
+    let ledger_config = file.ledger.context("internal error: a checked configuration without its ledger sections (this is a gpuledger bug, please report it)")?;
+    let mut config = file.serve;
     if let Some(a) = args.pg {
         config.pg_listen = a;
     }

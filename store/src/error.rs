@@ -34,7 +34,7 @@ pub enum Error {
     #[error(transparent)]
     Location(#[from] crate::location::LocationError),
     /// A broken invariant in gpuledger itself.
-    #[error("internal error: {0}. This is a bug in gpuledger; please report it with the command that ran")]
+    #[error("internal error: {0}. This is a gpuledger bug: please report it with the command that was run")]
     Internal(String),
 }
 

@@ -214,13 +214,8 @@ fn deployment_runs_one_collector_on_the_store_with_probes() {
 
     // The config's listen address must be the port the probes and the Service use.
     let text = configmap["data"][key].as_str().expect("ConfigMap entry is text");
-    let listen = gpuledger_ledger::config::Config::parse(text, Path::new("deploy/configmap.yaml"))
-        .unwrap_or_else(|e| panic!("{e}"))
-        .collector
-        .and_then(|t| t.get("listen").and_then(|v| v.as_str()).map(str::to_owned));
-    if let Some(port) = listen.as_deref().and_then(|l| l.rsplit(':').next()).and_then(|p| p.parse::<u64>().ok()) {
-        assert_eq!(port, metrics_port, "[collector] listen {listen:?} and the container port named metrics ({metrics_port}) differ");
-    }
+    let listen = gpuledger_collector::live::CollectorConfig::parse(text, Path::new("deploy/configmap.yaml")).unwrap_or_else(|e| panic!("{e}")).listen;
+    assert_eq!(u64::from(listen.port()), metrics_port, "[collector] listen {listen} and the container port named metrics ({metrics_port}) differ");
 
     let service = object(&docs, "Service");
     let sports = service["spec"]["ports"].as_sequence().expect("the Service has no ports");
@@ -236,13 +231,14 @@ fn configmap_holds_a_valid_config_listening_on_all_interfaces() {
     let docs = documents();
     let configmap = object(&docs, "ConfigMap");
     let text = configmap["data"]["gpuledger.toml"].as_str().expect("the ConfigMap has no gpuledger.toml entry");
-    let config = gpuledger_ledger::config::Config::parse(text, Path::new("deploy/configmap.yaml"))
+    gpuledger_ledger::config::Config::parse(text, Path::new("deploy/configmap.yaml"))
         .unwrap_or_else(|e| panic!("the ConfigMap's gpuledger.toml is not a valid config: {e}"));
-    let collector = config.collector.expect("the ConfigMap's gpuledger.toml has no [collector] section");
-    let listen = collector.get("listen").and_then(|v| v.as_str());
+    assert!(text.contains("[collector]"), "the ConfigMap's gpuledger.toml has no [collector] section");
+    let collector = gpuledger_collector::live::CollectorConfig::parse(text, Path::new("deploy/configmap.yaml"))
+        .unwrap_or_else(|e| panic!("the ConfigMap's gpuledger.toml has a bad [collector] section: {e}"));
     assert_eq!(
-        listen,
-        Some("0.0.0.0:9464"),
+        collector.listen.to_string(),
+        "0.0.0.0:9464",
         "[collector] listen should be \"0.0.0.0:9464\" so that Prometheus and the probes reach the pod"
     );
 }

@@ -10,6 +10,12 @@ use super::util::run;
 
 /// Tables a store holds: one directory per store table (the demo writes them all) and one
 /// file per derived table under `ledger/`.
+/// The views of `queries/90_reports.sql`: a session over a store with a ledger has them too.
+fn report_views() -> Vec<String> {
+    let sql = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/queries/90_reports.sql")).unwrap();
+    sql.lines().filter_map(|l| l.strip_prefix("CREATE OR REPLACE VIEW ")).map(|l| l.split_whitespace().next().unwrap().to_owned()).collect()
+}
+
 fn store_tables(store: &Path) -> Vec<String> {
     let mut names = Vec::new();
     for entry in std::fs::read_dir(store).unwrap() {
@@ -80,13 +86,17 @@ fn psql_lists_describes_and_reads_every_table() {
     let tmp = tempfile::tempdir().unwrap();
     let server = Server::start(store, &serve_config(tmp.path(), base, ""));
 
-    // \dt lists exactly the store's tables and derived tables.
+    // \dt lists exactly the store's tables and derived tables, and the report views over them.
     let (code, out, err) = server.psql_as(PASSWORD, &["-c", "\\dt"]);
     assert_eq!(code, 0, "{err}");
     let mut listed: Vec<String> = out.lines().filter_map(|l| l.split('|').nth(1)).map(|s| s.trim().to_owned()).filter(|s| !s.is_empty() && s != "Name").collect();
     listed.sort();
-    let expected = store_tables(store);
+    let mut expected = store_tables(store);
     assert!(expected.len() >= 20, "{expected:?}");
+    let views = report_views();
+    assert_eq!(views.len(), 3, "{views:?}");
+    expected.extend(views);
+    expected.sort();
     assert_eq!(listed, expected);
 
     // SELECT version() reads as PostgreSQL, as drivers expect.

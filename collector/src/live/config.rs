@@ -1,29 +1,20 @@
 //! The `[collector]` section of the configuration file (the ledger reads the other sections).
 //!
-//! Errors name the file, the line and the key, like the ledger's: `gpuledger.toml:4:
-//! collector.scrape_interval: "30" is not a duration (write 30s, 5m, 1h or 250ms)`.
+//! Checked by the one loader of `gpuledger-config`, beside the other sections: every problem is
+//! reported with the file, the line and the key, `gpuledger.toml:4: collector.scrape_interval:
+//! "30" is not a duration (write 30s, 5m, 1h or 250ms)`.
 
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use gpuledger_config::Document;
 use gpuledger_store::StoreLocation;
 use serde::Deserialize;
 use toml::Spanned;
 
-/// A configuration problem, located in its file.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{}:{line}: {key}: {reason}", path.display())]
-    Invalid { path: PathBuf, line: usize, key: String, reason: String },
-}
+pub use gpuledger_config::ConfigError;
 
 /// What the live collector does, with every default filled in.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,47 +59,53 @@ impl Default for CollectorConfig {
 impl CollectorConfig {
     /// Reads the `[collector]` section of the file at `path` (absent: all defaults).
     pub fn load(path: &Path) -> Result<CollectorConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io { path: path.to_path_buf(), source })?;
+        let text = Document::read(path)?;
         CollectorConfig::parse(&text, path)
     }
 
-    /// Parses `text`; `origin` names the file in messages. Other sections are not looked at.
+    /// Parses `text`; `origin` names the file in messages. The other sections' contents are
+    /// not looked at (their components check them), but an unknown section is refused.
     pub fn parse(text: &str, origin: &Path) -> Result<CollectorConfig, ConfigError> {
-        let line = |offset: usize| text[..offset.min(text.len())].bytes().filter(|b| *b == b'\n').count() + 1;
-        let err = |span: Range<usize>, key: &str, reason: String| ConfigError::Invalid { path: origin.to_path_buf(), line: line(span.start), key: format!("collector.{key}"), reason };
-        let file: RawFile = toml::from_str(text).map_err(|e| {
-            let span = e.span().unwrap_or(0..0);
-            // Some messages ("duplicate key") do not say what they are about; the text does.
-            let snippet = text.get(span.clone()).map(str::trim).filter(|s| !s.is_empty() && s.len() < 80);
-            let reason = match snippet {
-                Some(s) => format!("{} (at `{s}`)", e.message().trim()),
-                None => e.message().trim().to_owned(),
-            };
-            ConfigError::Invalid { path: origin.to_path_buf(), line: line(span.start), key: "collector".into(), reason }
-        })?;
+        let doc = Document::parse(text, origin);
+        let c = CollectorConfig::check(&doc);
+        doc.finish()?;
+        Ok(c)
+    }
+
+    /// Checks `[collector]` of `doc`, reporting every problem to it. The result has the
+    /// defaults wherever a value was refused; it is only meant to be used when `doc` has no
+    /// problems.
+    pub fn check(doc: &Document<'_>) -> CollectorConfig {
         let mut c = CollectorConfig::default();
-        let Some(raw) = file.collector else { return Ok(c) };
-        let duration = |v: &Spanned<String>, key: &str, min: Duration| -> Result<Duration, ConfigError> {
-            let d = parse_duration(v.get_ref()).map_err(|reason| err(v.span(), key, reason))?;
+        let Some(raw) = doc.section::<RawCollector>("collector") else { return c };
+        let err = |span: Range<usize>, key: &str, reason: String| doc.report(span, format!("collector.{key}"), reason);
+        let duration = |v: &Spanned<String>, key: &str, min: Duration| -> Option<Duration> {
+            let d = match parse_duration(v.get_ref()) {
+                Ok(d) => d,
+                Err(reason) => {
+                    err(v.span(), key, reason);
+                    return None;
+                }
+            };
             if d < min {
-                return Err(err(v.span(), key, format!("{} is shorter than the minimum {}", v.get_ref(), format_duration(min))));
+                err(v.span(), key, format!("{} is shorter than the minimum {}", v.get_ref(), format_duration(min)));
+                return None;
             }
-            Ok(d)
+            Some(d)
         };
-        if let Some(v) = &raw.scrape_interval {
-            c.scrape_interval = duration(v, "scrape_interval", Duration::from_millis(10))?;
+        if let Some(d) = raw.scrape_interval.as_ref().and_then(|v| duration(v, "scrape_interval", Duration::from_millis(10))) {
+            c.scrape_interval = d;
         }
-        c.scrape_timeout = match &raw.scrape_timeout {
-            Some(v) => duration(v, "scrape_timeout", Duration::from_millis(10))?,
-            None => c.scrape_timeout,
+        if let Some(d) = raw.scrape_timeout.as_ref().and_then(|v| duration(v, "scrape_timeout", Duration::from_millis(10))) {
+            c.scrape_timeout = d;
         }
-        .min(c.scrape_interval);
+        c.scrape_timeout = c.scrape_timeout.min(c.scrape_interval);
         if let Some(list) = raw.dcgm_endpoints {
             for v in &list {
                 let url = v.get_ref().trim();
                 let ok = reqwest::Url::parse(url).is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
                 if !ok {
-                    return Err(err(v.span(), "dcgm_endpoints", format!("{url:?} is not an http(s) URL such as http://10.0.0.5:9400/metrics")));
+                    err(v.span(), "dcgm_endpoints", format!("{url:?} is not an http(s) URL such as http://10.0.0.5:9400/metrics"));
                 }
             }
             c.dcgm_endpoints = list.into_iter().map(|v| v.into_inner().trim().to_owned()).collect();
@@ -119,39 +116,50 @@ impl CollectorConfig {
         if let Some(v) = &raw.dcgm_selector {
             let sel = v.get_ref().trim();
             if sel.is_empty() || sel.split(',').any(|term| term.trim().is_empty()) {
-                return Err(err(v.span(), "dcgm_selector", format!("{sel:?} is not a label selector such as app=nvidia-dcgm-exporter")));
+                err(v.span(), "dcgm_selector", format!("{sel:?} is not a label selector such as app=nvidia-dcgm-exporter"));
+            } else {
+                c.dcgm_selector = sel.to_owned();
             }
-            c.dcgm_selector = sel.to_owned();
         }
         if let Some(v) = &raw.dcgm_port {
-            c.dcgm_port = u16::try_from(*v.get_ref()).ok().filter(|p| *p > 0).ok_or_else(|| err(v.span(), "dcgm_port", format!("{} is not a TCP port (1-65535)", v.get_ref())))?;
+            match u16::try_from(*v.get_ref()).ok().filter(|p| *p > 0) {
+                Some(p) => c.dcgm_port = p,
+                None => err(v.span(), "dcgm_port", format!("{} is not a TCP port (1-65535)", v.get_ref())),
+            }
         }
-        if let Some(v) = &raw.discovery_interval {
-            c.discovery_interval = duration(v, "discovery_interval", Duration::from_millis(100))?;
+        if let Some(d) = raw.discovery_interval.as_ref().and_then(|v| duration(v, "discovery_interval", Duration::from_millis(100))) {
+            c.discovery_interval = d;
         }
         if let Some(v) = &raw.kubernetes {
             c.kubernetes = *v.get_ref();
         }
         if let Some(v) = &raw.listen {
-            c.listen = v.get_ref().trim().parse().map_err(|_| err(v.span(), "listen", format!("{:?} is not an address:port such as 127.0.0.1:9464", v.get_ref())))?;
+            match v.get_ref().trim().parse() {
+                Ok(a) => c.listen = a,
+                Err(_) => err(v.span(), "listen", format!("{:?} is not an address:port such as 127.0.0.1:9464", v.get_ref())),
+            }
         }
-        if let Some(v) = &raw.flush_interval {
-            c.flush_interval = duration(v, "flush_interval", Duration::from_millis(100))?;
+        if let Some(d) = raw.flush_interval.as_ref().and_then(|v| duration(v, "flush_interval", Duration::from_millis(100))) {
+            c.flush_interval = d;
         }
         if let Some(v) = &raw.flush_rows {
-            c.flush_rows = usize::try_from(*v.get_ref()).ok().filter(|n| *n > 0).ok_or_else(|| err(v.span(), "flush_rows", format!("{} must be a positive number of rows", v.get_ref())))?;
+            match usize::try_from(*v.get_ref()).ok().filter(|n| *n > 0) {
+                Some(n) => c.flush_rows = n,
+                None => err(v.span(), "flush_rows", format!("{} must be a positive number of rows", v.get_ref())),
+            }
         }
         if let Some(v) = &raw.wal_dir {
             if v.get_ref().trim().is_empty() {
-                return Err(err(v.span(), "wal_dir", "must not be empty".into()));
+                err(v.span(), "wal_dir", "must not be empty".into());
+            } else {
+                c.wal_dir = PathBuf::from(v.get_ref().trim());
             }
-            c.wal_dir = PathBuf::from(v.get_ref().trim());
         }
         if !c.kubernetes && c.dcgm_endpoints.is_empty() {
             let span = raw.kubernetes.as_ref().map_or(0..0, Spanned::span);
-            return Err(err(span, "kubernetes", "kubernetes = false leaves nothing to collect: list dcgm_endpoints".into()));
+            err(span, "kubernetes", "kubernetes = false leaves nothing to collect: list dcgm_endpoints".into());
         }
-        Ok(c)
+        c
     }
 
     /// The WAL directory: `wal_dir` under the store unless absolute. A store in object
@@ -169,11 +177,6 @@ impl CollectorConfig {
     pub fn discovers(&self) -> bool {
         self.kubernetes && self.dcgm_discovery
     }
-}
-
-#[derive(Deserialize)]
-struct RawFile {
-    collector: Option<RawCollector>,
 }
 
 #[derive(Deserialize)]
@@ -253,10 +256,17 @@ mod tests {
         assert_error("[collector]\ndcgm_port = 70000\n", 2, "collector.dcgm_port", &["70000"]);
         assert_error("[collector]\nlisten = \"localhost\"\n", 2, "collector.listen", &["address:port"]);
         assert_error("[collector]\nflush_interval = \"0s\"\n", 2, "collector.flush_interval", &["longer than zero"]);
-        assert_error("[collector]\nscrape_intervall = \"30s\"\n", 2, "collector", &["unknown field", "scrape_intervall"]);
+        assert_error("[collector]\nscrape_intervall = \"30s\"\n", 2, "collector.scrape_intervall", &["unknown field", "did you mean `scrape_interval`?"]);
         assert_error("[collector]\ndcgm_selector = \"\"\n", 2, "collector.dcgm_selector", &["label selector"]);
         assert_error("[collector]\nkubernetes = false\n", 2, "collector.kubernetes", &["nothing to collect"]);
         assert_error("[collector]\nlisten = \"127.0.0.1:1\"\nlisten = \"127.0.0.1:2\"\n", 3, "collector", &["duplicate key", "listen"]);
+    }
+
+    #[test]
+    fn every_problem_of_the_section_is_reported() {
+        let e = parse("[collector]\nscrape_interval = \"30\"\ndcgm_port = 0\nlisten = \"x\"\nflush_rows = \"many\"\n").unwrap_err().to_string();
+        let keys: Vec<&str> = e.lines().map(|l| l.split(": ").nth(1).unwrap_or_default()).collect();
+        assert_eq!(keys, ["collector.scrape_interval", "collector.dcgm_port", "collector.listen", "collector.flush_rows"], "{e}");
     }
 
     #[test]

@@ -5,9 +5,10 @@
 //! come and go with discovery).
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use gpuledger_telemetry::Exposition;
 
 /// Shared by every task of the collector.
 #[derive(Default)]
@@ -145,11 +146,11 @@ impl Metrics {
 
     /// Prometheus text exposition (version 0.0.4) of everything above.
     pub fn render(&self, now_ms: i64) -> String {
-        let mut out = String::new();
+        let mut out = Exposition::new();
         let ready = self.is_ready();
         self.with(|m| {
             let secs = |ms: i64| ms as f64 / 1000.0;
-            family(&mut out, "gpuledger_ready", "gauge", "1 once the WAL is replayed and every watch has listed", [(String::new(), f64::from(u8::from(ready)))]);
+            family(&mut out, "gpuledger_ready", "gauge", "1 once the WAL is replayed and every watch has listed", [(Vec::new(), f64::from(u8::from(ready)))]);
             family(&mut out, "gpuledger_scrapes_total", "counter", "DCGM exporter scrapes by endpoint and result", m.scrapes.iter().map(|((e, r), n)| (labels(&[("endpoint", e), ("result", r)]), *n as f64)));
             family(&mut out, "gpuledger_scrape_duration_seconds_sum", "counter", "Total time spent scraping each endpoint", m.scrape_seconds_sum.iter().map(|(e, s)| (labels(&[("endpoint", e)]), *s)));
             family(&mut out, "gpuledger_scrape_duration_seconds", "gauge", "Duration of the last scrape of each endpoint", m.scrape_seconds_last.iter().map(|(e, s)| (labels(&[("endpoint", e)]), *s)));
@@ -163,45 +164,28 @@ impl Metrics {
             family(&mut out, "gpuledger_rejected_total", "counter", "Input rejected (bad lines, objects, bodies), by source and reason", m.rejected.iter().map(|((s, t), n)| (labels(&[("source", s), ("reason", t)]), *n as f64)));
             family(&mut out, "gpuledger_rows_buffered", "gauge", "Rows in the WAL not yet in the store, by table", m.rows_buffered.iter().map(|(t, n)| (labels(&[("table", t)]), *n as f64)));
             family(&mut out, "gpuledger_rows_written_total", "counter", "Rows written to the store's Parquet files, by table", m.rows_written.iter().map(|(t, n)| (labels(&[("table", t)]), *n as f64)));
-            family(&mut out, "gpuledger_wal_bytes", "gauge", "Bytes of WAL segments on disk", [(String::new(), m.wal_bytes as f64)]);
-            family(&mut out, "gpuledger_wal_appends_total", "counter", "Fsynced WAL appends", [(String::new(), m.wal_appends as f64)]);
-            family(&mut out, "gpuledger_flush_lag_seconds", "gauge", "Age of the oldest WAL record not yet in the store (0 when none)", [(String::new(), m.unflushed_since.values().min().map_or(0.0, |t| secs(now_ms - t)))]);
+            family(&mut out, "gpuledger_wal_bytes", "gauge", "Bytes of WAL segments on disk", [(Vec::new(), m.wal_bytes as f64)]);
+            family(&mut out, "gpuledger_wal_appends_total", "counter", "Fsynced WAL appends", [(Vec::new(), m.wal_appends as f64)]);
+            family(&mut out, "gpuledger_flush_lag_seconds", "gauge", "Age of the oldest WAL record not yet in the store (0 when none)", [(Vec::new(), m.unflushed_since.values().min().map_or(0.0, |t| secs(now_ms - t)))]);
             family(&mut out, "gpuledger_flushes_total", "counter", "WAL -> Parquet flushes by result", m.flushes.iter().map(|(r, n)| (labels(&[("result", r)]), *n as f64)));
             if let Some(t) = m.last_flush_ms {
-                family(&mut out, "gpuledger_last_flush_timestamp_seconds", "gauge", "When the last flush finished", [(String::new(), secs(t))]);
+                family(&mut out, "gpuledger_last_flush_timestamp_seconds", "gauge", "When the last flush finished", [(Vec::new(), secs(t))]);
             }
         });
-        out
+        out.finish()
     }
 }
 
-fn family(out: &mut String, name: &str, kind: &str, help: &str, rows: impl IntoIterator<Item = (String, f64)>) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+/// One family through the shared writer; each row is its labels and value.
+fn family<'a>(out: &mut Exposition, name: &str, kind: &str, help: &str, rows: impl IntoIterator<Item = (Vec<(&'a str, &'a str)>, f64)>) {
+    out.header(name, kind, help);
     for (labels, v) in rows {
-        let _ = writeln!(out, "{name}{labels} {v}");
+        out.sample(name, &labels, v);
     }
 }
 
-fn labels(pairs: &[(&str, &str)]) -> String {
-    let mut s = String::from("{");
-    for (i, (k, v)) in pairs.iter().enumerate() {
-        if i > 0 {
-            s.push(',');
-        }
-        s.push_str(k);
-        s.push_str("=\"");
-        for c in v.chars() {
-            match c {
-                '\\' => s.push_str("\\\\"),
-                '"' => s.push_str("\\\""),
-                '\n' => s.push_str("\\n"),
-                c => s.push(c),
-            }
-        }
-        s.push('"');
-    }
-    s.push('}');
-    s
+fn labels<'a>(pairs: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    pairs.to_vec()
 }
 
 #[cfg(test)]

@@ -62,20 +62,9 @@ pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-/// An error and its sources on one line, each source's text once (libraries often repeat
-/// their source's text in their own message).
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s = format!("{s}: {t}");
-        }
-        src = c.source();
-    }
-    s
-}
+/// An error and its sources on one line, each source's text once: the workspace's one
+/// formatter, kept at this path for the collector's modules that call it.
+pub use gpuledger_telemetry::error_chain;
 
 /// One-line, timestamped log records on stderr (the collector runs as a daemon: no bars).
 pub mod log {
