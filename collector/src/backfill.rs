@@ -505,17 +505,7 @@ fn describe(e: reqwest::Error, timeout: Duration) -> String {
     }
     // reqwest's own message is terse ("error sending request"), the cause chain says why; the
     // URL, long with the encoded query, adds nothing to the chunk's range already reported.
-    let e = e.without_url();
-    let mut s = e.to_string();
-    let mut src = std::error::Error::source(&e);
-    while let Some(c) = src {
-        let text = c.to_string();
-        if !s.contains(&text) {
-            s = format!("{s}: {text}");
-        }
-        src = c.source();
-    }
-    s
+    gpuledger_telemetry::error_chain(&e.without_url())
 }
 
 fn read_markers(store: &Store, dir: &str) -> Result<Vec<TimeRange>, BackfillError> {

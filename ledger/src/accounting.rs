@@ -458,7 +458,7 @@ fn replace_table(ctx: &SessionContext, name: &str, table: Arc<dyn TableProvider>
 }
 
 /// Creates the report views of `queries/90_reports.sql` in a session holding the derived tables.
-pub(crate) async fn create_report_views(ctx: &SessionContext) -> Result<()> {
+pub async fn create_report_views(ctx: &SessionContext) -> Result<()> {
     exec_file(ctx, "90_reports.sql", None).await
 }
 

@@ -371,8 +371,8 @@ async fn failures(State(api): State<Arc<Api>>, Params(p): Params<FailureParams>)
 
 /// `GET /metrics`: the ledger as gauges, plus the server's counters.
 async fn prometheus(State(api): State<Arc<Api>>) -> Result<Response, ApiError> {
-    let chargeback = if api.ctx().table_exist("chargeback_monthly").unwrap_or(false) { Some(api.run(metrics::CHARGEBACK_SQL, vec![]).await?) } else { None };
-    let text = metrics::render(chargeback.as_deref(), &api.currency, &api.stats);
+    let gauges = if api.ctx().table_exist("report_gauges").unwrap_or(false) { Some(metrics::decode_gauges(&api.run(metrics::GAUGES_SQL, vec![]).await?)?) } else { None };
+    let text = metrics::render(gauges.as_deref(), &api.currency, &api.stats);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
 }
 

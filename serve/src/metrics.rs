@@ -1,14 +1,14 @@
 //! `/metrics`: the ledger as Prometheus gauges, for Grafana setups that only have Prometheus,
 //! and the server's own counters.
 //!
-//! The gauges are read from the stored `chargeback_monthly` at each scrape, so they always show
-//! what the last `gpuledger ledger` run wrote. Labels are month, team and state or component.
+//! The gauges are read at each scrape from `report_gauges` (`queries/90_reports.sql`, over the
+//! stored `chargeback_monthly`), so they always show what the last `gpuledger ledger` run wrote.
+//! Labels are month, team and state or component; this module only writes the text.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use arrow::array::{Array, AsArray, Float64Array};
-use arrow::datatypes::{DataType, Float64Type};
 use arrow::record_batch::RecordBatch;
+use gpuledger_ledger::decode::decode;
 use gpuledger_telemetry::Exposition;
 
 /// Counters of the SQL endpoint and the HTTP API.
@@ -25,72 +25,69 @@ pub struct Stats {
     pub http_unauthorized: AtomicU64,
 }
 
-/// The SQL behind the ledger gauges: one row per month and team.
-pub const CHARGEBACK_SQL: &str = "SELECT month, team, productive_gpu_hours, allocated_idle_gpu_hours, failed_gpu_hours, preempted_gpu_hours, unallocated_gpu_hours, compute, network, storage, support, idle, failed_runs, operations, total, accepted_units, cost_per_accepted_unit, lost_gpu_hours_platform_paid, lost_cost_platform_paid FROM chargeback_monthly ORDER BY month, team";
+/// The SQL behind the ledger gauges: the samples `queries/90_reports.sql` defines, in
+/// exposition order.
+pub const GAUGES_SQL: &str = "SELECT gauge, month, team, label, label_value, value FROM report_gauges WHERE value IS NOT NULL ORDER BY gauge_rank, month, team, label_rank";
 
-const STATES: [(&str, &str); 5] = [
-    ("productive", "productive_gpu_hours"),
-    ("allocated_idle", "allocated_idle_gpu_hours"),
-    ("failed", "failed_gpu_hours"),
-    ("preempted", "preempted_gpu_hours"),
-    ("unallocated", "unallocated_gpu_hours"),
+/// Each ledger gauge: its name, HELP text (`{currency}` stands for the currency) and whether its
+/// samples carry the currency label. Every one is written, with or without samples.
+const GAUGES: [(&str, &str, bool); 6] = [
+    ("gpuledger_gpu_hours", "GPU-hours in the month by team and state (from the stored ledger).", false),
+    ("gpuledger_cost", "Cost in {currency} in the month by team and component; component=\"total\" is their sum.", true),
+    ("gpuledger_lost_gpu_hours_platform_paid", "Failed and preempted GPU-hours of the team whose cost the platform paid (hardware faults); inside gpuledger_gpu_hours.", false),
+    ("gpuledger_lost_cost_platform_paid", "Cost in {currency} of those hours: in platform's failed_runs, not the team's.", true),
+    ("gpuledger_accepted_units", "Accepted units of work finished in the month by team.", false),
+    ("gpuledger_cost_per_accepted_unit", "Total cost divided by accepted units (absent for a team without units).", true),
 ];
-const COMPONENTS: [&str; 8] = ["compute", "network", "storage", "support", "idle", "failed_runs", "operations", "total"];
 
-/// Renders the exposition text: ledger gauges from `chargeback` (the rows of
-/// [`CHARGEBACK_SQL`]; None when no ledger has been written yet) and the counters.
-pub fn render(chargeback: Option<&[RecordBatch]>, currency: &str, stats: &Stats) -> String {
+/// One sample of a ledger gauge, as `report_gauges` gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GaugeSample {
+    pub gauge: String,
+    pub month: String,
+    pub team: String,
+    /// The state or cost component label, where the gauge has one.
+    pub label: Option<(String, String)>,
+    pub value: f64,
+}
+
+/// Reads the rows of [`GAUGES_SQL`], each column with its type.
+pub fn decode_gauges(batches: &[RecordBatch]) -> Result<Vec<GaugeSample>, gpuledger_ledger::Error> {
+    decode(batches, "report_gauges", |c| {
+        let (gauge, month, team, label, label_value, value) = (c.text("gauge")?, c.text("month")?, c.text("team")?, c.text("label")?, c.text("label_value")?, c.f64("value")?);
+        Ok((0..c.rows())
+            .map(|i| GaugeSample {
+                gauge: gauge[i].clone(),
+                month: month[i].clone(),
+                team: team[i].clone(),
+                label: (!label[i].is_empty()).then(|| (label[i].clone(), label_value[i].clone())),
+                value: value[i],
+            })
+            .collect())
+    })
+}
+
+/// Renders the exposition text: the ledger gauges (None when no ledger has been written yet)
+/// and the server's counters.
+pub fn render(gauges: Option<&[GaugeSample]>, currency: &str, stats: &Stats) -> String {
     let mut out = Exposition::new();
-    if let Some(batches) = chargeback {
-        let batches: Vec<Numbers<'_>> = batches.iter().map(Numbers::new).collect();
-        let batches = batches.as_slice();
-        gauge_header(&mut out, "gpuledger_gpu_hours", "GPU-hours in the month by team and state (from the stored ledger).");
-        each_row(batches, |row| {
-            for (state, column) in STATES {
-                if let Some(v) = row.number(column) {
-                    sample(&mut out, "gpuledger_gpu_hours", &[("month", row.text("month")), ("team", row.text("team")), ("state", state.into())], v);
+    if let Some(samples) = gauges {
+        for (name, help, with_currency) in GAUGES {
+            out.header(name, "gauge", &help.replace("{currency}", currency));
+            for s in samples.iter().filter(|s| s.gauge == name) {
+                let mut labels = vec![("month", s.month.as_str()), ("team", s.team.as_str())];
+                if let Some((k, v)) = &s.label {
+                    labels.push((k.as_str(), v.as_str()));
                 }
-            }
-        });
-        gauge_header(&mut out, "gpuledger_cost", &format!("Cost in {currency} in the month by team and component; component=\"total\" is their sum."));
-        each_row(batches, |row| {
-            for component in COMPONENTS {
-                if let Some(v) = row.number(component) {
-                    sample(&mut out, "gpuledger_cost", &[("month", row.text("month")), ("team", row.text("team")), ("component", component.into()), ("currency", currency.into())], v);
+                if with_currency {
+                    labels.push(("currency", currency));
                 }
+                out.sample(name, &labels, s.value);
             }
-        });
-        gauge_header(
-            &mut out,
-            "gpuledger_lost_gpu_hours_platform_paid",
-            "Failed and preempted GPU-hours of the team whose cost the platform paid (hardware faults); inside gpuledger_gpu_hours.",
-        );
-        each_row(batches, |row| {
-            if let Some(v) = row.number("lost_gpu_hours_platform_paid") {
-                sample(&mut out, "gpuledger_lost_gpu_hours_platform_paid", &[("month", row.text("month")), ("team", row.text("team"))], v);
-            }
-        });
-        gauge_header(&mut out, "gpuledger_lost_cost_platform_paid", &format!("Cost in {currency} of those hours: in platform's failed_runs, not the team's."));
-        each_row(batches, |row| {
-            if let Some(v) = row.number("lost_cost_platform_paid") {
-                sample(&mut out, "gpuledger_lost_cost_platform_paid", &[("month", row.text("month")), ("team", row.text("team")), ("currency", currency.into())], v);
-            }
-        });
-        gauge_header(&mut out, "gpuledger_accepted_units", "Accepted units of work finished in the month by team.");
-        each_row(batches, |row| {
-            if let Some(v) = row.number("accepted_units") {
-                sample(&mut out, "gpuledger_accepted_units", &[("month", row.text("month")), ("team", row.text("team"))], v);
-            }
-        });
-        gauge_header(&mut out, "gpuledger_cost_per_accepted_unit", "Total cost divided by accepted units (absent for a team without units).");
-        each_row(batches, |row| {
-            if let Some(v) = row.number("cost_per_accepted_unit") {
-                sample(&mut out, "gpuledger_cost_per_accepted_unit", &[("month", row.text("month")), ("team", row.text("team")), ("currency", currency.into())], v);
-            }
-        });
+        }
     }
-    gauge_header(&mut out, "gpuledger_ledger_available", "1 when the store holds a ledger (gpuledger ledger has run), else 0.");
-    out.sample("gpuledger_ledger_available", &[], u8::from(chargeback.is_some()));
+    out.header("gpuledger_ledger_available", "gauge", "1 when the store holds a ledger (gpuledger ledger has run), else 0.");
+    out.sample("gpuledger_ledger_available", &[], u8::from(gauges.is_some()));
     let counters: [(&str, &str, &AtomicU64); 8] = [
         ("gpuledger_sql_connections_total", "SQL connections accepted.", &stats.pg_connections),
         ("gpuledger_sql_connections_refused_total", "SQL connections refused at max_connections.", &stats.pg_connections_refused),
@@ -111,60 +108,6 @@ pub fn render(chargeback: Option<&[RecordBatch]>, currency: &str, stats: &Stats)
     out.finish()
 }
 
-fn gauge_header(out: &mut Exposition, name: &str, help: &str) {
-    out.header(name, "gauge", help);
-}
-
-fn sample(out: &mut Exposition, name: &str, labels: &[(&str, String)], value: f64) {
-    let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    out.sample(name, &labels, value);
-}
-
-/// A batch with its numeric columns cast to f64 once, however many gauges read them.
-struct Numbers<'a> {
-    batch: &'a RecordBatch,
-    columns: Vec<(String, Float64Array)>,
-}
-
-impl<'a> Numbers<'a> {
-    fn new(batch: &'a RecordBatch) -> Numbers<'a> {
-        let columns = batch
-            .schema()
-            .fields()
-            .iter()
-            .zip(batch.columns())
-            .filter(|(f, _)| f.data_type().is_numeric())
-            .filter_map(|(f, c)| arrow::compute::cast(c, &DataType::Float64).ok().map(|a| (f.name().clone(), a.as_primitive::<Float64Type>().clone())))
-            .collect();
-        Numbers { batch, columns }
-    }
-}
-
-struct Row<'a> {
-    numbers: &'a Numbers<'a>,
-    i: usize,
-}
-
-impl Row<'_> {
-    fn number(&self, column: &str) -> Option<f64> {
-        let (_, col) = self.numbers.columns.iter().find(|(name, _)| name == column)?;
-        (!col.is_null(self.i)).then(|| col.value(self.i))
-    }
-
-    fn text(&self, column: &str) -> String {
-        let Some(col) = self.numbers.batch.column_by_name(column) else { return String::new() };
-        arrow::util::display::array_value_to_string(col, self.i).unwrap_or_default()
-    }
-}
-
-fn each_row(batches: &[Numbers<'_>], mut f: impl FnMut(Row<'_>)) {
-    for numbers in batches {
-        for i in 0..numbers.batch.num_rows() {
-            f(Row { numbers, i });
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -174,8 +117,10 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn gauges_carry_each_team_month_and_escape_labels() {
+    /// The gauges of a two-team chargeback, computed by the report view from the table as the
+    /// server does, then written and read back with an independent parser.
+    #[tokio::test]
+    async fn gauges_carry_each_team_month_and_escape_labels() {
         let mut fields = vec![Field::new("month", DataType::Utf8, false), Field::new("team", DataType::Utf8, true)];
         let numeric = ["productive_gpu_hours", "allocated_idle_gpu_hours", "failed_gpu_hours", "preempted_gpu_hours", "unallocated_gpu_hours", "compute", "network", "storage", "support", "idle", "failed_runs", "operations", "total", "accepted_units", "cost_per_accepted_unit", "lost_gpu_hours_platform_paid", "lost_cost_platform_paid"];
         fields.extend(numeric.iter().map(|n| Field::new(*n, DataType::Float64, true)));
@@ -185,7 +130,16 @@ mod tests {
             columns.push(Arc::new(Float64Array::from(vec![Some(k as f64), second])));
         }
         let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
-        let text = render(Some(&[batch]), "USD", &Stats::default());
+        let ctx = datafusion::prelude::SessionContext::new();
+        ctx.register_batch("chargeback_monthly", batch).unwrap();
+        // The view file also reads these; empty tables of their declared shape do.
+        for name in ["priced_state_hours", "accepted_units_monthly"] {
+            let schema = gpuledger_schemas::derived_table(name).unwrap().arrow_schema();
+            ctx.register_batch(name, RecordBatch::new_empty(schema)).unwrap();
+        }
+        gpuledger_ledger::accounting::create_report_views(&ctx).await.unwrap();
+        let gauges = decode_gauges(&ctx.sql(GAUGES_SQL).await.unwrap().collect().await.unwrap()).unwrap();
+        let text = render(Some(&gauges), "USD", &Stats::default());
         // Read back with an independent parser.
         let lines: Vec<_> = text.lines().map(|l| Ok(l.to_string())).collect();
         let scrape = prometheus_parse::Scrape::parse(lines.into_iter()).unwrap();

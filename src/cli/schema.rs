@@ -53,7 +53,7 @@ pub fn describe(t: &Table) -> String {
 /// Text description of one derived table.
 pub fn describe_derived(t: &DerivedTable) -> String {
     let mut s = format!("{} (derived) -- {}\n", t.name, t.doc);
-    s.push_str(&format!("  file: {}, written whole by `gpuledger ledger`\n", t.file()));
+    s.push_str(&format!("  file: {}, written whole by `gpuledger ledger`\n", gpuledger_store::layout::derived_rel(t.name)));
     let w = t.columns.iter().map(|c| c.name.len()).max().unwrap_or(0);
     push_columns(&mut s, t.columns.iter().map(|c| (c.name, c.ty.sql_name(), c.nullable, c.doc)), w);
     s
