@@ -69,10 +69,6 @@ pub trait Progress: Sync {
     fn finish(&self) {}
 }
 
-/// No progress reporting.
-pub struct Quiet;
-impl Progress for Quiet {}
-
 /// What an ingest run read, wrote and rejected.
 #[derive(Debug, Default, Clone)]
 pub struct IngestSummary {

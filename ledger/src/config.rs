@@ -538,8 +538,7 @@ fn overhead(doc: &Document<'_>, index: usize, raw: Spanned<RawOverhead>) -> Opti
 
 /// `YYYY-MM` with a month from 01 to 12.
 pub fn valid_month(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.len() == 7 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-' && b[5..].iter().all(u8::is_ascii_digit) && matches!(s[5..].parse::<u8>(), Ok(1..=12))
+    s.parse::<crate::types::Month>().is_ok()
 }
 
 /// Reads one extra-units file: Parquet by its `.parquet` extension, CSV otherwise.

@@ -291,3 +291,30 @@ pub const KUEUE_QUEUES: Table = Table {
     key: &["kind", "namespace", "name", "uid", "resource_version", "event_type", "content_hash"],
     dedup: DedupScope::Table,
 };
+
+/// How an object version reached the collector: a watch event's type, or a snapshot (a List item or a
+/// plain object). Stored as its name in `k8s_objects.event_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+    Snapshot,
+}
+
+impl EventType {
+    /// The name in watch streams and in the store.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+            EventType::Snapshot => "SNAPSHOT",
+        }
+    }
+
+    /// The type a stored or streamed name stands for; `None` for others (BOOKMARK, ERROR...).
+    pub fn parse(name: &str) -> Option<EventType> {
+        [EventType::Added, EventType::Modified, EventType::Deleted, EventType::Snapshot].into_iter().find(|t| t.as_str() == name)
+    }
+}

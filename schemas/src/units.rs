@@ -24,6 +24,15 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_millis(total))
 }
 
+/// [`parse_duration`], refusing anything shorter than `min` (a setting with a floor).
+pub fn parse_duration_at_least(s: &str, min: Duration) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < min {
+        return Err(format!("{s} is shorter than the minimum {}", format_duration(min)));
+    }
+    Ok(d)
+}
+
 /// The shortest spelling [`parse_duration`] reads back.
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();

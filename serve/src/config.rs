@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use gpuledger_config::Document;
-use gpuledger_schemas::units::{format_duration, parse_bytes, parse_duration};
+use gpuledger_schemas::units::parse_bytes;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -151,18 +151,7 @@ impl ServeConfig {
             parsed
         };
         let duration = |v: &Spanned<String>, key: &str, min: Duration| -> Option<Duration> {
-            let d = match parse_duration(v.get_ref()) {
-                Ok(d) => d,
-                Err(reason) => {
-                    err(v.span(), key, reason);
-                    return None;
-                }
-            };
-            if d < min {
-                err(v.span(), key, format!("{} is shorter than the minimum {}", v.get_ref(), format_duration(min)));
-                return None;
-            }
-            Some(d)
+            gpuledger_schemas::units::parse_duration_at_least(v.get_ref(), min).map_err(|reason| err(v.span(), key, reason)).ok()
         };
         let bytes = |v: &Spanned<String>, key: &str| -> Option<u64> {
             parse_bytes(v.get_ref()).map_err(|reason| err(v.span(), key, reason)).ok()

@@ -27,7 +27,7 @@ fn read_objects(path: &Path) -> Vec<(String, Value)> {
     let mut diags = gpuledger_collector::Diagnostics::new();
     let out = gpuledger_collector::sources::kubernetes_file::read_objects(path, &bytes, 0, &mut diags);
     assert!(diags.errors.is_empty(), "{:?}", diags.errors);
-    out.into_iter().map(|v| (v.event_type, v.object)).collect()
+    out.into_iter().map(|v| (v.event_type.as_str().to_owned(), v.object)).collect()
 }
 
 /// Which API versions the replay server serves.

@@ -80,18 +80,7 @@ impl CollectorConfig {
         let Some(raw) = doc.section::<RawCollector>("collector") else { return c };
         let err = |span: Range<usize>, key: &str, reason: String| doc.report(span, format!("collector.{key}"), reason);
         let duration = |v: &Spanned<String>, key: &str, min: Duration| -> Option<Duration> {
-            let d = match parse_duration(v.get_ref()) {
-                Ok(d) => d,
-                Err(reason) => {
-                    err(v.span(), key, reason);
-                    return None;
-                }
-            };
-            if d < min {
-                err(v.span(), key, format!("{} is shorter than the minimum {}", v.get_ref(), format_duration(min)));
-                return None;
-            }
-            Some(d)
+            gpuledger_schemas::units::parse_duration_at_least(v.get_ref(), min).map_err(|reason| err(v.span(), key, reason)).ok()
         };
         if let Some(d) = raw.scrape_interval.as_ref().and_then(|v| duration(v, "scrape_interval", Duration::from_millis(10))) {
             c.scrape_interval = d;

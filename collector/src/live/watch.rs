@@ -31,7 +31,7 @@ use super::resources::Resource;
 use super::writer::Msg;
 use crate::backoff::Backoff;
 use crate::diag::Diagnostics;
-use crate::sources::kubernetes_file::{ObjectVersion, received_version};
+use crate::sources::kubernetes_file::{EventType, ObjectVersion, received_version};
 use crate::tables::k8s::K8sTables;
 
 /// A watch asks the server to end it after this long (it is then resumed): keeps idle
@@ -241,7 +241,7 @@ impl Tracker {
                         map.entry("apiVersion").or_insert_with(|| Value::String(api_version.clone()));
                         map.entry("kind").or_insert_with(|| Value::String(kind.clone()));
                     }
-                    self.record(obj, "SNAPSHOT", out);
+                    self.record(obj, EventType::Snapshot, out);
                 }
                 self.failures = 0;
                 self.rv = (!list_rv.is_empty()).then(|| list_rv.clone());
@@ -256,9 +256,9 @@ impl Tracker {
                 self.pending.clear();
                 None
             }
-            Event::Added(o) => self.event(o, "ADDED", out),
-            Event::Modified(o) => self.event(o, "MODIFIED", out),
-            Event::Deleted(o) => self.event(o, "DELETED", out),
+            Event::Added(o) => self.event(o, EventType::Added, out),
+            Event::Modified(o) => self.event(o, EventType::Modified, out),
+            Event::Deleted(o) => self.event(o, EventType::Deleted, out),
             Event::Bookmark(rv) => {
                 self.rv = Some(rv);
                 None
@@ -278,7 +278,7 @@ impl Tracker {
     }
 
     /// One watch event: moves the position to its resourceVersion and records it.
-    fn event(&mut self, obj: Value, event_type: &str, out: &mut Flush) -> Option<End> {
+    fn event(&mut self, obj: Value, event_type: EventType, out: &mut Flush) -> Option<End> {
         if let Some(rv) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).filter(|s| !s.is_empty()) {
             self.rv = Some(rv.to_owned());
         }
@@ -287,21 +287,21 @@ impl Tracker {
     }
 
     /// Adds one version unless it is the one already recorded for its object.
-    fn record(&mut self, obj: Value, event_type: &str, out: &mut Flush) {
-        let deleted = event_type == "DELETED";
+    fn record(&mut self, obj: Value, event_type: EventType, out: &mut Flush) {
+        let deleted = event_type == EventType::Deleted;
         let key = object_key(&obj);
         let rv = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("").to_owned();
         if let Some(h) = key.as_ref().and_then(|k| self.heads.get(k)) {
             let same = h.resource_version == rv && !rv.is_empty();
             // A list shows what exists: an object it lists at the recorded version is not news.
-            if same && (h.deleted == deleted || event_type == "SNAPSHOT") {
+            if same && (h.deleted == deleted || event_type == EventType::Snapshot) {
                 return;
             }
         }
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         // As in files: watch events keep their stream's time order; list items stand alone.
         let mut alone = None;
-        let last_ms = if event_type == "SNAPSHOT" { &mut alone } else { &mut self.last_ms };
+        let last_ms = if event_type == EventType::Snapshot { &mut alone } else { &mut self.last_ms };
         out.versions.push(received_version(obj, event_type, super::now_ms(), last_ms, seq));
         if let Some(k) = key {
             if deleted {
@@ -671,7 +671,7 @@ mod tests {
             .flat_map(|f| &f.versions)
             .map(|v| {
                 let m = &v.object["metadata"];
-                (v.event_type.clone(), m["uid"].as_str().unwrap_or("").to_owned(), m["resourceVersion"].as_str().unwrap_or("").to_owned())
+                (v.event_type.as_str().to_owned(), m["uid"].as_str().unwrap_or("").to_owned(), m["resourceVersion"].as_str().unwrap_or("").to_owned())
             })
             .collect()
     }

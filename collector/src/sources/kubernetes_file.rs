@@ -15,6 +15,8 @@ use crate::diag::{self, Diagnostics, Position};
 use crate::sources::{Loaded, Origin, Source};
 use crate::tables::k8s::K8sTables;
 
+pub use gpuledger_schemas::EventType;
+
 /// One version of one object, in the order its stream holds it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ObjectVersion {
@@ -23,7 +25,7 @@ pub struct ObjectVersion {
     /// Position in its source stream, 0-based.
     pub seq: i64,
     /// ADDED / MODIFIED / DELETED, or SNAPSHOT for List items and plain objects.
-    pub event_type: String,
+    pub event_type: EventType,
     /// The object, `metadata.managedFields` removed.
     pub object: serde_json::Value,
 }
@@ -94,7 +96,7 @@ impl Source for KubernetesFile {
 /// the same observation time rule as a watch stream read from a file: the latest time the object
 /// records, never earlier than `last_ms` (the stream's previous version, updated here); `now_ms`
 /// when the object records no time.
-pub fn received_version(mut object: Value, event_type: &str, now_ms: i64, last_ms: &mut Option<i64>, seq: i64) -> ObjectVersion {
+pub fn received_version(mut object: Value, event_type: EventType, now_ms: i64, last_ms: &mut Option<i64>, seq: i64) -> ObjectVersion {
     if let Some(Value::Object(meta)) = object.get_mut("metadata") {
         meta.remove("managedFields");
     }
@@ -107,7 +109,7 @@ pub fn received_version(mut object: Value, event_type: &str, now_ms: i64, last_m
         observed = observed.max(prev);
     }
     *last_ms = Some(observed);
-    ObjectVersion { observed_at_ms: observed, seq, event_type: event_type.to_owned(), object }
+    ObjectVersion { observed_at_ms: observed, seq, event_type, object }
 }
 
 /// Parses an RFC 3339 time (Kubernetes `Time` and `MicroTime`) into UTC milliseconds.
@@ -193,20 +195,20 @@ impl Reader<'_> {
                 {
                     obj.insert("apiVersion".into(), Value::String(a.clone()));
                 }
-                self.object(obj, "SNAPSHOT", false, &at, &format!("item {i} of the {kind}: "), diags);
+                self.object(obj, EventType::Snapshot, false, &at, &format!("item {i} of the {kind}: "), diags);
             }
             return;
         }
-        self.object(map, "SNAPSHOT", false, &at, "", diags);
+        self.object(map, EventType::Snapshot, false, &at, "", diags);
     }
 
     fn watch_event(&mut self, mut map: Map<String, Value>, at: Position, diags: &mut Diagnostics) {
         let event_type = map.get("type").and_then(Value::as_str).unwrap_or_default().to_owned();
         let object = map.remove("object");
         match event_type.as_str() {
-            "ADDED" | "MODIFIED" | "DELETED" => match object {
-                Some(Value::Object(obj)) => self.object(obj, &event_type, true, &at, "", diags),
-                other => {
+            "ADDED" | "MODIFIED" | "DELETED" => match (object, EventType::parse(&event_type)) {
+                (Some(Value::Object(obj)), Some(t)) => self.object(obj, t, true, &at, "", diags),
+                (other, _) => {
                     let what = other.as_ref().map_or("nothing", describe);
                     diags.error(
                         self.path,
@@ -251,7 +253,7 @@ impl Reader<'_> {
     fn object(
         &mut self,
         mut obj: Map<String, Value>,
-        event_type: &str,
+        event_type: EventType,
         watch: bool,
         at: &Position,
         context: &str,
@@ -303,7 +305,7 @@ impl Reader<'_> {
         self.out.push(ObjectVersion {
             observed_at_ms: observed,
             seq,
-            event_type: event_type.to_owned(),
+            event_type,
             object: Value::Object(obj),
         });
     }
@@ -832,7 +834,7 @@ mod tests {
         assert_eq!(kinds(&out), ["ResourceFlavor", "ClusterQueue", "LocalQueue"]);
         assert_eq!(names(&out), ["default-flavor", "cluster-queue", "user-queue"]);
         assert_eq!(out.iter().map(|v| v.seq).collect::<Vec<_>>(), [0, 1, 2]);
-        assert!(out.iter().all(|v| v.observed_at_ms == MTIME && v.event_type == "SNAPSHOT"));
+        assert!(out.iter().all(|v| v.observed_at_ms == MTIME && v.event_type == EventType::Snapshot));
         // None of these records a time: one warning for the file, counting all three.
         assert_eq!(d.warnings.len(), 1);
         assert_eq!(
@@ -1090,7 +1092,7 @@ metadata:
         assert_eq!(names(&out), ["p1", "p2"]);
         assert_eq!(kinds(&out), ["Pod", "Pod"]);
         assert_eq!(s(&out[0], &["apiVersion"]), Some("v1"));
-        assert!(out.iter().all(|v| v.event_type == "SNAPSHOT"));
+        assert!(out.iter().all(|v| v.event_type == EventType::Snapshot));
         assert_eq!(
             out.iter().map(|v| v.observed_at_ms).collect::<Vec<_>>(),
             [1714557600000, 1714557900000]

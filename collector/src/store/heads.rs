@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{Int64Type, TimestampMillisecondType};
 
+use gpuledger_schemas::EventType;
+
 use super::ParquetSource;
 use crate::error::{Error, Result};
 
@@ -44,7 +46,7 @@ pub(crate) fn read_heads(source: ParquetSource, out: &mut Heads) -> Result<()> {
             };
             let head = ObjectHead {
                 resource_version: if rv.is_valid(i) { rv.value(i).to_owned() } else { String::new() },
-                deleted: ev.value(i) == "DELETED",
+                deleted: EventType::parse(ev.value(i)) == Some(EventType::Deleted),
                 order: (at.value(i), seq.value(i)),
             };
             let kind_map = out.entry(kind.value(i).to_owned()).or_default();

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, BooleanArray, Int32Array, Int64Array, StringArray, TimestampMillisecondArray};
 use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
-use gpuledger_schemas::{ColumnType, Table};
+use gpuledger_schemas::{ColumnType, EventType, Table};
 use serde_json::{Map, Value};
 
 use crate::diag::{Diagnostics, Position};
@@ -136,7 +136,7 @@ impl K8sTables {
         let id = Identity {
             observed_at: v.observed_at_ms,
             seq: v.seq,
-            event_type: v.event_type.clone(),
+            event_type: v.event_type,
             resource_version: str_at(obj, &["metadata", "resourceVersion"]).map(str::to_owned),
             content_hash: format!("{:016x}", xxhash_rust::xxh3::xxh3_64(object_json.as_bytes())),
             api_version: api_version.to_owned(),
@@ -456,7 +456,7 @@ impl K8sTables {
 struct Identity {
     observed_at: i64,
     seq: i64,
-    event_type: String,
+    event_type: EventType,
     resource_version: Option<String>,
     content_hash: String,
     api_version: String,
@@ -474,7 +474,7 @@ impl Identity {
         vec![
             ("observed_at", Cell::Int(self.observed_at)),
             ("seq", Cell::Int(self.seq)),
-            ("event_type", text(&self.event_type)),
+            ("event_type", text(self.event_type.as_str())),
             ("resource_version", opt_text(&self.resource_version)),
             ("content_hash", text(&self.content_hash)),
         ]
@@ -1628,7 +1628,7 @@ status:
         let version = |object: Value| ObjectVersion {
             observed_at_ms: 1,
             seq: 0,
-            event_type: "ADDED".into(),
+            event_type: EventType::Added,
             object,
         };
         let src = Path::new("live");
@@ -1676,7 +1676,7 @@ status:
             let v = ObjectVersion {
                 observed_at_ms: 1,
                 seq: seq as i64,
-                event_type: "SNAPSHOT".into(),
+                event_type: EventType::Snapshot,
                 object,
             };
             tables.push(Path::new("x"), &v, &mut diags);

@@ -140,10 +140,6 @@ impl SampleTables {
         self.g_ts.len() + self.m_ts.len()
     }
 
-    pub fn gpu_rows(&self) -> usize {
-        self.g_ts.len()
-    }
-
     pub fn metric_rows(&self) -> usize {
         self.m_ts.len()
     }
