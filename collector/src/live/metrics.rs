@@ -203,9 +203,13 @@ mod tests {
         // Our own exposition reader must take every line of it (labels with quotes included).
         let mut tables = crate::tables::samples::SampleTables::new();
         let mut diags = crate::diag::Diagnostics::new();
-        let stats = crate::sources::dcgm_text::read_text(std::path::Path::new("metrics"), text.as_bytes(), crate::sources::dcgm_text::ScrapeTime::Scraped(12_000), &mut tables, &mut diags);
+        use crate::sources::{DcgmText, Origin, Source};
+        let (mut source, origin) = (DcgmText::scrape(), Origin::fetched(std::path::Path::new("metrics"), 12_000));
+        let records = source.parse(text.as_bytes(), &origin, &mut diags);
+        let lines = records.lines;
+        let loaded = source.load(records, &mut tables, &origin, &mut diags);
         assert!(diags.errors.is_empty(), "{:?}", diags.errors);
-        assert_eq!(stats.samples, stats.lines);
+        assert_eq!(loaded.samples, lines);
         assert!(text.contains("gpuledger_scrapes_total{endpoint=\"http://10.0.0.1:9400/metrics\",result=\"ok\"} 1\n"), "{text}");
         assert!(text.contains("endpoint=\"http://a\\\"b\\\\c:9400/metrics\",result=\"failed\"} 1\n"), "{text}");
         assert!(text.contains("gpuledger_rows_buffered{table=\"gpu_samples\"} 8\n"));

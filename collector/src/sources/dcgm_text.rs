@@ -29,14 +29,6 @@ pub enum ScrapeTime {
     Unknown,
 }
 
-/// What one text file held.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct TextStats {
-    pub lines: u64,
-    pub samples: u64,
-    pub rejected: u64,
-}
-
 /// Which input the text is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -242,16 +234,6 @@ impl Source for DcgmText {
     }
 }
 
-/// Reads a whole exposition text into `tables` (parse, then load). `path` only names the
-/// source in diagnostics.
-pub fn read_text(path: &Path, bytes: &[u8], scrape_time: ScrapeTime, tables: &mut SampleTables, diags: &mut Diagnostics) -> TextStats {
-    let mut source = DcgmText::new(Kind::Scrape);
-    let records = source.parse_text(path, bytes, scrape_time, diags);
-    let (lines, rejected) = (records.lines, records.rejected);
-    let samples = source.load_text(records, tables);
-    TextStats { lines, samples, rejected }
-}
-
 /// The scrape time a file name states: `<unix-millis>.prom` or an RFC 3339 stem such as
 /// `2026-10-01T00:00:30Z.prom`.
 pub fn time_from_file_name(path: &Path) -> Option<i64> {
@@ -267,6 +249,24 @@ mod tests {
     use super::*;
     use arrow::array::{Array, AsArray};
     use arrow::datatypes::{Float64Type, TimestampMillisecondType};
+
+    /// What one text file held (a whole text read at once, as the tests do).
+    #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+    struct TextStats {
+        pub lines: u64,
+        pub samples: u64,
+        pub rejected: u64,
+    }
+
+    /// Reads a whole exposition text into `tables` (parse, then load). `path` only names the
+    /// source in diagnostics.
+    fn read_text(path: &Path, bytes: &[u8], scrape_time: ScrapeTime, tables: &mut SampleTables, diags: &mut Diagnostics) -> TextStats {
+        let mut source = DcgmText::new(Kind::Scrape);
+        let records = source.parse_text(path, bytes, scrape_time, diags);
+        let (lines, rejected) = (records.lines, records.rejected);
+        let samples = source.load_text(records, tables);
+        TextStats { lines, samples, rejected }
+    }
 
     fn read(text: &str, t: ScrapeTime) -> (SampleTables, Diagnostics, TextStats) {
         let mut tables = SampleTables::new();
