@@ -16,6 +16,10 @@ fn main() -> ExitCode {
     // it is made the process default before either builds a TLS config.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let args = cli::Cli::parse();
+    if let Err(e) = gpuledger_telemetry::logs::init(args.log_format) {
+        let _ = writeln!(std::io::stderr(), "gpuledger: error: {e}");
+        return ExitCode::from(cli::EXIT_ERROR);
+    }
     match cli::run(args) {
         Ok(code) => code,
         Err(e) => {

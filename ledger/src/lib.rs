@@ -109,13 +109,16 @@ impl Ledger {
     }
 }
 
-/// Says so on stderr when the store's derived tables were written by a gpuledger that stored the
+/// Logs a warning when the store's derived tables were written by a gpuledger that stored the
 /// priced hours as `gpu_state_hours` (now `priced_state_hours`, its view's name): queries and
 /// reports over them fail or find nothing until `gpuledger ledger` writes them again.
 async fn warn_if_derived_tables_outdated(location: &StoreLocation) -> Result<()> {
     use gpuledger_store::layout::{LEDGER_DIR, derived_rel};
     if !location.has_file(&derived_rel("priced_state_hours")).await? && location.has_file(&derived_rel("gpu_state_hours")).await? {
-        eprintln!("gpuledger: warning: the derived tables in {location}/{LEDGER_DIR} are from an older gpuledger version (gpu_state_hours.parquet is now priced_state_hours.parquet); re-run `gpuledger ledger`");
+        tracing::warn!(
+            store = %location,
+            "the derived tables in {LEDGER_DIR}/ are from an older gpuledger version (gpu_state_hours.parquet is now priced_state_hours.parquet); re-run `gpuledger ledger`"
+        );
     }
     Ok(())
 }

@@ -95,9 +95,17 @@ pub async fn run(options: Options, ready: impl FnOnce(Bound), shutdown: impl Fut
     let endpoint = Arc::new(pg::PgEndpoint::new(Arc::new(ledger.context().clone()), &c.users, limits.clone(), stats.clone()));
     let api = Arc::new(http::Api { ledger: ledger.clone(), limits, token: c.http_token.clone(), currency: options.currency.clone(), idle_policy: options.idle_policy, stats });
     if api.token.is_none() {
-        log(&format!("http: {} is not set: every API request but /healthz is refused until it is", c.http_token_env));
+        tracing::warn!(variable = %c.http_token_env, "the HTTP token variable is not set: every API request but /healthz is refused until it is");
     }
-    log(&format!("sql on {}, http on http://{} ({} users, query_timeout {}, memory_limit {} MiB per statement, memory_total {} MiB)", pg::describe(bound.pg, tls.is_some()), bound.http, c.users.len(), gpuledger_schemas::units::format_duration(c.query_timeout), c.memory_limit >> 20, c.memory_total >> 20));
+    tracing::info!(
+        sql = %pg::describe(bound.pg, tls.is_some()),
+        http = %format!("http://{}", bound.http),
+        users = c.users.len(),
+        query_timeout = %gpuledger_schemas::units::format_duration(c.query_timeout),
+        memory_limit_mib = c.memory_limit >> 20,
+        memory_total_mib = c.memory_total >> 20,
+        "serving"
+    );
     ready(bound);
 
     // One shutdown signal, fanned out to both servers and the refresher.
@@ -123,8 +131,8 @@ pub async fn run(options: Options, ready: impl FnOnce(Bound), shutdown: impl Fut
                 }
                 match ledger.refresh().await {
                     Ok(0) => {}
-                    Ok(n) => log(&format!("registered {n} table(s) that appeared in the store")),
-                    Err(e) => log(&format!("refreshing the store's tables: {e}")),
+                    Ok(n) => tracing::info!(tables = n, "registered tables that appeared in the store"),
+                    Err(e) => tracing::warn!(error = %e, "refreshing the store's tables failed"),
                 }
             }
         })
@@ -135,7 +143,7 @@ pub async fn run(options: Options, ready: impl FnOnce(Bound), shutdown: impl Fut
     let _ = sql.await;
     let _ = refresher.await;
     http_result.map_err(|source| ServeError::Listen { addr: bound.http, what: "the HTTP API", source })?;
-    log("stopped");
+    tracing::info!("stopped");
     Ok(())
 }
 
@@ -150,9 +158,4 @@ async fn open_ledger(store: &StoreLocation, c: &ServeConfig) -> Result<Ledger, S
     setup_pg_catalog(ledger.context(), "datafusion", EmptyContextProvider).map_err(|e| ServeError::Session(e.to_string()))?;
     pgcompat::register(ledger.context());
     Ok(ledger)
-}
-
-/// One line on stderr, stamped, for the operator.
-pub(crate) fn log(message: &str) {
-    eprintln!("{} gpuledger serve: {message}", chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ"));
 }

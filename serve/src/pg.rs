@@ -44,7 +44,7 @@ use tokio::sync::Semaphore;
 use crate::config::User;
 use crate::limits::{Deadline, Limits};
 use crate::metrics::Stats;
-use crate::{ServeError, guard, log};
+use crate::{ServeError, guard};
 
 /// SCRAM's PBKDF2 rounds: PostgreSQL's default, and what pgwire tells clients.
 const SCRAM_ITERATIONS: usize = 4096;
@@ -84,14 +84,14 @@ impl PgEndpoint {
                 Ok(x) => x,
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
-                    log(&format!("sql: accept failed: {e}"));
+                    tracing::warn!(error = %e, "sql: accept failed");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
             };
             let Ok(permit) = limiter.clone().try_acquire_owned() else {
                 self.queries.stats.pg_connections_refused.fetch_add(1, Ordering::Relaxed);
-                log(&format!("sql: refused a connection from {peer}: max_connections ({max_connections}) reached"));
+                tracing::warn!(%peer, max_connections, "sql: refused a connection: max_connections reached");
                 drop(socket);
                 continue;
             };
@@ -100,7 +100,7 @@ impl PgEndpoint {
             let tls = tls.clone();
             tokio::spawn(async move {
                 if let Err(e) = pgwire::tokio::process_socket(socket, tls, endpoint).await {
-                    log(&format!("sql: connection from {peer} ended: {e}"));
+                    tracing::info!(%peer, error = %e, "sql: connection ended");
                 }
                 drop(permit);
             });
@@ -179,7 +179,7 @@ impl AuthSource for UserDb {
         match self.users.iter().find(|(n, _, _)| n == name) {
             Some((_, salt, salted)) => Ok(Password::new(Some(salt.clone()), salted.clone())),
             None => {
-                log(&format!("sql: login refused from {}: no user {name:?}", login.host()));
+                tracing::warn!(peer = %login.host(), user = ?name, "sql: login refused: no such user");
                 Err(PgWireError::UserError(Box::new(ErrorInfo::new("FATAL".into(), "28P01".into(), format!("password authentication failed for user \"{name}\"")))))
             }
         }
@@ -270,7 +270,7 @@ impl QueryService {
             self.stats.query_errors.fetch_add(1, Ordering::Relaxed);
             let line = what.split_whitespace().collect::<Vec<_>>().join(" ");
             let shown: String = line.chars().take(120).collect();
-            log(&format!("sql: {user}: {e} (in: {shown})"));
+            tracing::info!(%user, error = %e, statement = %shown, "sql: statement failed");
         }
     }
 }

@@ -45,7 +45,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let summary = rt.block_on(live::run(cfg, &args.store, shutdown_signal())).with_context(|| format!("collecting into {}", args.store))?;
     let rows: u64 = summary.writer.rows_written.values().sum();
     let per_table: Vec<String> = summary.writer.rows_written.iter().map(|(t, n)| format!("{t} {n}")).collect();
-    live::log::info(format!("stopped after {:.1}s: {rows} rows written to the store ({})", summary.elapsed.as_secs_f64(), per_table.join(", ")));
+    tracing::info!(seconds = summary.elapsed.as_secs_f64(), rows, tables = %per_table.join(", "), "stopped: rows written to the store");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -37,6 +37,9 @@ Examples:
   gpuledger serve --store ./store --config gpuledger.toml      SQL (PostgreSQL wire) + HTTP API
   gpuledger backfill --prometheus http://prometheus:9090 --from 2026-10-01T00:00:00Z --to 2026-10-31T23:59:30Z --store ./store
 
+Logs (collect, serve and the ledger's step timings) go to stderr. GPULEDGER_LOG picks
+which: `debug`, `gpuledger_collector=debug,warn`, ... (default: gpuledger's own from info up).
+
 Exit codes:
   0  success
   1  finished, but --strict found bad input
@@ -49,6 +52,10 @@ Exit codes:
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
+
+    /// How log events are written to stderr: `text` lines, or `json` objects for a log shipper.
+    #[arg(long, global = true, env = "GPULEDGER_LOG_FORMAT", default_value = "text", value_name = "text|json")]
+    pub log_format: gpuledger_telemetry::LogFormat,
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,8 +1,9 @@
-//! What gpuledger says about itself, written one way everywhere: the Prometheus text exposition
-//! of `/metrics` (collector and server) and the one-line rendering of an error's cause chain
-//! (the binary's `main`, the collector's log lines, backfill's scrape errors).
+//! What gpuledger says about itself, written one way everywhere: where log events go
+//! ([`logs`]), the Prometheus text exposition of `/metrics` (collector and server) and the
+//! one-line rendering of an error's cause chain (the binary's `main`, log events, backfill's
+//! scrape errors).
 //!
-//! It depends on nothing, so every crate of the workspace can use it.
+//! It depends on no other crate of the workspace, so every one of them can use it.
 //!
 //! ```
 //! use gpuledger_telemetry::{Exposition, error_chain};
@@ -18,6 +19,10 @@
 //! ```
 
 use std::fmt::{Display, Write};
+
+pub mod logs;
+
+pub use logs::LogFormat;
 
 /// Prometheus text format (version 0.0.4), built up family by family.
 #[derive(Debug, Default, Clone)]

@@ -21,7 +21,7 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, mut stop: tokio
         let _ = stop.changed().await;
     };
     if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
-        super::log::error(format!("HTTP server failed: {e}"));
+        tracing::error!(error = %e, "the HTTP server failed");
     }
 }
 

@@ -66,22 +66,6 @@ pub fn now_ms() -> i64 {
 /// formatter, kept at this path for the collector's modules that call it.
 pub use gpuledger_telemetry::error_chain;
 
-/// One-line, timestamped log records on stderr (the collector runs as a daemon: no bars).
-pub mod log {
-    fn line(level: &str, msg: &str) {
-        eprintln!("{} {level:<5} {msg}", chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ"));
-    }
-    pub fn info(msg: impl AsRef<str>) {
-        line("INFO", msg.as_ref());
-    }
-    pub fn warn(msg: impl AsRef<str>) {
-        line("WARN", msg.as_ref());
-    }
-    pub fn error(msg: impl AsRef<str>) {
-        line("ERROR", msg.as_ref());
-    }
-}
-
 /// Collects into the store at `store_root` until `shutdown` resolves, then flushes everything
 /// received into the store and returns.
 pub async fn run(cfg: CollectorConfig, store: &StoreLocation, shutdown: impl std::future::Future<Output = ()>) -> Result<LiveSummary, LiveError> {
@@ -92,7 +76,7 @@ pub async fn run(cfg: CollectorConfig, store: &StoreLocation, shutdown: impl std
     // Listen first: a taken port is a config error worth failing on before any work.
     let listener = tokio::net::TcpListener::bind(cfg.listen).await.map_err(|source| LiveError::Listen { addr: cfg.listen, source })?;
     let local = listener.local_addr().map_err(|source| LiveError::Listen { addr: cfg.listen, source })?;
-    log::info(format!("serving /metrics, /healthz and /readyz on http://{local}"));
+    tracing::info!(address = %local, "serving /metrics, /healthz and /readyz");
     let server = tokio::spawn(http::serve(listener, Arc::clone(&metrics), stop_rx.clone()));
 
     // Kubernetes access is checked before the store is touched: a wrong kubeconfig fails fast.
@@ -114,7 +98,7 @@ pub async fn run(cfg: CollectorConfig, store: &StoreLocation, shutdown: impl std
     })
     .await
     .map_err(|e| LiveError::Internal(e.to_string()))??;
-    log::info(format!("store {} open, WAL in {}", writer.store_root().display(), cfg.wal_path(store).display()));
+    tracing::info!(store = %writer.store_root().display(), wal = %cfg.wal_path(store).display(), "store open");
 
     let (tx, rx) = mpsc::channel::<Msg>(1024);
     let (done_tx, mut done_rx) = oneshot::channel();
@@ -155,7 +139,7 @@ pub async fn run(cfg: CollectorConfig, store: &StoreLocation, shutdown: impl std
             let object_heads = heads.remove(res.kind).unwrap_or_default();
             let start = positions.get(&res.id()).cloned();
             if let Some(rv) = &start {
-                log::info(format!("{}: resuming from resourceVersion {rv}", res.id()));
+                tracing::info!(resource = %res.id(), resource_version = %rv, "resuming the watch");
             }
             let heads: watch::Heads = object_heads.into_iter().map(|(k, h)| (k, watch::Head { resource_version: h.resource_version, deleted: h.deleted })).collect();
             let w = watch::ResourceWatch::new(res, fallback, ctx.clone(), start, heads);
@@ -175,7 +159,7 @@ pub async fn run(cfg: CollectorConfig, store: &StoreLocation, shutdown: impl std
             loop {
                 if metrics.watches_synced() {
                     metrics.set_ready(true);
-                    log::info("ready: every watch has listed");
+                    tracing::info!("ready: every watch has listed");
                     break;
                 }
                 tokio::select! {
@@ -197,12 +181,12 @@ pub async fn run(cfg: CollectorConfig, store: &StoreLocation, shutdown: impl std
             match discover_exporters(&client, &selector, port).await {
                 Ok(found) => {
                     if first && found.is_empty() {
-                        log::warn(format!("no running pod matches {selector:?} yet; looking again every {}", config::format_duration(every)));
+                        tracing::warn!(selector = ?selector, every = %config::format_duration(every), "no running exporter pod matches yet");
                     }
                     first = false;
                     scrapers.update(&found);
                 }
-                Err(e) => log::warn(format!("exporter discovery failed, keeping the current endpoints: {e}")),
+                Err(e) => tracing::warn!(error = %e, "exporter discovery failed, keeping the current endpoints"),
             }
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}
@@ -217,7 +201,11 @@ pub async fn run(cfg: CollectorConfig, store: &StoreLocation, shutdown: impl std
         _ = &mut done_rx => true,
         _ = discover => false,
     };
-    log::info(if writer_failed { "the writer stopped; shutting down" } else { "shutting down: flushing the WAL into the store" });
+    if writer_failed {
+        tracing::error!("the writer stopped; shutting down");
+    } else {
+        tracing::info!("shutting down: flushing the WAL into the store");
+    }
     let _ = stop_tx.send(true);
     for t in tasks {
         let _ = t.await;

@@ -12,11 +12,13 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
-use super::log;
 use super::metrics::Metrics;
 use super::writer::Msg;
 use crate::diag::Diagnostics;
 use crate::sources::{DcgmText, Origin, Source};
+
+/// The `source` field of the scrape loop's log events: the name of the source it reads with.
+const SOURCE: &str = "dcgm_scrape";
 use crate::tables::samples::SampleTables;
 
 /// Largest body read from an exporter (a DCGM exporter of 8 GPUs writes about 100 KiB).
@@ -63,7 +65,7 @@ async fn scrape_loop(endpoint: String, mut ctx: ScrapeContext) {
         match outcome {
             Ok((batches, samples)) => {
                 if failing {
-                    log::info(format!("{endpoint}: scraping again"));
+                    tracing::info!(source = SOURCE, endpoint = %endpoint, "scraping again");
                     failing = false;
                 }
                 // Counted only once the writer has it; a full queue makes this scrape wait, not others.
@@ -75,7 +77,7 @@ async fn scrape_loop(endpoint: String, mut ctx: ScrapeContext) {
             Err(reason) => {
                 ctx.metrics.scrape_failed(&endpoint, seconds);
                 if !failing {
-                    log::warn(format!("{endpoint}: scrape failed: {reason}"));
+                    tracing::warn!(source = SOURCE, endpoint = %endpoint, reason = %reason, "scrape failed");
                     failing = true;
                 }
             }
@@ -125,7 +127,7 @@ fn parse(endpoint: &str, body: &[u8], scraped_ms: i64, metrics: &Metrics) -> Res
         return Err(format!("not Prometheus text ({} lines rejected; first: {first})", records.rejected));
     }
     if let Some(first) = diags.errors.first() {
-        log::warn(format!("{} line(s) rejected, first: {first}", records.rejected));
+        tracing::warn!(source = source.name(), endpoint = %endpoint, rejected = records.rejected, first = %first, "lines rejected");
     }
     let mut tables = SampleTables::new();
     let loaded = source.load(records, &mut tables, &origin, &mut diags);
@@ -162,7 +164,7 @@ impl Scrapers {
         let mut s = Scrapers { ctx, running: BTreeMap::new(), fixed: fixed.iter().cloned().collect() };
         for e in fixed {
             if !s.running.contains_key(e) {
-                log::info(format!("scraping {e} every {}", super::config::format_duration(s.ctx.interval)));
+                tracing::info!(source = SOURCE, endpoint = %e, every = %super::config::format_duration(s.ctx.interval), "scraping");
                 s.running.insert(e.clone(), spawn(e.clone(), s.ctx.clone()));
             }
         }
@@ -173,13 +175,13 @@ impl Scrapers {
     pub fn update(&mut self, found: &BTreeSet<String>) {
         for e in found {
             if !self.running.contains_key(e) {
-                log::info(format!("discovered exporter {e}"));
+                tracing::info!(source = SOURCE, endpoint = %e, "discovered an exporter");
                 self.running.insert(e.clone(), spawn(e.clone(), self.ctx.clone()));
             }
         }
         let gone: Vec<String> = self.running.keys().filter(|e| !found.contains(*e) && !self.fixed.contains(*e)).cloned().collect();
         for e in gone {
-            log::info(format!("exporter {e} went away"));
+            tracing::info!(source = SOURCE, endpoint = %e, "the exporter went away");
             if let Some(h) = self.running.remove(&e) {
                 h.abort();
             }
@@ -198,6 +200,11 @@ impl Scrapers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_events_name_the_source_the_loop_reads_with() {
+        assert_eq!(DcgmText::scrape().name(), SOURCE);
+    }
 
     #[test]
     fn only_running_pods_with_an_ip_are_scraped() {

@@ -25,7 +25,6 @@ use kube::core::{Request, WatchEvent};
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 
-use super::log;
 use super::metrics::{Metrics, restart};
 use super::resources::Resource;
 use super::writer::Msg;
@@ -271,7 +270,7 @@ impl Tracker {
             Event::Failed(e) => Some(End::Failed(e)),
             Event::Missing(e) => Some(End::Missing(e)),
             Event::Dropped(reason) => {
-                log::info(format!("{}: watch connection ended: {reason}", self.id));
+                tracing::info!(resource = %self.id, reason = %reason, "watch connection ended");
                 Some(End::Closed)
             }
         }
@@ -403,7 +402,7 @@ impl ResourceWatch {
                     }
                 }
                 End::Gone(expired) => {
-                    log::info(format!("{}: position {} expired (410 Gone), listing again", self.id, expired.as_deref().unwrap_or("")));
+                    tracing::info!(resource = %self.id, resource_version = expired.as_deref().unwrap_or(""), "position expired (410 Gone), listing again");
                     self.ctx.metrics.watch_restart(&self.id, restart::RELISTED);
                 }
                 End::Missing(e) => {
@@ -437,7 +436,7 @@ impl ResourceWatch {
         let failures = self.tracker.failures;
         let wait = backoff(failures);
         if failures <= 3 || failures.is_power_of_two() {
-            log::warn(format!("{}: {e}; retrying in {:.1}s (attempt {})", self.id, wait.as_secs_f64(), failures));
+            tracing::warn!(resource = %self.id, error = %e, retry_in_s = wait.as_secs_f64(), attempt = failures, "watch failed; retrying");
         }
         self.ctx.metrics.watch_restart(&self.id, restart::FAILED);
         self.ctx.metrics.watch_state(&self.id, "waiting");
@@ -461,7 +460,7 @@ impl ResourceWatch {
                 match self.ctx.client.request_text(req).await {
                     Ok(_) => {
                         if !std::ptr::eq(res, self.res) || *version != self.res.versions[0] {
-                            log::info(format!("{}: using {}", self.id, res.path(version)));
+                            tracing::info!(resource = %self.id, path = %res.path(version), "using this API version");
                         }
                         self.active = Some((res, version));
                         self.tracker.list_kind = Some((res.api_version(version), res.kind.to_owned()));
@@ -473,7 +472,7 @@ impl ResourceWatch {
             }
         }
         if self.res.optional {
-            log::info(format!("{}: not served by this cluster; looking again every {} min", self.id, ABSENT_RECHECK.as_secs() / 60));
+            tracing::info!(resource = %self.id, every_min = ABSENT_RECHECK.as_secs() / 60, "not served by this cluster; looking again later");
             Ok(false)
         } else {
             Err(format!("{} is not served by the API server", self.res.path(self.res.versions[0])))
@@ -496,7 +495,7 @@ async fn send(ctx: &WatchContext, id: &str, source: &Path, flush: Flush) -> Sent
         (tables, recorded)
     });
     for d in diags.errors.iter().take(5) {
-        log::warn(d.to_string());
+        tracing::warn!(source = "kubernetes_watch", resource = %id, "{d}");
     }
     for (t, n) in diags.error_counts() {
         ctx.metrics.rejected(id, t, n);
@@ -504,7 +503,7 @@ async fn send(ctx: &WatchContext, id: &str, source: &Path, flush: Flush) -> Sent
     let batches = match tokio::task::block_in_place(|| tables.finish()) {
         Ok(b) => b,
         Err(e) => {
-            log::error(format!("{id}: {e}"));
+            tracing::error!(resource = %id, error = %e, "building the object rows failed");
             return Sent { recorded, ok: false };
         }
     };

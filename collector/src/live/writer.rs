@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 use arrow::compute::concat_batches;
 use tokio::sync::mpsc;
 
-use super::log;
 use super::metrics::Metrics;
 use super::wal::{self, Positions, Wal, WalDir};
 use crate::error::{Error, Result};
@@ -73,7 +72,7 @@ impl Flusher {
     fn flush_segment(&mut self, seg_path: &Path) -> Result<()> {
         let seg = wal::read_segment(seg_path)?;
         if let Some(torn) = &seg.torn {
-            log::warn(format!("{}: {torn}", seg_path.display()));
+            tracing::warn!(segment = %seg_path.display(), torn = %torn, "the WAL segment ends in a torn record");
         }
         let mut rows: BTreeMap<&'static str, u64> = BTreeMap::new();
         for (t, b) in &seg.batches {
@@ -107,11 +106,11 @@ impl Flusher {
             }
             if let Err(e) = self.flush_pending() {
                 self.metrics.flush_failed();
-                log::error(format!("flush to the store failed, will retry: {e}"));
+                tracing::error!(error = %e, "flush to the store failed, will retry");
             }
         }
         if let Err(e) = self.flush_pending() {
-            log::error(format!("last flush to the store failed: {e}"));
+            tracing::error!(error = %e, "the last flush to the store failed");
         }
         if !self.pending.is_empty() {
             return Err(Error::Store { path: self.home.dir().to_path_buf(), reason: format!("{} WAL segment(s) could not be flushed; they stay in the WAL and are replayed at the next start", self.pending.len()) });
@@ -144,7 +143,7 @@ impl Writer {
         let saved = home.load_positions();
         let mut flusher = Flusher { store, home, metrics: Arc::clone(&metrics), saved, pending: left, summary: WriterSummary::default() };
         if !flusher.pending.is_empty() {
-            log::info(format!("replaying {} WAL segment(s) left by the previous run", flusher.pending.len()));
+            tracing::info!(segments = flusher.pending.len(), "replaying the WAL left by the previous run");
         }
         flusher.flush_pending()?;
         let positions = flusher.saved.clone();
@@ -174,7 +173,7 @@ impl Writer {
             }
             if let Err(e) = self.append(msgs) {
                 // The WAL cannot be written: nothing received from now on would be safe.
-                log::error(format!("cannot append to the WAL: {e}"));
+                tracing::error!(error = %e, "cannot append to the WAL");
                 result = Err(e);
                 break;
             }
@@ -246,7 +245,7 @@ impl Writer {
                 let _ = seg_tx.send(closed);
             }
             Ok(None) => {}
-            Err(e) => log::error(format!("cannot start a new WAL segment: {e}")),
+            Err(e) => tracing::error!(error = %e, "cannot start a new WAL segment"),
         }
     }
 }
