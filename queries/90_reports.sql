@@ -36,6 +36,15 @@ FROM usage u
 LEFT JOIN team_units t ON t.month = u.month AND t.team = u.team
 LEFT JOIN team_productive p ON p.month = u.month AND p.team = u.team;
 
+-- GPU-hours and cost per UTC day, team and state: the HTTP API's time series
+-- (/api/v1/states), which adds days up into steps of whole days counted from 1970-01-01
+-- (day_number is the day's count from then).
+CREATE OR REPLACE VIEW report_state_days AS
+SELECT day, CAST(date_part('epoch', to_timestamp(day)) AS BIGINT) / 86400 AS day_number, team, state,
+       SUM(gpu_hours) AS gpu_hours, SUM(cost) AS cost
+FROM priced_state_hours
+GROUP BY day, team, state;
+
 -- Months with GPU time, overheads or units, and their GPU-hours in every state (the busiest
 -- month is the default of `report` and the API).
 CREATE OR REPLACE VIEW report_months AS
@@ -78,3 +87,102 @@ SELECT 5, 'gpuledger_accepted_units', month, team, 0, NULL, NULL, CAST(accepted_
 UNION ALL
 SELECT 6, 'gpuledger_cost_per_accepted_unit', month, team, 0, NULL, NULL, CAST(cost_per_accepted_unit AS DOUBLE) FROM chargeback_monthly
 WHERE cost_per_accepted_unit IS NOT NULL;
+
+-- The month as a FinOps FOCUS 1.2 cost and usage dataset (`gpuledger report --format focus`),
+-- one row per charge, each team a sub-account. Three kinds of row:
+--   1 GPU time: one per report_usage row, its GPU-hours and price-list cost. Lost time the
+--     platform pays for is on platform's account, its description naming whose run it was.
+--   2 Shared overhead: one per nonzero network, storage, support or operations amount of a
+--     team's chargeback row; no GPU-hours.
+--   3 Reconciliation: per team, BilledCost must add up to its chargeback total, but the usage
+--     rows carry price-list cost and the idle policy may have moved cost between teams
+--     (`share` spreads unallocated time over them). So where
+--     d = total - (its GPU time rows + its overhead rows) is not zero (|d| > 1e-9), one more
+--     row carries d: negative for platform, whose unallocated time was shared out, positive
+--     for the teams that received a share.
+-- Every row is ChargeCategory Usage (overheads are consumption-based shared costs, not
+-- purchases); the four cost columns are equal (one price list, no discounts or commitments).
+-- Columns FOCUS does not define start with x_. BillingCurrency is the configuration's currency
+-- and is added by the writer (a stored ledger does not hold it). row_kind and row_rank order a
+-- team's rows; month selects the month.
+CREATE OR REPLACE VIEW report_focus AS
+WITH gpu_time AS (
+    SELECT month,
+           CASE WHEN platform_paid THEN 'platform' ELSE team END AS account,
+           team, state, model_name, gpu_hours, provisional_gpu_hours, accepted_units, cost,
+           CASE state WHEN 'productive' THEN 'compute'
+                      WHEN 'allocated_idle' THEN 'idle'
+                      WHEN 'unallocated' THEN 'idle'
+                      ELSE 'failed_runs' END AS component,
+           CASE WHEN platform_paid
+                THEN 'GPU time, ' || state || ' (paid by the platform for ' || team || '), ' || model_name
+                ELSE 'GPU time, ' || state || ', ' || model_name END AS description,
+           CAST(ROW_NUMBER() OVER (PARTITION BY month ORDER BY team, state, model_name, platform_paid) AS BIGINT) AS row_rank
+    FROM report_usage
+),
+overheads AS (
+    SELECT month, team, 1 AS n, 'network' AS component, network AS cost FROM chargeback_monthly
+    UNION ALL SELECT month, team, 2, 'storage', storage FROM chargeback_monthly
+    UNION ALL SELECT month, team, 3, 'support', support FROM chargeback_monthly
+    UNION ALL SELECT month, team, 4, 'operations', operations FROM chargeback_monthly
+),
+charged AS (
+    SELECT month, account AS team, cost FROM gpu_time
+    UNION ALL SELECT month, team, cost FROM overheads WHERE abs(cost) > 1e-9
+),
+reconciliation AS (
+    SELECT c.month, c.team, c.total - COALESCE(SUM(x.cost), 0) AS cost
+    FROM chargeback_monthly c
+    LEFT JOIN charged x ON x.month = c.month AND x.team = c.team
+    GROUP BY c.month, c.team, c.total
+),
+focus_rows AS (
+    SELECT month, account, 1 AS row_kind, row_rank, cost, description,
+           'gpu-model/' || model_name AS resource_id, model_name AS resource_name, true AS gpu,
+           state, gpu_hours, provisional_gpu_hours, accepted_units, component
+    FROM gpu_time
+    UNION ALL
+    SELECT month, team AS account, 2 AS row_kind, n AS row_rank, cost,
+           'Shared overhead: ' || component AS description,
+           'overhead/' || component AS resource_id, component AS resource_name, false AS gpu,
+           CAST(NULL AS VARCHAR) AS state, 0.0 AS gpu_hours, 0.0 AS provisional_gpu_hours,
+           0.0 AS accepted_units, component
+    FROM overheads WHERE abs(cost) > 1e-9
+    UNION ALL
+    SELECT month, team AS account, 3 AS row_kind, 0 AS row_rank, cost,
+           'Share of unallocated GPU time' AS description,
+           'gpu-pool/unallocated' AS resource_id, 'unallocated GPU time' AS resource_name, true AS gpu,
+           'unallocated' AS state, 0.0 AS gpu_hours, 0.0 AS provisional_gpu_hours,
+           0.0 AS accepted_units, 'idle' AS component
+    FROM reconciliation WHERE abs(cost) > 1e-9
+)
+SELECT month, row_kind, row_rank,
+       CAST(cost AS DOUBLE) AS "BilledCost",
+       CAST(cost AS DOUBLE) AS "EffectiveCost",
+       CAST(cost AS DOUBLE) AS "ListCost",
+       CAST(cost AS DOUBLE) AS "ContractedCost",
+       to_timestamp(month || '-01T00:00:00Z') AS "BillingPeriodStart",
+       to_timestamp(month || '-01T00:00:00Z') + INTERVAL '1 month' AS "BillingPeriodEnd",
+       to_timestamp(month || '-01T00:00:00Z') AS "ChargePeriodStart",
+       to_timestamp(month || '-01T00:00:00Z') + INTERVAL '1 month' AS "ChargePeriodEnd",
+       'Usage' AS "ChargeCategory",
+       description AS "ChargeDescription",
+       resource_id AS "ResourceId",
+       resource_name AS "ResourceName",
+       CASE WHEN gpu THEN 'GPU' ELSE 'Overhead' END AS "ResourceType",
+       CASE WHEN gpu THEN 'GPU compute' ELSE 'Platform overhead' END AS "ServiceName",
+       CASE WHEN gpu THEN 'AI and Machine Learning' ELSE 'Management and Governance' END AS "ServiceCategory",
+       account AS "SubAccountId",
+       account AS "SubAccountName",
+       -- A JSON object. Team names are Kubernetes names or label values, which hold no quote
+       -- or backslash, but a capture file is not checked by an API server: escape both
+       -- (chr(92) is the backslash, chr(34) the double quote).
+       '{"gpuledger/team":"' || replace(replace(account, chr(92), chr(92) || chr(92)), chr(34), chr(92) || chr(34)) || '"'
+           || CASE WHEN state IS NULL THEN '' ELSE ',"gpuledger/state":"' || state || '"' END
+           || ',"gpuledger/component":"' || component || '"}' AS "Tags",
+       CAST(gpu_hours AS DOUBLE) AS "x_GpuHours",
+       CAST(provisional_gpu_hours AS DOUBLE) AS "x_ProvisionalGpuHours",
+       state AS "x_State",
+       CAST(accepted_units AS DOUBLE) AS "x_AcceptedUnits",
+       component AS "x_CostComponent"
+FROM focus_rows;

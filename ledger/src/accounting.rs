@@ -53,8 +53,14 @@ const REUSED_VIEWS: &[&str] = &["pod_samples", "observation_starts", "run_segmen
 /// day at a time in process, then gathered.
 const PER_DAY_TABLES: &[&str] = &["gpu_state_hours", "unobserved_gpu_hours", "gpu_pods", "lost_segment_gpus"];
 
-/// The steps after the sample steps, once over the gathered results.
-const MONTHLY_FILES: [&str; 6] = ["50_units.sql", "55_who_pays.sql", "60_chargeback.sql", "70_queue.sql", "80_failures.sql", "90_reports.sql"];
+/// The steps after the sample steps, once over the gathered results; then the report views
+/// (`90_reports.sql`) over [`REPORTED_TABLES`].
+const MONTHLY_FILES: [&str; 5] = ["50_units.sql", "55_who_pays.sql", "60_chargeback.sql", "70_queue.sql", "80_failures.sql"];
+
+/// The derived tables the report views read, kept as tables before those views are created:
+/// each report view reads them several times (report_focus reads chargeback_monthly four
+/// times), and a view would compute the whole monthly pipeline again at each read.
+pub const REPORTED_TABLES: [&str; 3] = ["priced_state_hours", "chargeback_monthly", "accepted_units_monthly"];
 
 /// The derived tables `gpuledger ledger` writes to the store, each stored under the name of
 /// the view it comes from (`gpuledger_schemas::derived` declares their columns).
@@ -225,9 +231,7 @@ impl Accounting {
             replace_table(&ctx, "xid_errors", mem_table(schema, batches)?)?;
         }
 
-        for file in MONTHLY_FILES {
-            exec_file(&ctx, file, scratch).await?;
-        }
+        monthly_steps(&ctx, scratch).await?;
         Ok(Accounting { ctx, days, scratch: None })
     }
 
@@ -302,10 +306,18 @@ async fn sample_and_monthly_steps(ctx: &SessionContext, scratch: Option<&Scratch
     for view in PER_DAY_TABLES.iter().chain(&["xid_errors"]) {
         materialise(ctx, view, &format!("SELECT * FROM {view}"), scratch).await?;
     }
+    monthly_steps(ctx, scratch).await
+}
+
+/// The monthly files, then the report views over the tables they read.
+async fn monthly_steps(ctx: &SessionContext, scratch: Option<&Scratch>) -> Result<()> {
     for file in MONTHLY_FILES {
         exec_file(ctx, file, scratch).await?;
     }
-    Ok(())
+    for table in REPORTED_TABLES {
+        materialise(ctx, table, &format!("SELECT * FROM {table}"), scratch).await?;
+    }
+    create_report_views(ctx).await
 }
 
 /// Narrows `gpu_samples` to what one day's pass reads: the day and the last second of the day
@@ -546,14 +558,18 @@ async fn keep_table(ctx: &SessionContext, name: &str, schema: SchemaRef, batches
     replace_table(ctx, name, Arc::new(ListingTable::try_new(config).map_err(err)?))
 }
 
-/// With `GPULEDGER_TIMINGS` set, each step's wall time goes to stderr (to see where time goes).
+/// Each step's wall time, as a `debug` event of target [`TIMINGS`] (to see where time goes:
+/// `GPULEDGER_LOG=gpuledger_ledger::timings=debug`).
 struct Timer {
     what: Option<(String, std::time::Instant)>,
 }
 
+/// The log target of the step timings.
+pub const TIMINGS: &str = "gpuledger_ledger::timings";
+
 impl Timer {
     fn start(what: &str) -> Timer {
-        let on = std::env::var_os("GPULEDGER_TIMINGS").is_some();
+        let on = tracing::enabled!(target: TIMINGS, tracing::Level::DEBUG);
         Timer { what: on.then(|| (what.to_string(), std::time::Instant::now())) }
     }
 }
@@ -561,7 +577,7 @@ impl Timer {
 impl Drop for Timer {
     fn drop(&mut self) {
         if let Some((what, started)) = &self.what {
-            eprintln!("gpuledger: {:>8.3} s  {what}", started.elapsed().as_secs_f64());
+            tracing::debug!(target: TIMINGS, step = %what, seconds = started.elapsed().as_secs_f64(), "step done");
         }
     }
 }

@@ -40,15 +40,15 @@ pub async fn register_missing(ctx: &SessionContext, location: &StoreLocation) ->
         }
     }
     let have = |t: &str| ctx.table_exist(t).unwrap_or(false);
-    if !have(REPORT_VIEW) && REPORT_INPUTS.iter().all(|t| have(t)) {
+    if !have(REPORT_VIEW) && crate::accounting::REPORTED_TABLES.iter().all(|t| have(t)) {
         crate::accounting::create_report_views(ctx).await?;
     }
     Ok(n)
 }
 
-/// A view of `queries/90_reports.sql`, and the derived tables that file reads.
+/// A view of `queries/90_reports.sql` (which reads the derived tables of
+/// [`crate::accounting::REPORTED_TABLES`]).
 const REPORT_VIEW: &str = "report_usage";
-const REPORT_INPUTS: [&str; 3] = ["priced_state_hours", "chargeback_monthly", "accepted_units_monthly"];
 
 async fn register_one(ctx: &SessionContext, location: &StoreLocation, table: &'static str) -> Result<bool> {
     let rel = layout::derived_rel(table);

@@ -10,21 +10,21 @@ use datafusion::scalar::ScalarValue;
 
 use crate::accounting::Accounting;
 use crate::config::IdlePolicy;
-use crate::types::State;
+use crate::types::{Month, State};
 use crate::decode::decode;
 use crate::error::{Error, Result};
 use crate::report::{ChargebackRow, FailureCauseRow, QueueWaitRow, Report, UnitsRow, UsageRow};
 
 impl Accounting {
     /// The report of `month` (`YYYY-MM`). Queue waits are those of admissions in that month.
-    pub async fn report(&self, month: &str, currency: &str, idle_policy: IdlePolicy) -> Result<Report> {
+    pub async fn report(&self, month: &Month, currency: &str, idle_policy: IdlePolicy) -> Result<Report> {
         read_report(self.context(), month, currency, idle_policy).await
     }
 }
 
 /// The report of `month` from a session holding the stored derived tables and the report views
 /// (see [`crate::derived::register`]): the same figures the accounting run that wrote them gave.
-pub async fn stored_report(ctx: &SessionContext, month: &str, currency: &str, idle_policy: IdlePolicy) -> Result<Report> {
+pub async fn stored_report(ctx: &SessionContext, month: &Month, currency: &str, idle_policy: IdlePolicy) -> Result<Report> {
     read_report(ctx, month, currency, idle_policy).await
 }
 
@@ -56,8 +56,8 @@ pub(crate) async fn busiest_month(ctx: &SessionContext) -> Result<Option<String>
     Ok(decode(&batches, "report_months", |c| c.text("month"))?.into_iter().next())
 }
 
-async fn read_report(ctx: &SessionContext, month: &str, currency: &str, idle_policy: IdlePolicy) -> Result<Report> {
-    let rows = async |sql: &str| query(ctx, sql, Some(month)).await;
+async fn read_report(ctx: &SessionContext, month: &Month, currency: &str, idle_policy: IdlePolicy) -> Result<Report> {
+    let rows = async |sql: &str| query(ctx, sql, Some(month.as_str())).await;
     let chargeback = decode(&rows("SELECT * FROM chargeback_monthly WHERE month = $1 ORDER BY team").await?, "chargeback_monthly", |c| {
         let (month, team) = (c.text("month")?, c.text("team")?);
         let n = |name: &str| c.f64(name);
@@ -139,5 +139,5 @@ async fn read_report(ctx: &SessionContext, month: &str, currency: &str, idle_pol
             })
             .collect())
     })?;
-    Ok(Report { month: month.to_string(), currency: currency.to_string(), idle_policy, chargeback, units, usage, failure_causes, queue_waits })
+    Ok(Report { month: month.clone(), currency: currency.to_string(), idle_policy, chargeback, units, usage, failure_causes, queue_waits })
 }

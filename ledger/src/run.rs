@@ -9,6 +9,7 @@ use crate::accounting::{Accounting, DayProgress, RunOptions};
 use crate::config::Config;
 use crate::engine::{Engine, MemoryStats};
 use crate::error::{Error, Result};
+use crate::types::Month;
 
 /// A derived table a run wrote.
 #[derive(Debug, Clone)]
@@ -48,14 +49,15 @@ pub async fn bad_annotations(accounting: &Accounting) -> Result<Vec<String>> {
 }
 
 /// `month` if the run has data for it, else the busiest month when none is named.
-pub async fn pick_month(accounting: &Accounting, store: &StoreLocation, month: Option<&str>) -> Result<String> {
+pub async fn pick_month(accounting: &Accounting, store: &StoreLocation, month: Option<&Month>) -> Result<Month> {
     let months = accounting.months().await?;
-    match month {
-        Some(m) if months.iter().any(|x| x == m) => Ok(m.to_string()),
+    let month = match month {
+        Some(m) if months.iter().any(|x| x == m.as_str()) => return Ok(m.clone()),
         Some(m) => {
             let have = if months.is_empty() { "none".to_string() } else { months.join(", ") };
-            Err(Error::NoData(format!("no data for month {m} in {store} (months with data: {have})")))
+            return Err(Error::NoData(format!("no data for month {m} in {store} (months with data: {have})")));
         }
-        None => accounting.busiest_month().await?.ok_or_else(|| Error::NoData(format!("no GPU samples, overheads or units in {store}"))),
-    }
+        None => accounting.busiest_month().await?.ok_or_else(|| Error::NoData(format!("no GPU samples, overheads or units in {store}")))?,
+    };
+    month.parse().map_err(|e| Error::internal(format!("report_months: {e}")))
 }

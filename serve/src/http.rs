@@ -26,6 +26,7 @@ use datafusion::scalar::ScalarValue;
 use gpuledger_ledger::Ledger;
 use gpuledger_ledger::accounting::rows;
 use gpuledger_ledger::monthly::{stored_months, stored_report};
+use gpuledger_ledger::types::Month;
 use gpuledger_ledger::report::html;
 use gpuledger_ledger::report::text::{TextFormat, render};
 use gpuledger_schemas::units::parse_duration;
@@ -177,15 +178,20 @@ impl Api {
     }
 
     /// The month asked for, checked against the months with data; the busiest when absent.
-    async fn month(&self, asked: Option<&str>) -> Result<String, ApiError> {
+    async fn month(&self, asked: Option<&str>) -> Result<Month, ApiError> {
+        // A malformed month is the request's fault whether or not a ledger exists.
+        let asked = asked.map(|m| m.parse::<Month>().map_err(|e| ApiError::bad(e.to_string()))).transpose()?;
         self.need_ledger().await?;
         let (months, busiest) = self.limited(async |ctx| stored_months(&ctx).await).await?;
-        match asked {
-            Some(m) if !gpuledger_ledger::config::valid_month(m) => Err(ApiError::bad(format!("month {m:?} is not YYYY-MM"))),
-            Some(m) if months.iter().any(|x| x == m) => Ok(m.to_owned()),
-            Some(m) => Err(ApiError::new(StatusCode::NOT_FOUND, format!("no data for month {m} (months with data: {})", if months.is_empty() { "none".into() } else { months.join(", ") }))),
-            None => busiest.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "the ledger holds no month yet")),
-        }
+        let month = match asked {
+            Some(m) if months.iter().any(|x| x == m.as_str()) => return Ok(m),
+            Some(m) => {
+                let have = if months.is_empty() { "none".into() } else { months.join(", ") };
+                return Err(ApiError::new(StatusCode::NOT_FOUND, format!("no data for month {m} (months with data: {have})")));
+            }
+            None => busiest.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "the ledger holds no month yet"))?,
+        };
+        month.parse().map_err(|e: gpuledger_ledger::types::BadMonth| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("report_months: {e}")))
     }
 }
 
@@ -295,7 +301,8 @@ async fn states(State(api): State<Arc<Api>>, Params(p): Params<StateParams>) -> 
         return Err(ApiError::bad("from must be before to"));
     }
     api.need_ledger().await?;
-    let mut params = Vec::new();
+    // $1 is the step in days; the filters bind $2 on.
+    let mut params = vec![ScalarValue::Int64(Some(step as i64))];
     let mut filters = Vec::new();
     let mut bind = |filter: &str, value: String| {
         params.push(ScalarValue::Utf8(Some(value)));
@@ -311,10 +318,11 @@ async fn states(State(api): State<Arc<Api>>, Params(p): Params<StateParams>) -> 
         bind("team = ?", team.clone());
     }
     let filter = if filters.is_empty() { String::new() } else { format!("WHERE {}", filters.join(" AND ")) };
+    // Steps are counted from 1970-01-01, as date_bin does: the same day always opens a step.
     let sql = format!(
-        "SELECT date_bin(INTERVAL '{step} days', to_timestamp(day), TIMESTAMP '1970-01-01T00:00:00') AS time, state, \
+        "SELECT to_timestamp_seconds((day_number / $1) * $1 * 86400) AS time, state, \
                 SUM(gpu_hours) AS gpu_hours, SUM(cost) AS cost \
-         FROM priced_state_hours {filter} GROUP BY 1, state ORDER BY 1, state"
+         FROM report_state_days {filter} GROUP BY 1, state ORDER BY 1, state"
     );
     let batches = api.run(&sql, params).await?;
     let points: Vec<Value> = rows(&batches)?
@@ -342,7 +350,7 @@ async fn queue(State(api): State<Arc<Api>>, Params(p): Params<OptionalMonth>) ->
         }
         Some(m) => {
             let month = api.month(Some(m)).await?;
-            ("SELECT * FROM queue_wait_monthly WHERE month = $1 ORDER BY team, cluster_queue".to_owned(), vec![ScalarValue::Utf8(Some(month))])
+            ("SELECT * FROM queue_wait_monthly WHERE month = $1 ORDER BY team, cluster_queue".to_owned(), vec![ScalarValue::Utf8(Some(month.to_string()))])
         }
     };
     let rows = rows(&api.run(&sql, params).await?)?;
@@ -363,9 +371,10 @@ async fn failures(State(api): State<Arc<Api>>, Params(p): Params<FailureParams>)
         Some(l) => l.parse().ok().filter(|n| (1..=1000).contains(n)).ok_or_else(|| ApiError::bad(format!("limit {l:?} is not a number from 1 to 1000")))?,
     };
     let month = api.month(p.month.as_deref()).await?;
-    let params = || vec![ScalarValue::Utf8(Some(month.clone()))];
+    let params = || vec![ScalarValue::Utf8(Some(month.to_string()))];
     let causes = rows(&api.run("SELECT * FROM failure_causes WHERE month = $1 ORDER BY cost DESC, gpu_hours DESC, cause", params()).await?)?;
-    let runs = rows(&api.run(&format!("SELECT * FROM run_failures WHERE to_char(ended_at, '%Y-%m') = $1 ORDER BY cost DESC LIMIT {limit}"), params()).await?)?;
+    let limited = vec![ScalarValue::Utf8(Some(month.to_string())), ScalarValue::Int64(Some(i64::from(limit)))];
+    let runs = rows(&api.run("SELECT * FROM run_failures WHERE to_char(ended_at, '%Y-%m') = $1 ORDER BY cost DESC LIMIT $2", limited).await?)?;
     Ok(axum::Json(json!({ "month": month, "currency": api.currency, "causes": causes, "runs": runs })).into_response())
 }
 

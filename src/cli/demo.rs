@@ -57,14 +57,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // One accounting run serves both the derived tables and the report.
     let loaded = ledger::load_config(Some(&config))?;
     let started = std::time::Instant::now();
-    let report = super::runtime()?.block_on(async {
+    let (report, focus) = super::runtime()?.block_on(async {
         let (accounting, _) = ledger::run_accounting(&store, &loaded, &RunOptions::default(), &Default::default(), ProgressMode::Auto).await?;
         ledger::write_derived(&accounting, &store, started).await?;
-        report::month_report(&accounting, &store, &loaded, None, None).await
+        let report = report::month_report(&accounting, &store, &loaded, None, None).await?;
+        let focus = focus::write_focus(accounting.context(), &report.month, &report.currency, &args.dir, &format!("focus-{}", report.month)).await?;
+        anyhow::Ok((report, focus))
     })?;
     let html_path = args.dir.join(format!("report-{}.html", report.month));
     report::write_atomically(&html_path, html::render(&report).as_bytes())?;
-    let focus = focus::write_focus(&report, &args.dir, &format!("focus-{}", report.month))?;
     println!("\n{}", render(&report, TextFormat::Table));
     println!("Written:");
     println!("  {}  (open in a browser: charts, failure causes, queue waits)", html_path.display());

@@ -5,13 +5,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::bail;
 use gpuledger_store::StoreLocation;
 use clap::ValueEnum;
 use gpuledger_ledger::accounting::{Accounting, RunOptions};
 use gpuledger_ledger::config::{Config, IdlePolicy};
 use gpuledger_ledger::report::text::{TextFormat, render};
 use gpuledger_ledger::report::{Report, focus, html};
+use gpuledger_ledger::types::Month;
 
 use super::ledger::{load_config, run_accounting};
 use super::progress::ProgressMode;
@@ -60,8 +60,8 @@ pub struct Args {
     #[arg(long, env = "GPULEDGER_CONFIG")]
     pub config: Option<PathBuf>,
     /// Month to report, YYYY-MM. Default: the month with the most GPU-hours.
-    #[arg(long)]
-    pub month: Option<String>,
+    #[arg(long, value_name = "YYYY-MM")]
+    pub month: Option<Month>,
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
@@ -79,12 +79,14 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if let Some(m) = &args.month
-        && !gpuledger_ledger::config::valid_month(m)
-    {
-        bail!("--month {m:?} is not YYYY-MM");
-    }
-    let report = build(&args.store, args.config.as_deref(), args.month.as_deref(), args.idle_policy, args.progress)?;
+    let config = load_config(args.config.as_deref())?;
+    let options = RunOptions { idle_policy: args.idle_policy, ..RunOptions::default() };
+    let runtime = super::runtime()?;
+    let (accounting, report) = runtime.block_on(async {
+        let (accounting, _) = run_accounting(&args.store, &config, &options, &Default::default(), args.progress).await?;
+        let report = month_report(&accounting, &args.store, &config, args.month.as_ref(), args.idle_policy).await?;
+        anyhow::Ok((accounting, report))
+    })?;
     let text = match args.format {
         Format::Table => render(&report, TextFormat::Table),
         Format::Csv => render(&report, TextFormat::Csv),
@@ -95,7 +97,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Format::Focus => {
             let stem_path = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("focus-{}", report.month)));
             let (dir, stem) = split_stem(&stem_path);
-            let files = focus::write_focus(&report, &dir, &stem)?;
+            let files = runtime.block_on(focus::write_focus(accounting.context(), &report.month, &report.currency, &dir, &stem))?;
             eprintln!("gpuledger: FOCUS 1.2 dataset for {}: {} rows in {} and {}", report.month, files.rows, files.csv.display(), files.parquet.display());
             return Ok(ExitCode::SUCCESS);
         }
@@ -110,18 +112,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs the accounting and reads one month out of it (the busiest month when none is named).
-pub fn build(store: &StoreLocation, config: Option<&Path>, month: Option<&str>, idle_policy: Option<IdlePolicy>, progress: ProgressMode) -> anyhow::Result<Report> {
-    let config = load_config(config)?;
-    let options = RunOptions { idle_policy, ..RunOptions::default() };
-    super::runtime()?.block_on(async {
-        let (accounting, _) = run_accounting(store, &config, &options, &Default::default(), progress).await?;
-        month_report(&accounting, store, &config, month, idle_policy).await
-    })
-}
-
 /// One month of a finished accounting run (the busiest month when none is named).
-pub async fn month_report(accounting: &Accounting, store: &StoreLocation, config: &Config, month: Option<&str>, idle_policy: Option<IdlePolicy>) -> anyhow::Result<Report> {
+pub async fn month_report(accounting: &Accounting, store: &StoreLocation, config: &Config, month: Option<&Month>, idle_policy: Option<IdlePolicy>) -> anyhow::Result<Report> {
     let policy = idle_policy.unwrap_or(config.accounting.idle_policy);
     let month = gpuledger_ledger::run::pick_month(accounting, store, month).await?;
     Ok(accounting.report(&month, &config.accounting.currency, policy).await?)

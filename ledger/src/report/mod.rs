@@ -10,6 +10,7 @@ pub mod text;
 use serde::Serialize;
 
 use crate::config::IdlePolicy;
+use crate::types::Month;
 pub use crate::types::{CostComponent, State};
 
 /// The columns of `report --format csv`, in this order (the contract finance scripts read).
@@ -38,8 +39,7 @@ pub const CSV_COLUMNS: [&str; 19] = [
 /// Everything a month's report shows.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
-    /// `YYYY-MM`.
-    pub month: String,
+    pub month: Month,
     pub currency: String,
     pub idle_policy: IdlePolicy,
     /// One row per team, `platform` included, sorted by team.
@@ -204,9 +204,9 @@ pub enum RenderError {
     /// Building the Arrow batch or writing it as CSV failed.
     #[error("building the export table: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
-    /// The report's month is not `YYYY-MM`, so it has no billing period.
-    #[error("month `{month}` is not YYYY-MM")]
-    Month { month: String },
+    /// Reading the rows out of the ledger failed.
+    #[error(transparent)]
+    Ledger(#[from] crate::error::Error),
 }
 
 /// A small hand-made report the renderers' tests share.
@@ -317,7 +317,7 @@ pub(crate) mod fixture {
             usage("vision", "allocated_idle", A100, 2.0, 1.0, 0.0, 0.0),
         ];
         Report {
-            month: "2026-10".into(),
+            month: "2026-10".parse().unwrap(),
             currency: "EUR".into(),
             idle_policy: IdlePolicy::Share,
             chargeback,
@@ -353,6 +353,67 @@ pub(crate) mod fixture {
                 },
             ],
         }
+    }
+
+    /// A session holding `report` as the derived tables the report views read
+    /// (priced_state_hours, chargeback_monthly, accepted_units_monthly), with the views of
+    /// `queries/90_reports.sql` created over them: what `gpuledger serve` has over a stored ledger.
+    pub(crate) async fn session(report: &Report) -> datafusion::prelude::SessionContext {
+        use std::sync::Arc;
+
+        use arrow::datatypes::{DataType, Field, Schema};
+        use datafusion::datasource::MemTable;
+
+        fn table<T: Serialize>(rows: &[T], fields: Vec<Field>) -> Arc<MemTable> {
+            let schema = Arc::new(Schema::new(fields));
+            let mut decoder = arrow::json::ReaderBuilder::new(schema.clone()).build_decoder().unwrap();
+            decoder.serialize(rows).unwrap();
+            let batch = decoder.flush().unwrap().unwrap();
+            Arc::new(MemTable::try_new(schema, vec![vec![batch]]).unwrap())
+        }
+        let text = |name: &str| Field::new(name, DataType::Utf8, true);
+        let number = |name: &str| Field::new(name, DataType::Float64, true);
+
+        // The usage rows as priced hours of one day each.
+        #[derive(Serialize)]
+        struct Priced<'a> {
+            month: &'a str,
+            day: String,
+            team: &'a str,
+            state: &'a str,
+            model_name: &'a str,
+            paid_by: Option<&'a str>,
+            gpu_hours: f64,
+            cost: f64,
+            provisional: bool,
+        }
+        let mut priced = Vec::new();
+        for u in &report.usage {
+            let paid_by = u.state.is_lost().then_some(if u.platform_paid { "platform" } else { "team" });
+            let day = format!("{}-01", u.month);
+            let settled = u.gpu_hours - u.provisional_gpu_hours;
+            let cost_per_hour = if u.gpu_hours > 0.0 { u.cost / u.gpu_hours } else { 0.0 };
+            for (hours, provisional) in [(settled, false), (u.provisional_gpu_hours, true)] {
+                if hours > 0.0 {
+                    let row = Priced { month: &u.month, day: day.clone(), team: &u.team, state: u.state.as_str(), model_name: &u.model_name, paid_by, gpu_hours: hours, cost: hours * cost_per_hour, provisional };
+                    priced.push(row);
+                }
+            }
+        }
+        let mut priced_fields: Vec<Field> = ["month", "day", "team", "state", "model_name", "paid_by"].map(text).to_vec();
+        priced_fields.extend([number("gpu_hours"), number("cost"), Field::new("provisional", DataType::Boolean, true)]);
+
+        // The chargeback CSV's columns are the table's, less provisional_gpu_hours.
+        let mut chargeback_fields: Vec<Field> = vec![text("month"), text("team")];
+        chargeback_fields.extend(CSV_COLUMNS[2..].iter().chain(&["provisional_gpu_hours"]).map(|n| number(n)));
+        let units_fields = vec![text("month"), text("team"), text("unit"), number("accepted_units")];
+
+        let ctx = datafusion::prelude::SessionContext::new();
+        ctx.register_table("priced_state_hours", table(&priced, priced_fields)).unwrap();
+        ctx.register_table("chargeback_monthly", table(&report.chargeback, chargeback_fields)).unwrap();
+        ctx.register_table("accepted_units_monthly", table(&report.units, units_fields)).unwrap();
+        crate::accounting::create_report_views(&ctx).await.unwrap();
+        ctx
     }
 
     /// The same report with every run settled (no provisional hours).
