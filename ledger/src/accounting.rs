@@ -283,12 +283,12 @@ impl Accounting {
     }
 
     /// The month with the most GPU-hours (all states), the earliest on a tie.
-    pub async fn busiest_month(&self) -> Result<Option<String>> {
+    pub async fn busiest_month(&self) -> Result<Option<crate::types::Month>> {
         crate::monthly::busiest_month(&self.ctx).await
     }
 
     /// Months that have GPU time, overheads or units, oldest first.
-    pub async fn months(&self) -> Result<Vec<String>> {
+    pub async fn months(&self) -> Result<Vec<crate::types::Month>> {
         crate::monthly::months(&self.ctx).await
     }
 }

@@ -29,12 +29,12 @@ pub async fn stored_report(ctx: &SessionContext, month: &Month, currency: &str, 
 }
 
 /// Months of the stored chargeback, oldest first, and the busiest of them.
-pub async fn stored_months(ctx: &SessionContext) -> Result<(Vec<String>, Option<String>)> {
+pub async fn stored_months(ctx: &SessionContext) -> Result<(Vec<Month>, Option<Month>)> {
     Ok((months(ctx).await?, busiest_month(ctx).await?))
 }
 
 /// Runs `sql` with `$1` bound to `month` (when given).
-async fn query(ctx: &SessionContext, sql: &str, month: Option<&str>) -> Result<Vec<RecordBatch>> {
+pub(crate) async fn query(ctx: &SessionContext, sql: &str, month: Option<&str>) -> Result<Vec<RecordBatch>> {
     let err = |source| Error::Query { sql: crate::first_line(sql), source };
     let df = ctx.sql(sql).await.map_err(err)?;
     let df = match month {
@@ -45,15 +45,15 @@ async fn query(ctx: &SessionContext, sql: &str, month: Option<&str>) -> Result<V
 }
 
 /// Months that have GPU time, overheads or units, oldest first.
-pub(crate) async fn months(ctx: &SessionContext) -> Result<Vec<String>> {
+pub(crate) async fn months(ctx: &SessionContext) -> Result<Vec<Month>> {
     let batches = query(ctx, "SELECT month FROM report_months ORDER BY month", None).await?;
-    decode(&batches, "report_months", |c| c.text("month"))
+    decode(&batches, "report_months", |c| c.parsed::<Month>("month"))
 }
 
 /// The month with the most GPU-hours (all states), the earliest on a tie.
-pub(crate) async fn busiest_month(ctx: &SessionContext) -> Result<Option<String>> {
+pub(crate) async fn busiest_month(ctx: &SessionContext) -> Result<Option<Month>> {
     let batches = query(ctx, "SELECT month FROM report_months ORDER BY gpu_hours DESC, month LIMIT 1", None).await?;
-    Ok(decode(&batches, "report_months", |c| c.text("month"))?.into_iter().next())
+    Ok(decode(&batches, "report_months", |c| c.parsed::<Month>("month"))?.into_iter().next())
 }
 
 async fn read_report(ctx: &SessionContext, month: &Month, currency: &str, idle_policy: IdlePolicy) -> Result<Report> {

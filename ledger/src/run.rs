@@ -51,13 +51,12 @@ pub async fn bad_annotations(accounting: &Accounting) -> Result<Vec<String>> {
 /// `month` if the run has data for it, else the busiest month when none is named.
 pub async fn pick_month(accounting: &Accounting, store: &StoreLocation, month: Option<&Month>) -> Result<Month> {
     let months = accounting.months().await?;
-    let month = match month {
-        Some(m) if months.iter().any(|x| x == m.as_str()) => return Ok(m.clone()),
+    match month {
+        Some(m) if months.contains(m) => Ok(m.clone()),
         Some(m) => {
-            let have = if months.is_empty() { "none".to_string() } else { months.join(", ") };
-            return Err(Error::NoData(format!("no data for month {m} in {store} (months with data: {have})")));
+            let have = if months.is_empty() { "none".to_string() } else { months.iter().map(Month::as_str).collect::<Vec<_>>().join(", ") };
+            Err(Error::NoData(format!("no data for month {m} in {store} (months with data: {have})")))
         }
-        None => accounting.busiest_month().await?.ok_or_else(|| Error::NoData(format!("no GPU samples, overheads or units in {store}")))?,
-    };
-    month.parse().map_err(|e| Error::internal(format!("report_months: {e}")))
+        None => accounting.busiest_month().await?.ok_or_else(|| Error::NoData(format!("no GPU samples, overheads or units in {store}"))),
+    }
 }

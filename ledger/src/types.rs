@@ -34,15 +34,6 @@ impl State {
         }
     }
 
-    /// The cost component this state's cost is charged as (60_chargeback.sql).
-    pub fn component(self) -> CostComponent {
-        match self {
-            State::Productive => CostComponent::Compute,
-            State::AllocatedIdle | State::Unallocated => CostComponent::Idle,
-            State::Failed | State::Preempted => CostComponent::FailedRuns,
-        }
-    }
-
     /// Whether time in this state is lost to a run that did not finish.
     pub fn is_lost(self) -> bool {
         matches!(self, State::Failed | State::Preempted)
@@ -66,9 +57,6 @@ impl CostComponent {
     /// Every component, in the order of the formula.
     pub const ALL: [CostComponent; 7] =
         [CostComponent::Compute, CostComponent::Network, CostComponent::Storage, CostComponent::Support, CostComponent::Idle, CostComponent::FailedRuns, CostComponent::Operations];
-
-    /// The overheads a configuration gives as amounts (the others come from GPU time).
-    pub const OVERHEADS: [CostComponent; 4] = [CostComponent::Network, CostComponent::Storage, CostComponent::Support, CostComponent::Operations];
 
     /// The name in the SQL, the chargeback's column and the `/metrics` label.
     pub fn as_str(self) -> &'static str {
@@ -170,8 +158,6 @@ mod tests {
             assert_eq!(c.as_str().parse::<CostComponent>().unwrap(), c);
         }
         assert_eq!("idle_allocated".parse::<State>().unwrap_err().to_string(), "unknown GPU state \"idle_allocated\"");
-        assert_eq!(State::Preempted.component(), CostComponent::FailedRuns);
-        assert_eq!(State::Unallocated.component(), CostComponent::Idle);
         assert!(State::Failed.is_lost() && !State::AllocatedIdle.is_lost());
     }
 

@@ -183,15 +183,14 @@ impl Api {
         let asked = asked.map(|m| m.parse::<Month>().map_err(|e| ApiError::bad(e.to_string()))).transpose()?;
         self.need_ledger().await?;
         let (months, busiest) = self.limited(async |ctx| stored_months(&ctx).await).await?;
-        let month = match asked {
-            Some(m) if months.iter().any(|x| x == m.as_str()) => return Ok(m),
+        match asked {
+            Some(m) if months.contains(&m) => Ok(m),
             Some(m) => {
-                let have = if months.is_empty() { "none".into() } else { months.join(", ") };
-                return Err(ApiError::new(StatusCode::NOT_FOUND, format!("no data for month {m} (months with data: {have})")));
+                let have = if months.is_empty() { "none".into() } else { months.iter().map(Month::as_str).collect::<Vec<_>>().join(", ") };
+                Err(ApiError::new(StatusCode::NOT_FOUND, format!("no data for month {m} (months with data: {have})")))
             }
-            None => busiest.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "the ledger holds no month yet"))?,
-        };
-        month.parse().map_err(|e: gpuledger_ledger::types::BadMonth| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("report_months: {e}")))
+            None => busiest.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "the ledger holds no month yet")),
+        }
     }
 }
 

@@ -16,10 +16,10 @@ use super::metrics::Metrics;
 use super::writer::Msg;
 use crate::diag::Diagnostics;
 use crate::sources::{DcgmText, Origin, Source};
+use crate::tables::samples::SampleTables;
 
 /// The `source` field of the scrape loop's log events: the name of the source it reads with.
 const SOURCE: &str = "dcgm_scrape";
-use crate::tables::samples::SampleTables;
 
 /// Largest body read from an exporter (a DCGM exporter of 8 GPUs writes about 100 KiB).
 const MAX_BODY: usize = 64 << 20;

@@ -15,7 +15,6 @@ use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::prelude::SessionContext;
-use datafusion::scalar::ScalarValue;
 use parquet::arrow::ArrowWriter;
 
 use super::RenderError;
@@ -117,10 +116,7 @@ pub fn focus_schema() -> SchemaRef {
 /// The export of `month` as one Arrow batch (the CSV and the Parquet file are written from it),
 /// read from `report_focus` in `ctx` (an accounting session, or a stored ledger's).
 pub async fn focus_batch(ctx: &SessionContext, month: &Month, currency: &str) -> Result<RecordBatch, RenderError> {
-    let err = |source| Error::Query { sql: FOCUS_SQL.to_string(), source };
-    let df = ctx.sql(FOCUS_SQL).await.map_err(err)?;
-    let df = df.with_param_values(vec![ScalarValue::Utf8(Some(month.to_string()))]).map_err(err)?;
-    let batches = df.collect().await.map_err(err)?;
+    let batches = crate::monthly::query(ctx, FOCUS_SQL, Some(month.as_str())).await?;
     let Some(first) = batches.first() else {
         return Ok(RecordBatch::new_empty(focus_schema()));
     };
@@ -246,6 +242,17 @@ mod tests {
         let p = desc.iter().position(|d| *d == Some("GPU time, failed (paid by the platform for ml-research), NVIDIA H100 80GB HBM3")).unwrap();
         assert_eq!((strings(&b, "SubAccountId")[p], floats(&b, "BilledCost")[p], floats(&b, "x_GpuHours")[p]), (Some("platform"), 6.0, 3.0));
         assert_eq!(strings(&b, "x_CostComponent")[p], Some("failed_runs"));
+        // Each state's cost is charged as its component (60_chargeback.sql).
+        let component_of = |state: &str| -> Vec<Option<&str>> {
+            let states = strings(&b, "x_State");
+            let components = strings(&b, "x_CostComponent");
+            let mut found: Vec<Option<&str>> = (0..b.num_rows()).filter(|&r| states[r] == Some(state)).map(|r| components[r]).collect();
+            found.dedup();
+            found
+        };
+        for (state, component) in [("productive", "compute"), ("allocated_idle", "idle"), ("unallocated", "idle"), ("failed", "failed_runs"), ("preempted", "failed_runs")] {
+            assert_eq!(component_of(state), vec![Some(component)], "{state}");
+        }
         // A team's rows sit together: GPU time, then overheads, then its reconciliation.
         let accounts = strings(&b, "SubAccountId");
         assert!(accounts.windows(2).all(|w| w[0] <= w[1]), "{accounts:?}");

@@ -110,13 +110,6 @@ pub struct UsageRow {
     pub platform_paid: bool,
 }
 
-impl UsageRow {
-    /// The team whose bill these hours' cost is on.
-    pub fn charged_to(&self) -> &str {
-        if self.platform_paid { "platform" } else { &self.team }
-    }
-}
-
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct FailureCauseRow {
     /// `failed` or `preempted`.
