@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use gpuledger_collector::Diagnostics;
-use gpuledger_collector::sources::dcgm_text::{ScrapeTime, read_text};
+use gpuledger_collector::sources::dcgm_text::{DcgmText, ScrapeTime};
 use gpuledger_collector::tables::samples::SampleTables;
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -34,13 +34,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let texts: Vec<Vec<u8>> = paths.iter().map(std::fs::read).collect::<Result<_, _>>()?;
     let bytes: usize = texts.iter().map(Vec::len).sum();
 
-    // Ours: parse into rows, as ingest does (without Arrow and Parquet).
+    // Ours: parse into rows, as an ingest worker does (one source, its label sets remembered;
+    // without Arrow and Parquet).
     let t = Instant::now();
     let mut ours = 0u64;
+    let mut source = DcgmText::file();
     for (p, text) in paths.iter().zip(&texts) {
         let mut tables = SampleTables::new();
         let mut d = Diagnostics::new();
-        ours += read_text(p, text, ScrapeTime::FileName(0), &mut tables, &mut d).samples;
+        let records = source.parse_text(p, text, ScrapeTime::FileName(0), &mut d);
+        ours += source.load_text(records, &mut tables);
     }
     let ours_s = t.elapsed().as_secs_f64();
 
