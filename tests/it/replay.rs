@@ -570,7 +570,7 @@ impl Collector {
             if let Ok(Some(st)) = child.try_wait() {
                 panic!("collector exited early with {st}:\n{}", text());
             }
-            listen = text().lines().find_map(|l| l.split_once("serving /metrics, /healthz and /readyz on http://")?.1.trim().parse::<SocketAddr>().ok());
+            listen = text().lines().find_map(|l| l.split_once("serving /metrics, /healthz and /readyz on http://")?.1.split_whitespace().next()?.parse::<SocketAddr>().ok());
             listen.map(|_| ()).ok_or_else(text)
         });
         let c = Collector { child, listen: listen.unwrap(), log: log.to_path_buf() };

@@ -76,7 +76,7 @@ pub async fn run(cfg: CollectorConfig, store: &StoreLocation, shutdown: impl std
     // Listen first: a taken port is a config error worth failing on before any work.
     let listener = tokio::net::TcpListener::bind(cfg.listen).await.map_err(|source| LiveError::Listen { addr: cfg.listen, source })?;
     let local = listener.local_addr().map_err(|source| LiveError::Listen { addr: cfg.listen, source })?;
-    tracing::info!(address = %local, "serving /metrics, /healthz and /readyz");
+    tracing::info!(address = %local, "serving /metrics, /healthz and /readyz on http://{local}");
     let server = tokio::spawn(http::serve(listener, Arc::clone(&metrics), stop_rx.clone()));
 
     // Kubernetes access is checked before the store is touched: a wrong kubeconfig fails fast.

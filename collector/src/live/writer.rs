@@ -143,7 +143,7 @@ impl Writer {
         let saved = home.load_positions();
         let mut flusher = Flusher { store, home, metrics: Arc::clone(&metrics), saved, pending: left, summary: WriterSummary::default() };
         if !flusher.pending.is_empty() {
-            tracing::info!(segments = flusher.pending.len(), "replaying the WAL left by the previous run");
+            tracing::info!(segments = flusher.pending.len(), "replaying {} WAL segment(s) left by the previous run", flusher.pending.len());
         }
         flusher.flush_pending()?;
         let positions = flusher.saved.clone();
