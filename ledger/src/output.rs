@@ -65,5 +65,9 @@ mod tests {
         assert_eq!(format_batches(&[batch()], OutputFormat::Csv).unwrap(), "team,n\na,1\n\"b,c\",\n");
         assert_eq!(format_batches(&[batch()], OutputFormat::Json).unwrap(), "[{\"team\":\"a\",\"n\":1},{\"team\":\"b,c\"}]\n");
         assert!(format_batches(&[batch()], OutputFormat::Table).unwrap().contains("| b,c  |"));
+        // No rows: the header alone, an empty array.
+        let empty = RecordBatch::new_empty(batch().schema());
+        assert_eq!(format_batches(std::slice::from_ref(&empty), OutputFormat::Csv).unwrap(), "team,n\n");
+        assert_eq!(format_batches(&[empty], OutputFormat::Json).unwrap(), "[]\n");
     }
 }
