@@ -154,3 +154,8 @@ FROM (
     )
     GROUP BY date, day_number, node, model_name
 );
+
+-- The first and the last instant the samples cover (one row per day in process, one in all
+-- at once). Budgets scale a month's cost to date by the part of the month the data covers.
+CREATE OR REPLACE VIEW observed_extent AS
+SELECT MIN(t) AS first_ms, MAX(covered_end) AS last_ms FROM sample_spans;

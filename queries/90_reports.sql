@@ -86,7 +86,14 @@ UNION ALL
 SELECT 5, 'gpuledger_accepted_units', month, team, 0, NULL, NULL, CAST(accepted_units AS DOUBLE) FROM chargeback_monthly
 UNION ALL
 SELECT 6, 'gpuledger_cost_per_accepted_unit', month, team, 0, NULL, NULL, CAST(cost_per_accepted_unit AS DOUBLE) FROM chargeback_monthly
-WHERE cost_per_accepted_unit IS NOT NULL;
+WHERE cost_per_accepted_unit IS NOT NULL
+UNION ALL
+-- Budgets (65_budgets.sql): what a Grafana alert rule watches.
+SELECT 7, 'gpuledger_budget', month, team, 0, NULL, NULL, CAST(budget AS DOUBLE) FROM budget_monthly
+UNION ALL
+SELECT 8, 'gpuledger_budget_used_ratio', month, team, 0, NULL, NULL, CAST(used_ratio AS DOUBLE) FROM budget_monthly
+UNION ALL
+SELECT 9, 'gpuledger_budget_forecast_ratio', month, team, 0, NULL, NULL, CAST(forecast_ratio AS DOUBLE) FROM budget_monthly;
 
 -- The month as a FinOps FOCUS 1.2 cost and usage dataset (`gpuledger report --format focus`),
 -- one row per charge, each team a sub-account. Three kinds of row:
@@ -97,14 +104,20 @@ WHERE cost_per_accepted_unit IS NOT NULL;
 --   3 Reconciliation: per team, BilledCost must add up to its chargeback total, but the usage
 --     rows carry price-list cost and the idle policy may have moved cost between teams
 --     (`share` spreads unallocated time over them). So where
---     d = total - (its GPU time rows + its overhead rows) is not zero (|d| > 1e-9), one more
---     row carries d: negative for platform, whose unallocated time was shared out, positive
---     for the teams that received a share.
--- Every row is ChargeCategory Usage (overheads are consumption-based shared costs, not
--- purchases); the four cost columns are equal (one price list, no discounts or commitments).
--- Columns FOCUS does not define start with x_. BillingCurrency is the configuration's currency
--- and is added by the writer (a stored ledger does not hold it). row_kind and row_rank order a
--- team's rows; month selects the month.
+--     d = total - (its GPU time rows + its overhead rows) is a real difference, one more row
+--     carries d: negative for platform, whose unallocated time was shared out, positive for
+--     the teams that received a share. "Real" is relative: |d| > max(1e-9, 1e-12 x |total|).
+--     Summing a large month in another order leaves differences of a few units in the last
+--     place (3e-8 on a total of 2.4e8) that are not money; a cent on that total is 4e-11 of it.
+-- Kinds 1 and 2 are ChargeCategory Usage (overheads are consumption-based shared costs, not
+-- purchases): GPU time is priced and consumed in GPU-Hours, an overhead share is one Month of
+-- the team's share (ChargeFrequency Recurring). Kind 3 moves cost between teams and measures
+-- nothing: an Adjustment with no pricing or consumed quantity.
+-- The four cost columns are equal (one price list, no discounts or commitments) and ChargeClass
+-- is null (no row corrects an earlier period). Columns FOCUS does not define start with x_.
+-- What only the configuration knows (BillingCurrency, BillingAccountId and Name, InvoiceId,
+-- InvoiceIssuerName, ProviderName, PublisherName) is added by the writer: a stored ledger does
+-- not hold it. row_kind and row_rank order a team's rows; month selects the month.
 CREATE OR REPLACE VIEW report_focus AS
 WITH gpu_time AS (
     SELECT month,
@@ -131,7 +144,7 @@ charged AS (
     UNION ALL SELECT month, team, cost FROM overheads WHERE abs(cost) > 1e-9
 ),
 reconciliation AS (
-    SELECT c.month, c.team, c.total - COALESCE(SUM(x.cost), 0) AS cost
+    SELECT c.month, c.team, c.total, c.total - COALESCE(SUM(x.cost), 0) AS cost
     FROM chargeback_monthly c
     LEFT JOIN charged x ON x.month = c.month AND x.team = c.team
     GROUP BY c.month, c.team, c.total
@@ -154,7 +167,7 @@ focus_rows AS (
            'gpu-pool/unallocated' AS resource_id, 'unallocated GPU time' AS resource_name, true AS gpu,
            'unallocated' AS state, 0.0 AS gpu_hours, 0.0 AS provisional_gpu_hours,
            0.0 AS accepted_units, 'idle' AS component
-    FROM reconciliation WHERE abs(cost) > 1e-9
+    FROM reconciliation WHERE abs(cost) > greatest(1e-9, 1e-12 * abs(total))
 )
 SELECT month, row_kind, row_rank,
        CAST(cost AS DOUBLE) AS "BilledCost",
@@ -165,13 +178,25 @@ SELECT month, row_kind, row_rank,
        to_timestamp(month || '-01T00:00:00Z') + INTERVAL '1 month' AS "BillingPeriodEnd",
        to_timestamp(month || '-01T00:00:00Z') AS "ChargePeriodStart",
        to_timestamp(month || '-01T00:00:00Z') + INTERVAL '1 month' AS "ChargePeriodEnd",
-       'Usage' AS "ChargeCategory",
+       CASE WHEN row_kind = 3 THEN 'Adjustment' ELSE 'Usage' END AS "ChargeCategory",
+       CAST(NULL AS VARCHAR) AS "ChargeClass",
+       CASE WHEN row_kind = 2 THEN 'Recurring' ELSE 'Usage-Based' END AS "ChargeFrequency",
        description AS "ChargeDescription",
+       CASE row_kind WHEN 1 THEN CAST(gpu_hours AS DOUBLE) WHEN 2 THEN 1.0 END AS "PricingQuantity",
+       CASE row_kind WHEN 1 THEN 'GPU-Hours' WHEN 2 THEN 'Month' END AS "PricingUnit",
+       CASE row_kind WHEN 1 THEN CAST(gpu_hours AS DOUBLE) WHEN 2 THEN 1.0 END AS "ConsumedQuantity",
+       CASE row_kind WHEN 1 THEN 'GPU-Hours' WHEN 2 THEN 'Month' END AS "ConsumedUnit",
+       -- No commitment discounts here; the column is present, null, because the FOCUS rules
+       -- for ConsumedQuantity read it.
+       CAST(NULL AS VARCHAR) AS "CommitmentDiscountStatus",
        resource_id AS "ResourceId",
        resource_name AS "ResourceName",
        CASE WHEN gpu THEN 'GPU' ELSE 'Overhead' END AS "ResourceType",
-       CASE WHEN gpu THEN 'GPU compute' ELSE 'Platform overhead' END AS "ServiceName",
+       CASE WHEN gpu THEN 'GPU compute' ELSE 'Platform ' || component END AS "ServiceName",
        CASE WHEN gpu THEN 'AI and Machine Learning' ELSE 'Management and Governance' END AS "ServiceCategory",
+       CASE WHEN gpu THEN 'AI Platforms'
+            WHEN component = 'support' THEN 'Support'
+            ELSE 'Other (Management and Governance)' END AS "ServiceSubcategory",
        account AS "SubAccountId",
        account AS "SubAccountName",
        -- A JSON object. Team names are Kubernetes names or label values, which hold no quote

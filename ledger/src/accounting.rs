@@ -37,6 +37,7 @@ pub const QUERY_FILES: &[(&str, &str)] = &[
     ("50_units.sql", include_str!("../../queries/50_units.sql")),
     ("55_who_pays.sql", include_str!("../../queries/55_who_pays.sql")),
     ("60_chargeback.sql", include_str!("../../queries/60_chargeback.sql")),
+    ("65_budgets.sql", include_str!("../../queries/65_budgets.sql")),
     ("70_queue.sql", include_str!("../../queries/70_queue.sql")),
     ("80_failures.sql", include_str!("../../queries/80_failures.sql")),
     ("90_reports.sql", include_str!("../../queries/90_reports.sql")),
@@ -51,16 +52,16 @@ const REUSED_VIEWS: &[&str] = &["pod_samples", "observation_starts", "run_segmen
 
 /// The results of the sample steps (`40_states.sql`) that the monthly steps read: computed one
 /// day at a time in process, then gathered.
-const PER_DAY_TABLES: &[&str] = &["gpu_state_hours", "unobserved_gpu_hours", "gpu_pods", "lost_segment_gpus"];
+const PER_DAY_TABLES: &[&str] = &["gpu_state_hours", "unobserved_gpu_hours", "gpu_pods", "lost_segment_gpus", "observed_extent"];
 
 /// The steps after the sample steps, once over the gathered results; then the report views
 /// (`90_reports.sql`) over [`REPORTED_TABLES`].
-const MONTHLY_FILES: [&str; 5] = ["50_units.sql", "55_who_pays.sql", "60_chargeback.sql", "70_queue.sql", "80_failures.sql"];
+const MONTHLY_FILES: [&str; 6] = ["50_units.sql", "55_who_pays.sql", "60_chargeback.sql", "65_budgets.sql", "70_queue.sql", "80_failures.sql"];
 
 /// The derived tables the report views read, kept as tables before those views are created:
 /// each report view reads them several times (report_focus reads chargeback_monthly four
 /// times), and a view would compute the whole monthly pipeline again at each read.
-pub const REPORTED_TABLES: [&str; 3] = ["priced_state_hours", "chargeback_monthly", "accepted_units_monthly"];
+pub const REPORTED_TABLES: [&str; 4] = ["priced_state_hours", "chargeback_monthly", "accepted_units_monthly", "budget_monthly"];
 
 /// The derived tables `gpuledger ledger` writes to the store, each stored under the name of
 /// the view it comes from (`gpuledger_schemas::derived` declares their columns).
@@ -70,6 +71,7 @@ pub const DERIVED_TABLES: &[&str] = &[
     "unobserved_gpu_hours",
     "chargeback_monthly",
     "accepted_units_monthly",
+    "budget_monthly",
     "run_segments",
     "run_failures",
     "failure_causes",
@@ -437,7 +439,22 @@ async fn register_config(ctx: &SessionContext, config: &Config, options: &RunOpt
         ("unit", text(u.iter().map(|r| Some(r.unit.clone())).collect())),
         ("accepted_units", float(u.iter().map(|r| r.accepted_units).collect())),
     ])?;
-    for (name, b) in [("settings", settings), ("price_by_node_label", by_label), ("price_by_model", by_model), ("overheads", overheads), ("extra_units", extra_units), ("hardware_xids", xids)] {
+    let b = &config.budgets;
+    let budgets = batch(vec![
+        ("team", text(b.iter().map(|r| Some(r.team.clone())).collect())),
+        ("month", text(b.iter().map(|r| r.month.clone()).collect())),
+        ("amount", float(b.iter().map(|r| r.amount).collect())),
+    ])?;
+    let tables = [
+        ("settings", settings),
+        ("price_by_node_label", by_label),
+        ("price_by_model", by_model),
+        ("overheads", overheads),
+        ("extra_units", extra_units),
+        ("hardware_xids", xids),
+        ("budgets", budgets),
+    ];
+    for (name, b) in tables {
         keep_table(ctx, name, b.schema(), vec![b], scratch).await?;
     }
     Ok(())

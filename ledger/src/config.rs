@@ -31,6 +31,22 @@
 //!
 //! [units]
 //! files = ["units.csv"]               # month,team,unit,accepted_units (CSV or .parquet)
+//!
+//! [[budgets]]                         # a team's monthly budget, in the currency above
+//! team = "ml-research"
+//! amount = 5000.0
+//!
+//! [[budgets]]                         # with `month`: that month only, beating the entry without
+//! team = "ml-research"
+//! month = "2026-12"
+//! amount = 2500.0
+//!
+//! [focus]                             # who bills whom in the FOCUS export; all optional
+//! billing_account_id = "gpu-cluster"
+//! billing_account_name = "GPU cluster"
+//! provider_name = "GPU platform"      # who runs the cluster
+//! invoice_issuer_name = "GPU platform"  # default: provider_name
+//! publisher_name = "GPU platform"     # default: provider_name
 //! ```
 //!
 //! The file is read by the one loader of `gpuledger-config`: every mistake is reported, all of
@@ -150,6 +166,49 @@ pub struct Config {
     pub units: Vec<ExtraUnits>,
     /// `[units].files`, resolved against the configuration file's directory.
     pub unit_files: Vec<PathBuf>,
+    /// In file order; at most one per team without a month and one per team and month.
+    pub budgets: Vec<Budget>,
+    pub focus: FocusAccount,
+}
+
+/// One `[[budgets]]` entry: what `team` may spend in a month (its chargeback total), in the
+/// configured currency. With `month`, for that month only.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Budget {
+    pub team: String,
+    /// `YYYY-MM`; `None` for every month without an entry of its own.
+    pub month: Option<String>,
+    pub amount: f64,
+}
+
+/// `[focus]`: the parties of the FOCUS export, which only the user knows. FOCUS requires them
+/// on every row; a chargeback has no cloud provider, so the defaults name the cluster and the
+/// team that runs it. The invoice issuer and the publisher default to the provider: the
+/// platform team runs the GPUs and bills for them (were the issuer another party, FOCUS would
+/// read the charges as a third party's and want BilledCost 0).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FocusAccount {
+    pub billing_account_id: String,
+    pub billing_account_name: String,
+    pub provider_name: String,
+    pub invoice_issuer_name: String,
+    pub publisher_name: String,
+}
+
+pub const DEFAULT_BILLING_ACCOUNT_ID: &str = "gpu-cluster";
+pub const DEFAULT_BILLING_ACCOUNT_NAME: &str = "GPU cluster";
+pub const DEFAULT_PROVIDER_NAME: &str = "GPU platform";
+
+impl Default for FocusAccount {
+    fn default() -> Self {
+        FocusAccount {
+            billing_account_id: DEFAULT_BILLING_ACCOUNT_ID.into(),
+            billing_account_name: DEFAULT_BILLING_ACCOUNT_NAME.into(),
+            provider_name: DEFAULT_PROVIDER_NAME.into(),
+            invoice_issuer_name: DEFAULT_PROVIDER_NAME.into(),
+            publisher_name: DEFAULT_PROVIDER_NAME.into(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -257,7 +316,7 @@ impl Config {
         })
     }
 
-    /// Checks the ledger's sections of `doc` (`accounting`, `prices`, `overheads`, `units`),
+    /// Checks the ledger's sections of `doc` (`accounting`, `prices`, `overheads`, `units`, `budgets`, `focus`),
     /// reporting every problem to it; the configuration when none of them had one.
     pub fn check(doc: &Document<'_>) -> Option<Config> {
         if !doc.parsed() {
@@ -285,10 +344,13 @@ impl Config {
                 unit_files.push(path);
             }
         }
+        let raw_budgets = doc.section::<Vec<Spanned<RawBudget>>>("budgets").unwrap_or_default();
+        let budgets = budgets(doc, raw_budgets);
+        let focus = focus_account(doc, doc.section::<RawFocus>("focus"));
         if doc.has_problems() {
             return None;
         }
-        Some(Config { accounting, prices: prices?, overheads, units, unit_files })
+        Some(Config { accounting, prices: prices?, overheads, units, unit_files, budgets, focus })
     }
 
     /// A configuration with every default and one price for every GPU, for runs without a file.
@@ -299,6 +361,8 @@ impl Config {
             overheads: Vec::new(),
             units: Vec::new(),
             unit_files: Vec::new(),
+            budgets: Vec::new(),
+            focus: FocusAccount::default(),
         }
     }
 }
@@ -347,6 +411,106 @@ struct RawOverhead {
 #[serde(deny_unknown_fields)]
 struct RawUnits {
     files: Option<Vec<Spanned<String>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBudget {
+    team: Option<Spanned<String>>,
+    month: Option<Spanned<String>>,
+    amount: Option<Spanned<f64>>,
+}
+
+/// `[[budgets]]`: every entry checked, all problems reported; a second entry for the same team
+/// (and month, or both without one) is an error, since which one holds would be a guess.
+fn budgets(doc: &Document<'_>, raw: Vec<Spanned<RawBudget>>) -> Vec<Budget> {
+    let mut out: Vec<Budget> = Vec::new();
+    for (index, entry) in raw.into_iter().enumerate() {
+        let at = format!("budgets[{index}]");
+        let span = entry.span();
+        let raw = entry.into_inner();
+        let team = match raw.team {
+            None => {
+                doc.report(span.clone(), format!("{at}.team"), "missing: a budget is for one team");
+                None
+            }
+            Some(t) if t.get_ref().trim().is_empty() => {
+                doc.report(t.span(), format!("{at}.team"), "empty team name");
+                None
+            }
+            Some(t) => Some(t.into_inner()),
+        };
+        let month = match raw.month {
+            Some(m) if !valid_month(m.get_ref()) => {
+                doc.report(m.span(), format!("{at}.month"), format!("month {:?} is not YYYY-MM", m.get_ref()));
+                continue;
+            }
+            m => m.map(Spanned::into_inner),
+        };
+        let amount = match raw.amount {
+            None => {
+                doc.report(span.clone(), format!("{at}.amount"), "missing: the budget's amount for the month");
+                None
+            }
+            Some(v) if !(v.get_ref().is_finite() && *v.get_ref() > 0.0) => {
+                doc.report(v.span(), format!("{at}.amount"), format!("{} must be a finite amount > 0", v.get_ref()));
+                None
+            }
+            Some(v) => Some(v.into_inner()),
+        };
+        let (Some(team), Some(amount)) = (team, amount) else { continue };
+        if out.iter().any(|b| b.team == team && b.month == month) {
+            let which = month.as_deref().map_or("every month".to_owned(), |m| format!("month {m}"));
+            doc.report(span, at.clone(), format!("a second budget for team {team:?} and {which}"));
+            continue;
+        }
+        out.push(Budget { team, month, amount });
+    }
+    out
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFocus {
+    billing_account_id: Option<Spanned<String>>,
+    billing_account_name: Option<Spanned<String>>,
+    provider_name: Option<Spanned<String>>,
+    invoice_issuer_name: Option<Spanned<String>>,
+    publisher_name: Option<Spanned<String>>,
+}
+
+/// `[focus]`: each name must be non-empty text without surrounding spaces (FOCUS compares
+/// them as they are). The issuer and the publisher follow the provider unless given.
+fn focus_account(doc: &Document<'_>, raw: Option<RawFocus>) -> FocusAccount {
+    let mut out = FocusAccount::default();
+    let Some(raw) = raw else { return out };
+    let name = |v: Option<Spanned<String>>, key: &str| -> Option<String> {
+        let v = v?;
+        let text = v.get_ref();
+        if text.is_empty() || text.trim() != text || text.chars().any(char::is_control) {
+            doc.report(v.span(), key, format!("{text:?} must be non-empty text without leading or trailing spaces"));
+            return None;
+        }
+        Some(text.clone())
+    };
+    if let Some(id) = name(raw.billing_account_id, "focus.billing_account_id") {
+        out.billing_account_id = id;
+    }
+    if let Some(n) = name(raw.billing_account_name, "focus.billing_account_name") {
+        out.billing_account_name = n;
+    }
+    if let Some(p) = name(raw.provider_name, "focus.provider_name") {
+        out.invoice_issuer_name = p.clone();
+        out.publisher_name = p.clone();
+        out.provider_name = p;
+    }
+    if let Some(i) = name(raw.invoice_issuer_name, "focus.invoice_issuer_name") {
+        out.invoice_issuer_name = i;
+    }
+    if let Some(p) = name(raw.publisher_name, "focus.publisher_name") {
+        out.publisher_name = p;
+    }
+    out
 }
 
 /// `[accounting]`: a bad value is reported and its default kept, so the other keys are
@@ -788,6 +952,8 @@ support = 50.0
                 ],
                 units: vec![],
                 unit_files: vec![],
+                budgets: vec![],
+                focus: FocusAccount::default(),
             }
         );
     }
@@ -804,6 +970,47 @@ support = 50.0
         assert_eq!(c.accounting.currency, "USD");
         assert!(c.prices.by_model.is_empty() && c.prices.by_node_label.is_empty());
         assert!(c.overheads.is_empty() && c.units.is_empty() && c.unit_files.is_empty());
+        assert_eq!((c.focus.billing_account_id.as_str(), c.focus.provider_name.as_str()), ("gpu-cluster", "GPU platform"));
+    }
+
+    #[test]
+    fn budgets_per_team_and_month() {
+        let p = "[prices]\ndefault = 1.5\n";
+        let c = parse(&format!("{p}[[budgets]]\nteam = \"ml\"\namount = 100.0\n[[budgets]]\nteam = \"ml\"\nmonth = \"2026-10\"\namount = 50\n")).unwrap();
+        assert_eq!(
+            c.budgets,
+            vec![Budget { team: "ml".into(), month: None, amount: 100.0 }, Budget { team: "ml".into(), month: Some("2026-10".into()), amount: 50.0 }]
+        );
+        assert_error(&format!("{p}[[budgets]]\nteam = \"ml\"\namount = 0.0\n"), 5, "budgets[0].amount", &["> 0"]);
+        assert_error(&format!("{p}[[budgets]]\nteam = \"ml\"\nmonth = \"2026-13\"\namount = 1.0\n"), 5, "budgets[0].month", &["YYYY-MM"]);
+        assert_error(&format!("{p}[[budgets]]\namount = 1.0\n"), 3, "budgets[0].team", &["missing"]);
+        assert_error(&format!("{p}[[budgets]]\nteam = \"ml\"\n"), 3, "budgets[0].amount", &["missing"]);
+        assert_error(
+            &format!("{p}[[budgets]]\nteam = \"ml\"\namount = 1.0\n[[budgets]]\nteam = \"ml\"\namount = 2.0\n"),
+            6,
+            "budgets[1]",
+            &["second budget", "\"ml\"", "every month"],
+        );
+    }
+
+    #[test]
+    fn focus_parties_follow_the_provider_unless_given() {
+        let c = parse("[prices]\ndefault = 1.5\n[focus]\nprovider_name = \"ACME platform\"\nbilling_account_id = \"acme\"\n").unwrap();
+        assert_eq!(
+            c.focus,
+            FocusAccount {
+                billing_account_id: "acme".into(),
+                billing_account_name: "GPU cluster".into(),
+                provider_name: "ACME platform".into(),
+                invoice_issuer_name: "ACME platform".into(),
+                publisher_name: "ACME platform".into(),
+            }
+        );
+        let c = parse("[prices]\ndefault = 1.5\n[focus]\ninvoice_issuer_name = \"ACME finance\"\nprovider_name = \"ACME\"\n").unwrap();
+        assert_eq!((c.focus.invoice_issuer_name.as_str(), c.focus.publisher_name.as_str()), ("ACME finance", "ACME"));
+        assert_error("[prices]\ndefault = 1.5\n[focus]\nprovider_name = \" ACME\"\n", 4, "focus.provider_name", &["leading or trailing spaces"]);
+        assert_error("[prices]\ndefault = 1.5\n[focus]\nbilling_account_id = \"\"\n", 4, "focus.billing_account_id", &["non-empty"]);
+        assert_error("[prices]\ndefault = 1.5\n[focus]\nbilling_account = \"x\"\n", 4, "focus.billing_account", &["unknown field", "billing_account_id"]);
     }
 
     #[test]

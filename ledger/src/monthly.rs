@@ -13,7 +13,7 @@ use crate::config::IdlePolicy;
 use crate::types::{Month, State};
 use crate::decode::decode;
 use crate::error::{Error, Result};
-use crate::report::{ChargebackRow, FailureCauseRow, QueueWaitRow, Report, UnitsRow, UsageRow};
+use crate::report::{BudgetRow, ChargebackRow, FailureCauseRow, QueueWaitRow, Report, UnitsRow, UsageRow};
 
 impl Accounting {
     /// The report of `month` (`YYYY-MM`). Queue waits are those of admissions in that month.
@@ -139,5 +139,24 @@ async fn read_report(ctx: &SessionContext, month: &Month, currency: &str, idle_p
             })
             .collect())
     })?;
-    Ok(Report { month: month.clone(), currency: currency.to_string(), idle_policy, chargeback, units, usage, failure_causes, queue_waits })
+    let budgets_sql = "SELECT * FROM budget_monthly WHERE month = $1 ORDER BY forecast_ratio DESC, team";
+    let budgets = decode(&rows(budgets_sql).await?, "budget_monthly", |c| {
+        let (month, team) = (c.text("month")?, c.text("team")?);
+        let (budget, spend, forecast) = (c.f64("budget")?, c.f64("spend")?, c.f64("forecast")?);
+        let (used, forecast_ratio, elapsed, days) = (c.f64("used_ratio")?, c.f64("forecast_ratio")?, c.f64("elapsed_days")?, c.f64("month_days")?);
+        Ok((0..c.rows())
+            .map(|i| BudgetRow {
+                month: month[i].clone(),
+                team: team[i].clone(),
+                budget: budget[i],
+                spend: spend[i],
+                forecast: forecast[i],
+                used_ratio: used[i],
+                forecast_ratio: forecast_ratio[i],
+                elapsed_days: elapsed[i],
+                month_days: days[i],
+            })
+            .collect())
+    })?;
+    Ok(Report { month: month.clone(), currency: currency.to_string(), idle_policy, chargeback, units, usage, failure_causes, queue_waits, budgets })
 }

@@ -101,6 +101,7 @@ pub const DERIVED_TABLES: &[DerivedTable] = &[
     UNOBSERVED_GPU_HOURS,
     CHARGEBACK_MONTHLY,
     ACCEPTED_UNITS_MONTHLY,
+    BUDGET_MONTHLY,
     RUN_SEGMENTS,
     RUN_FAILURES,
     FAILURE_CAUSES,
@@ -202,6 +203,24 @@ pub const CHARGEBACK_MONTHLY: DerivedTable = DerivedTable {
         col("provisional_gpu_hours", Float64, false, "GPU-hours of segments not yet ended (their state may change)"),
         col("lost_gpu_hours_platform_paid", Float64, false, "Failed and preempted GPU-hours of the team the platform pays for"),
         col("lost_cost_platform_paid", Float64, false, "Cost of those hours"),
+    ],
+};
+
+pub const BUDGET_MONTHLY: DerivedTable = DerivedTable {
+    name: "budget_monthly",
+    doc: "Each budgeted team's month: spend to date against its budget and the month-end forecast (65_budgets.sql)",
+    columns: &[
+        col("month", Utf8, true, "UTC month (YYYY-MM)"),
+        col("team", Utf8, true, "Team the [[budgets]] entry names"),
+        col("budget", Float64, true, "The month's budget: the entry for the month, else the one without a month"),
+        col("spend", Float64, false, "Chargeback total to date (0 for a month the team used nothing in)"),
+        col("gpu_cost", Float64, false, "compute + idle + failed_runs to date: the part that grows with GPU time"),
+        col("overheads", Float64, false, "network + storage + support + operations: configured for the whole month"),
+        col("elapsed_days", Float64, false, "Days of the month the data covers"),
+        col("month_days", Float64, true, "Days in the month"),
+        col("forecast", Float64, true, "Month-end spend at this rate: gpu_cost x month_days / elapsed_days + overheads; spend once the data has passed the month"),
+        col("used_ratio", Float64, true, "spend / budget"),
+        col("forecast_ratio", Float64, true, "forecast / budget"),
     ],
 };
 

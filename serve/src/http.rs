@@ -56,6 +56,7 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/api/v1/states", get(states))
         .route("/api/v1/queue", get(queue))
         .route("/api/v1/failures", get(failures))
+        .route("/api/v1/budgets", get(budgets))
         .route("/api/v1/report.html", get(report_html))
         .route("/api/v1/months", get(months))
         .route("/metrics", get(prometheus))
@@ -377,6 +378,15 @@ async fn failures(State(api): State<Arc<Api>>, Params(p): Params<FailureParams>)
     Ok(axum::Json(json!({ "month": month, "currency": api.currency, "causes": causes, "runs": runs })).into_response())
 }
 
+/// `GET /api/v1/budgets?month=`: each budgeted team's spend to date and month-end forecast
+/// against its budget, the team furthest over first.
+async fn budgets(State(api): State<Arc<Api>>, Params(p): Params<MonthParams>) -> Result<Response, ApiError> {
+    let month = api.month(p.month.as_deref()).await?;
+    let sql = "SELECT * FROM budget_monthly WHERE month = $1 ORDER BY forecast_ratio DESC, team";
+    let budgets = rows(&api.run(sql, vec![ScalarValue::Utf8(Some(month.to_string()))]).await?)?;
+    Ok(axum::Json(json!({ "month": month, "currency": api.currency, "budgets": budgets })).into_response())
+}
+
 /// `GET /metrics`: the ledger as gauges, plus the server's counters.
 async fn prometheus(State(api): State<Arc<Api>>) -> Result<Response, ApiError> {
     let gauges = if api.ctx().table_exist("report_gauges").unwrap_or(false) { Some(metrics::decode_gauges(&api.run(metrics::GAUGES_SQL, vec![]).await?)?) } else { None };
@@ -408,7 +418,7 @@ mod tests {
     fn the_openapi_document_names_every_route() {
         let doc: Value = serde_json::from_str(OPENAPI).unwrap();
         let paths: Vec<&String> = doc["paths"].as_object().unwrap().keys().collect();
-        for route in ["/api/v1/chargeback", "/api/v1/states", "/api/v1/queue", "/api/v1/failures", "/api/v1/report.html", "/api/v1/months", "/metrics", "/healthz"] {
+        for route in ["/api/v1/chargeback", "/api/v1/states", "/api/v1/queue", "/api/v1/failures", "/api/v1/budgets", "/api/v1/report.html", "/api/v1/months", "/metrics", "/healthz"] {
             assert!(paths.iter().any(|p| *p == route), "{route} missing from openapi.json");
         }
     }

@@ -2,7 +2,7 @@
 //! and the server's own counters.
 //!
 //! The gauges are read at each scrape from `report_gauges` (`queries/90_reports.sql`, over the
-//! stored `chargeback_monthly`), so they always show what the last `gpuledger ledger` run wrote.
+//! stored `chargeback_monthly` and `budget_monthly`), so they always show what the last `gpuledger ledger` run wrote.
 //! Labels are month, team and state or component; this module only writes the text.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,13 +31,16 @@ pub const GAUGES_SQL: &str = "SELECT gauge, month, team, label, label_value, val
 
 /// Each ledger gauge: its name, HELP text (`{currency}` stands for the currency) and whether its
 /// samples carry the currency label. Every one is written, with or without samples.
-const GAUGES: [(&str, &str, bool); 6] = [
+const GAUGES: [(&str, &str, bool); 9] = [
     ("gpuledger_gpu_hours", "GPU-hours in the month by team and state (from the stored ledger).", false),
     ("gpuledger_cost", "Cost in {currency} in the month by team and component; component=\"total\" is their sum.", true),
     ("gpuledger_lost_gpu_hours_platform_paid", "Failed and preempted GPU-hours of the team whose cost the platform paid (hardware faults); inside gpuledger_gpu_hours.", false),
     ("gpuledger_lost_cost_platform_paid", "Cost in {currency} of those hours: in platform's failed_runs, not the team's.", true),
     ("gpuledger_accepted_units", "Accepted units of work finished in the month by team.", false),
     ("gpuledger_cost_per_accepted_unit", "Total cost divided by accepted units (absent for a team without units).", true),
+    ("gpuledger_budget", "The team's budget for the month in {currency} ([[budgets]]; only budgeted teams).", true),
+    ("gpuledger_budget_used_ratio", "Spend to date over the month's budget (1 = all of it).", false),
+    ("gpuledger_budget_forecast_ratio", "Month-end spend at the rate so far over the month's budget; alert on > 1.", false),
 ];
 
 /// One sample of a ledger gauge, as `report_gauges` gives it.
@@ -137,6 +140,10 @@ mod tests {
             let schema = gpuledger_schemas::derived_table(name).unwrap().arrow_schema();
             ctx.register_batch(name, RecordBatch::new_empty(schema)).unwrap();
         }
+        // web spent 12.5 of a 10.0 budget by mid-month: 1.25 used, heading for 2.5.
+        let budget = "CREATE TABLE budget_monthly AS SELECT '2026-10' AS month, 'web' AS team, 10.0 AS budget, 12.5 AS spend, \
+                      25.0 AS forecast, 1.25 AS used_ratio, 2.5 AS forecast_ratio, 15.5 AS elapsed_days, 31.0 AS month_days";
+        ctx.sql(budget).await.unwrap().collect().await.unwrap();
         gpuledger_ledger::accounting::create_report_views(&ctx).await.unwrap();
         let gauges = decode_gauges(&ctx.sql(GAUGES_SQL).await.unwrap().collect().await.unwrap()).unwrap();
         let text = render(Some(&gauges), "USD", &Stats::default());
@@ -157,5 +164,9 @@ mod tests {
         assert_eq!(find("gpuledger_lost_gpu_hours_platform_paid", &[("team", "web")]), Some(15.5));
         assert_eq!(find("gpuledger_lost_cost_platform_paid", &[("team", "web"), ("currency", "USD")]), Some(16.5));
         assert_eq!(find("gpuledger_ledger_available", &[]), Some(1.0));
+        assert_eq!(find("gpuledger_budget", &[("team", "web"), ("currency", "USD")]), Some(10.0));
+        assert_eq!(find("gpuledger_budget_used_ratio", &[("team", "web"), ("month", "2026-10")]), Some(1.25));
+        assert_eq!(find("gpuledger_budget_forecast_ratio", &[("team", "web")]), Some(2.5));
+        assert_eq!(find("gpuledger_budget_forecast_ratio", &[("team", "ml\"a")]), None, "no budget, no gauge");
     }
 }

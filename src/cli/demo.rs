@@ -61,14 +61,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let (accounting, _) = ledger::run_accounting(&store, &loaded, &RunOptions::default(), &Default::default(), ProgressMode::Auto).await?;
         ledger::write_derived(&accounting, &store, started).await?;
         let report = report::month_report(&accounting, &store, &loaded, None, None).await?;
-        let focus = focus::write_focus(accounting.context(), &report.month, &report.currency, &args.dir, &format!("focus-{}", report.month)).await?;
+        let focus = focus::write_focus(accounting.context(), &report.month, &report.currency, &loaded.focus, &args.dir, &format!("focus-{}", report.month)).await?;
         anyhow::Ok((report, focus))
     })?;
     let html_path = args.dir.join(format!("report-{}.html", report.month));
     report::write_atomically(&html_path, html::render(&report).as_bytes())?;
     println!("\n{}", render(&report, TextFormat::Table));
     println!("Written:");
-    println!("  {}  (open in a browser: charts, failure causes, queue waits)", html_path.display());
+    println!("  {}  (open in a browser: charts, budgets, failure causes, queue waits)", html_path.display());
     println!("  {} and {}  (FinOps FOCUS 1.2, {} rows)", focus.csv.display(), focus.parquet.display(), focus.rows);
     println!("\nNext:");
     let st = store.to_string();

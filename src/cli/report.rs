@@ -30,6 +30,8 @@ pub enum Format {
     Html,
     /// FinOps FOCUS 1.2 dataset: <out>.csv and <out>.parquet.
     Focus,
+    /// The budgets ([[budgets]]), one row per budgeted team (see below).
+    BudgetsCsv,
 }
 
 /// One month's GPU chargeback per team: GPU-hours by state, cost by component, accepted units
@@ -44,6 +46,11 @@ The csv format has exactly these columns, one row per team (platform included):
 cost_per_accepted_unit is empty where a team accepted no units. The last two say how much of a
 team's failed and preempted time the platform paid for (hardware faults: [accounting]
 hardware_failures; preemptions: [accounting] preemptions); that cost is in platform's failed_runs.
+
+The budgets-csv format has these columns, one row per team with a [[budgets]] entry:
+  month,team,budget,spend,forecast,used_ratio,forecast_ratio,elapsed_days,month_days
+forecast is the month-end spend at the rate so far (GPU cost x month_days / elapsed_days plus
+the month's overheads), the spend itself once the data has passed the month's end.
 
 GPU-hours of runs still running at the end of the data are provisional: table, markdown, json
 and html mark them; a later report restates the month once the runs end.
@@ -90,6 +97,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let text = match args.format {
         Format::Table => render(&report, TextFormat::Table),
         Format::Csv => render(&report, TextFormat::Csv),
+        Format::BudgetsCsv => render(&report, TextFormat::BudgetsCsv),
         Format::Json => render(&report, TextFormat::Json),
         Format::Markdown => render(&report, TextFormat::Markdown),
         Format::Html => html::render(&report),
@@ -97,7 +105,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Format::Focus => {
             let stem_path = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("focus-{}", report.month)));
             let (dir, stem) = split_stem(&stem_path);
-            let files = runtime.block_on(focus::write_focus(accounting.context(), &report.month, &report.currency, &dir, &stem))?;
+            let files = runtime.block_on(focus::write_focus(accounting.context(), &report.month, &report.currency, &config.focus, &dir, &stem))?;
             eprintln!("gpuledger: FOCUS 1.2 dataset for {}: {} rows in {} and {}", report.month, files.rows, files.csv.display(), files.parquet.display());
             return Ok(ExitCode::SUCCESS);
         }

@@ -467,7 +467,7 @@ fn parse_csv(text: &str) -> Result<Csv, String> {
     Ok(Csv { header, rows })
 }
 
-/// The ledger's configuration for the simulated store: both months priced and overheads.
+/// The ledger's configuration for the simulated store: both months priced, overheads and budgets.
 const CONFIG: &str = r#"
 [prices]
 default = 1.75
@@ -488,6 +488,15 @@ operations = 80.0
 month = "2026-11"
 network = 120.0
 operations = 60.0
+
+[[budgets]]
+team = "nlp"
+amount = 400.0
+
+[[budgets]]
+team = "vision"
+month = "2026-10"
+amount = 50.0
 "#;
 
 /// 8 GPUs for two days across the October/November boundary, ingested and through the ledger.

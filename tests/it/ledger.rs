@@ -824,6 +824,10 @@ fn demo_prints_the_chargeback_and_writes_html_and_focus() {
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(stdout.contains("GPU chargeback 2026-10"), "{stdout}");
     assert!(stdout.lines().any(|l| l.starts_with("platform")), "the platform row is shown: {stdout}");
+    // The example configuration's budgets follow the chargeback, each team's status in words.
+    let budgets = stdout.split("Budgets (USD)").nth(1).unwrap_or_else(|| panic!("no budgets: {stdout}"));
+    assert!(stdout.find("Budgets (USD)") > stdout.find("TOTAL"), "{stdout}");
+    assert!(budgets.lines().any(|l| l.starts_with("nlp") && (l.ends_with("over budget") || l.ends_with("within"))), "{budgets}");
     let html = std::fs::read_to_string(dir.join("report-2026-10.html")).unwrap();
     assert!(html.contains("<svg") && html.contains("platform"), "HTML report with charts");
     let focus_csv = std::fs::read_to_string(dir.join("focus-2026-10.csv")).unwrap();

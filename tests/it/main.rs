@@ -6,6 +6,7 @@ mod cli;
 mod dashboards;
 mod deploy;
 mod fleet;
+mod focus;
 mod fixtures;
 mod ingest;
 mod ledger;

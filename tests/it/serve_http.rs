@@ -142,16 +142,34 @@ fn chargeback_json_and_csv_equal_gpuledger_report() {
             assert!(served[1..].iter().all(|r| Some(&r[0]) == month.map(str::to_owned).as_ref()), "GET {path}: rows of another month");
         }
     }
+
+    // /api/v1/budgets lists the report's budgets, in its order (the demo configures some).
+    let mut budgeted = 0;
+    for ((month, format), reference) in cases.iter().zip(&references) {
+        let (Some(month), "json") = (month, *format) else { continue };
+        let served = get_json(&server, &format!("/api/v1/budgets?month={month}"));
+        let reference: Value = serde_json::from_str(reference).unwrap();
+        let (served, reference) = (served["budgets"].as_array().unwrap(), reference["budgets"].as_array().unwrap());
+        assert_eq!(served.len(), reference.len(), "budgets of {month}: {served:?}");
+        for (s, r) in served.iter().zip(reference) {
+            for key in r.as_object().unwrap().keys() {
+                assert_same(&s[key], &r[key], &format!("budgets of {month}: {key}"));
+            }
+        }
+        budgeted += served.len();
+    }
+    assert!(budgeted > 0, "the demo configuration has budgets");
 }
 
 /// Endpoints that need the token, each with a query that would otherwise be valid or, for the
 /// last ones, a bad parameter (the token is checked before the parameters).
-const PROTECTED: [&str; 10] = [
+const PROTECTED: [&str; 11] = [
     "/api/v1/chargeback",
     "/api/v1/chargeback?format=csv",
     "/api/v1/states?step=1d",
     "/api/v1/queue",
     "/api/v1/failures?limit=5",
+    "/api/v1/budgets",
     "/api/v1/report.html",
     "/api/v1/months",
     "/metrics",

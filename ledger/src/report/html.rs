@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::text::{duration_fmt, hours_fmt, money_fmt, per_unit_fmt, provisional_note, units_fmt};
+use super::text::{duration_fmt, grouped, hours_fmt, money_fmt, per_unit_fmt, provisional_note, units_fmt};
 use super::{CSV_COLUMNS, ChargebackRow, Report, State};
 
 /// GPU states in chart order, with their fixed colours.
@@ -37,7 +37,7 @@ th,td{padding:.25em .6em;border-bottom:1px solid #e0e0e0}td{white-space:nowrap}
 th{background:#f5f5f5;text-align:left;vertical-align:bottom}
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
 tfoot td{font-weight:bold;border-top:2px solid #999}
-.prov{color:#e65100;font-weight:bold}
+.prov{color:#e65100;font-weight:bold}.over{color:#c62828;font-weight:bold}
 svg{max-width:100%;height:auto;display:block;margin:.5em 0}svg text{font-family:system-ui,sans-serif;font-size:12px;fill:#222}
 @media print{body{margin:0;max-width:none}section{break-inside:avoid}*{-webkit-print-color-adjust:exact;print-color-adjust:exact}}
 ";
@@ -63,6 +63,9 @@ pub fn render(report: &Report) -> String {
     }
 
     section(&mut h, "Chargeback", &chargeback_table(report));
+    if !report.budgets.is_empty() {
+        section(&mut h, &format!("Budgets ({})", report.currency), &budget_table(report));
+    }
     section(&mut h, "GPU-hours by state", &hours_chart(report));
     section(&mut h, &format!("Cost by component ({})", report.currency), &cost_chart(report));
     section(&mut h, &format!("Cost per accepted unit ({})", report.currency), &per_unit_chart(report));
@@ -260,6 +263,44 @@ fn failures(report: &Report) -> String {
     t
 }
 
+/// Budgets: a table, and a chart of each team's spend and forecast in % of its budget, where
+/// a bar past 100 is a team heading over.
+fn budget_table(report: &Report) -> String {
+    let mut t = String::from("<table>\n<thead><tr><th>team</th><th class=\"n\">budget</th><th class=\"n\">spent</th><th class=\"n\">used</th>");
+    t.push_str("<th class=\"n\">forecast</th><th class=\"n\">forecast used</th><th class=\"n\">days of data</th><th>status</th></tr></thead>\n<tbody>\n");
+    let percent = |r: f64| format!("{}%", grouped(r * 100.0, 0));
+    for b in &report.budgets {
+        let status = match b.status() {
+            "within" => esc(b.status()),
+            other => format!("<span class=\"over\">{}</span>", esc(other)),
+        };
+        t.push_str(&format!(
+            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{} of {}</td><td>{status}</td></tr>\n",
+            esc(&b.team),
+            esc(&money_fmt(b.budget)),
+            esc(&money_fmt(b.spend)),
+            esc(&percent(b.used_ratio)),
+            esc(&money_fmt(b.forecast)),
+            esc(&percent(b.forecast_ratio)),
+            esc(&grouped(b.elapsed_days, 1)),
+            esc(&grouped(b.month_days, 0)),
+        ));
+    }
+    t.push_str("</tbody>\n</table>\n");
+    let series = [("spent", "#1565c0"), ("forecast to month end", "#90caf9")];
+    let bars = report
+        .budgets
+        .iter()
+        .map(|b| Bar {
+            label: b.team.clone(),
+            values: vec![b.used_ratio * 100.0, (b.forecast_ratio - b.used_ratio).max(0.0) * 100.0],
+            end: format!("{} / {}", percent(b.used_ratio), percent(b.forecast_ratio)),
+        })
+        .collect();
+    t.push_str(&Chart { series: &series, bars, value: &|v| format!("{}% of budget", grouped(v, 0)), title: "Budget used and forecast (% of budget)" }.svg());
+    t
+}
+
 fn queue_table(report: &Report) -> String {
     let mut t = String::from("<table>\n<thead><tr><th>team</th><th>ClusterQueue</th><th class=\"n\">admissions</th>");
     t.push_str("<th class=\"n\">p50 wait</th><th class=\"n\">p95 wait</th><th class=\"n\">max wait</th><th class=\"n\">evictions</th><th>eviction reasons</th></tr></thead>\n<tbody>\n");
@@ -423,7 +464,12 @@ mod tests {
         assert!(html.contains("The platform paid for 3.0 lost GPU-hours (6.00 EUR)"), "platform-paid note");
         assert!(html.contains("<th class=\"n\">lost cost platform paid</th>"));
         let opened = html.matches("<svg").count();
-        assert_eq!(opened, 4, "hours, cost, per unit, failure causes");
+        assert_eq!(opened, 5, "budgets, hours, cost, per unit, failure causes");
+        // Budgets come right after the chargeback, the team over its budget flagged.
+        let budgets = html.split("<h2>Budgets (EUR)</h2>").nth(1).unwrap();
+        assert!(html.find("<h2>Budgets").unwrap() < html.find("<h2>GPU-hours by state").unwrap());
+        assert!(budgets.contains("<td>vision</td><td class=\"n\">30.00</td><td class=\"n\">36.00</td><td class=\"n\">120%</td>"), "{budgets}");
+        assert!(budgets.contains("<span class=\"over\">over budget</span>") && budgets.contains("120% / 240%"));
         assert_eq!(opened, html.matches("</svg>").count());
         for tag in ["table", "section", "tr", "text", "title"] {
             assert_eq!(
@@ -469,6 +515,7 @@ mod tests {
         empty.chargeback.clear();
         empty.failure_causes.clear();
         empty.queue_waits.clear();
+        empty.budgets.clear();
         let html = render(&empty);
         assert_eq!(html.matches("<svg").count(), 0);
         assert!(html.contains("No data."));

@@ -52,6 +52,8 @@ pub struct Report {
     pub failure_causes: Vec<FailureCauseRow>,
     /// Queue waits by team and ClusterQueue.
     pub queue_waits: Vec<QueueWaitRow>,
+    /// Budgeted teams, the one whose forecast uses most of its budget first.
+    pub budgets: Vec<BudgetRow>,
 }
 
 /// One team's month (the `csv` row, plus the provisional hours).
@@ -119,6 +121,36 @@ pub struct FailureCauseRow {
     pub segments: i64,
     pub gpu_hours: f64,
     pub cost: f64,
+}
+
+/// One budgeted team's month (`budget_monthly`, `queries/65_budgets.sql`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BudgetRow {
+    pub month: String,
+    pub team: String,
+    pub budget: f64,
+    /// The chargeback total to date.
+    pub spend: f64,
+    /// Month-end spend at the rate so far; the spend once the month is over.
+    pub forecast: f64,
+    pub used_ratio: f64,
+    pub forecast_ratio: f64,
+    /// Days of the month the data covers, of `month_days`.
+    pub elapsed_days: f64,
+    pub month_days: f64,
+}
+
+impl BudgetRow {
+    /// How the month stands: already over, heading over, or within the budget.
+    pub fn status(&self) -> &'static str {
+        if self.used_ratio > 1.0 {
+            "over budget"
+        } else if self.forecast_ratio > 1.0 {
+            "forecast over"
+        } else {
+            "within"
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -345,6 +377,31 @@ pub(crate) mod fixture {
                     eviction_reasons: String::new(),
                 },
             ],
+            // vision spent 36 of 30: over; ml-research 245 of 400, heading for 500.
+            budgets: vec![
+                BudgetRow {
+                    month: "2026-10".into(),
+                    team: "vision".into(),
+                    budget: 30.0,
+                    spend: 36.0,
+                    forecast: 72.0,
+                    used_ratio: 1.2,
+                    forecast_ratio: 2.4,
+                    elapsed_days: 15.5,
+                    month_days: 31.0,
+                },
+                BudgetRow {
+                    month: "2026-10".into(),
+                    team: "ml-research".into(),
+                    budget: 400.0,
+                    spend: 245.0,
+                    forecast: 500.0,
+                    used_ratio: 0.6125,
+                    forecast_ratio: 1.25,
+                    elapsed_days: 15.5,
+                    month_days: 31.0,
+                },
+            ],
         }
     }
 
@@ -400,11 +457,14 @@ pub(crate) mod fixture {
         let mut chargeback_fields: Vec<Field> = vec![text("month"), text("team")];
         chargeback_fields.extend(CSV_COLUMNS[2..].iter().chain(&["provisional_gpu_hours"]).map(|n| number(n)));
         let units_fields = vec![text("month"), text("team"), text("unit"), number("accepted_units")];
+        let mut budget_fields = vec![text("month"), text("team")];
+        budget_fields.extend(["budget", "spend", "forecast", "used_ratio", "forecast_ratio", "elapsed_days", "month_days"].map(number));
 
         let ctx = datafusion::prelude::SessionContext::new();
         ctx.register_table("priced_state_hours", table(&priced, priced_fields)).unwrap();
         ctx.register_table("chargeback_monthly", table(&report.chargeback, chargeback_fields)).unwrap();
         ctx.register_table("accepted_units_monthly", table(&report.units, units_fields)).unwrap();
+        ctx.register_table("budget_monthly", table(&report.budgets, budget_fields)).unwrap();
         crate::accounting::create_report_views(&ctx).await.unwrap();
         ctx
     }

@@ -14,12 +14,18 @@ pub enum TextFormat {
     Csv,
     Json,
     Markdown,
+    /// The budgets alone, as CSV ([`BUDGET_CSV_COLUMNS`]).
+    BudgetsCsv,
 }
+
+/// The columns of the budgets CSV, in order.
+pub const BUDGET_CSV_COLUMNS: [&str; 9] = ["month", "team", "budget", "spend", "forecast", "used_ratio", "forecast_ratio", "elapsed_days", "month_days"];
 
 /// Renders `report` in `format`; the result ends with a newline.
 pub fn render(report: &Report, format: TextFormat) -> String {
     match format {
         TextFormat::Csv => csv(report),
+        TextFormat::BudgetsCsv => budgets_csv(report),
         TextFormat::Json => json(report),
         TextFormat::Table => document(report, Style::Terminal),
         TextFormat::Markdown => document(report, Style::Markdown),
@@ -54,6 +60,19 @@ fn csv(report: &Report) -> String {
         // An empty field, not 0: a team without units has no cost per unit.
         fields.push(r.cost_per_accepted_unit.map(|v| format!("{v:.CSV_DECIMALS$}")).unwrap_or_default());
         fields.extend([r.lost_gpu_hours_platform_paid, r.lost_cost_platform_paid].iter().map(|v| format!("{v:.CSV_DECIMALS$}")));
+        out.push_str(&fields.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+fn budgets_csv(report: &Report) -> String {
+    let mut out = BUDGET_CSV_COLUMNS.join(",");
+    out.push('\n');
+    for b in &report.budgets {
+        let numbers = [b.budget, b.spend, b.forecast, b.used_ratio, b.forecast_ratio, b.elapsed_days, b.month_days];
+        let mut fields = vec![csv_field(&b.month), csv_field(&b.team)];
+        fields.extend(numbers.iter().map(|v| format!("{v:.CSV_DECIMALS$}")));
         out.push_str(&fields.join(","));
         out.push('\n');
     }
@@ -121,7 +140,37 @@ fn document(report: &Report, style: Style) -> String {
         out.push_str(&heading("Queue waits", style));
         out.push_str(&queue_grid(report).render(style));
     }
+    if !report.budgets.is_empty() {
+        out.push_str(&heading(&format!("Budgets ({})", report.currency), style));
+        out.push_str(&budget_grid(report).render(style));
+    }
     out
+}
+
+/// Budgets, the team heading furthest over first.
+fn budget_grid(report: &Report) -> Grid {
+    let percent = |r: f64| format!("{}%", grouped(r * 100.0, 0));
+    let rows = report
+        .budgets
+        .iter()
+        .map(|b| {
+            vec![
+                b.team.clone(),
+                money_fmt(b.budget),
+                money_fmt(b.spend),
+                percent(b.used_ratio),
+                money_fmt(b.forecast),
+                percent(b.forecast_ratio),
+                format!("{}/{}", grouped(b.elapsed_days, 1), grouped(b.month_days, 0)),
+                b.status().to_owned(),
+            ]
+        })
+        .collect();
+    let mut grid = Grid::new(&["team", "budget", "spent", "used", "forecast", "forecast used", "days", "status"], 1, rows, None);
+    if let Some(last) = grid.right.last_mut() {
+        *last = false;
+    }
+    grid
 }
 
 fn heading(text: &str, style: Style) -> String {
@@ -471,6 +520,16 @@ mod tests {
     }
 
     #[test]
+    fn budgets_csv_has_its_columns_and_the_rows_in_report_order() {
+        let out = render(&fixture::report(), TextFormat::BudgetsCsv);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], BUDGET_CSV_COLUMNS.join(","));
+        assert_eq!(lines[1], "2026-10,vision,30.0000,36.0000,72.0000,1.2000,2.4000,15.5000,31.0000");
+        assert_eq!(lines[2], "2026-10,ml-research,400.0000,245.0000,500.0000,0.6125,1.2500,15.5000,31.0000");
+        assert_eq!(lines.len(), 3);
+    }
+
+    #[test]
     fn csv_quotes_awkward_team_names() {
         let mut report = fixture::report();
         report.chargeback[0].team = "research, \"core\"".into();
@@ -499,6 +558,8 @@ mod tests {
         assert!(rows[1]["cost_per_accepted_unit"].is_null());
         assert_eq!(v["usage"].as_array().unwrap().len(), report.usage.len());
         assert_eq!(v["queue_waits"][0]["p95_seconds"].as_f64().unwrap(), 7380.0);
+        assert_eq!(v["budgets"][0]["team"], "vision");
+        assert_eq!(v["budgets"][0]["forecast_ratio"].as_f64().unwrap(), 2.4);
     }
 
     #[test]
@@ -527,6 +588,11 @@ mod tests {
         assert_eq!(ml.split_whitespace().collect::<Vec<_>>(), ["ml-research", "9.0", "3.0", "6.00"], "{paid}");
         assert!(!paid.split("\n\n").next().unwrap().contains("vision"), "{paid}");
         assert!(out.contains("Queue waits") && out.contains("4m12s") && out.contains("2h03m"));
+        // Budgets: the team furthest over first, percentages of the budget, the status in words.
+        let budgets = out.split("Budgets (EUR)\n\n").nth(1).unwrap();
+        let rows: Vec<Vec<&str>> = budgets.lines().skip(2).map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(rows[0], ["vision", "30.00", "36.00", "120%", "72.00", "240%", "15.5/31", "over", "budget"], "{budgets}");
+        assert_eq!(rows[1], ["ml-research", "400.00", "245.00", "61%", "500.00", "125%", "15.5/31", "forecast", "over"], "{budgets}");
     }
 
     #[test]
