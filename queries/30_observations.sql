@@ -50,7 +50,7 @@ WHERE s.mig_instance IS NULL AND m.uuid IS NULL;
 CREATE OR REPLACE VIEW pod_samples AS
 SELECT date, hostname, uuid, mig_instance, epoch_ms(ts) AS t, namespace, pod,
        MIN(model_name) AS model_name, MAX(engine_active) AS engine_active, MAX(gpu_util) AS gpu_util,
-       MAX(xid_error) AS xid_error,
+       MAX(xid_error) AS xid_error, MIN(energy_mj) AS energy_mj, MAX(power_w) AS power_w,
        MIN(COALESCE(mig_sevenths(mig_profile) * CASE WHEN strpos(upper(model_name), 'A30') > 0 THEN 1.75 ELSE 1.0 END, 7.0)) AS sevenths,
        MAX(CASE WHEN strpos(labels, 'pod_uid') > 0 THEN NULLIF(label(labels, 'pod_uid'), '') END) AS pod_uid
 FROM counted_samples
@@ -58,27 +58,33 @@ GROUP BY date, hostname, uuid, mig_instance, epoch_ms(ts), namespace, pod;
 
 -- The instants that start an observation, how many distinct pods the GPU's series named at
 -- that instant (k pods sharing the GPU hold 1/k each), and the next such instant in the data
--- at hand.
+-- at hand; with the GPU's energy counter and power reading at the instant and the counter at
+-- the next one (energy, 32_spans.sql).
 CREATE OR REPLACE VIEW observation_starts AS
-SELECT hostname, uuid, mig_instance, t, pods, t / 86400000 AS day_number,
-       LEAD(t) OVER (PARTITION BY hostname, uuid, mig_instance ORDER BY t) AS t_next_seen
+SELECT hostname, uuid, mig_instance, t, pods, t / 86400000 AS day_number, energy_mj, power_w,
+       LEAD(t) OVER (PARTITION BY hostname, uuid, mig_instance ORDER BY t) AS t_next_seen,
+       LEAD(energy_mj) OVER (PARTITION BY hostname, uuid, mig_instance ORDER BY t) AS energy_next_seen
 FROM (
-    SELECT hostname, uuid, mig_instance, t, pods,
+    SELECT hostname, uuid, mig_instance, t, pods, energy_mj, power_w,
            LAG(t) OVER (PARTITION BY hostname, uuid, mig_instance ORDER BY t) AS t_prev
     FROM (
-        SELECT hostname, uuid, mig_instance, t, COUNT(*) AS pods
+        SELECT hostname, uuid, mig_instance, t, COUNT(*) AS pods, MIN(energy_mj) AS energy_mj, MAX(power_w) AS power_w
         FROM pod_samples
         GROUP BY hostname, uuid, mig_instance, t
     )
 )
 WHERE t_prev IS NULL OR t - t_prev >= 1000;
 
--- Each GPU's first observation of each day: where a GPU's next observation lies days later,
--- this is how it is found (31_intervals.sql).
+-- Each GPU's first observation of each day, with its energy counter: where a GPU's next
+-- observation lies days later, this is how it is found (31_intervals.sql).
 CREATE OR REPLACE VIEW day_first_starts AS
-SELECT hostname, uuid, mig_instance, day_number, MIN(t) AS first_t
-FROM observation_starts
-GROUP BY hostname, uuid, mig_instance, day_number;
+SELECT hostname, uuid, mig_instance, day_number, first_t, first_energy_mj
+FROM (
+    SELECT hostname, uuid, mig_instance, day_number, t AS first_t, energy_mj AS first_energy_mj,
+           ROW_NUMBER() OVER (PARTITION BY hostname, uuid, mig_instance, day_number ORDER BY t) AS start_rank
+    FROM observation_starts
+)
+WHERE start_rank = 1;
 
 -- The XID field of each GPU at each instant it was read. DCGM_FI_DEV_XID_ERRORS holds the last
 -- XID error the GPU reported (0: none since the driver loaded), so an error happened where the

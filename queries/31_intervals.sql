@@ -10,13 +10,16 @@
 -- day (`day_first_starts` over the whole store; the in-process ledger gathers it day by day).
 
 -- Each observation with the next one: the next at hand, else the GPU's first observation of the
--- next later day it was seen (however many days later).
+-- next later day it was seen (however many days later); and the energy counter at both.
 CREATE OR REPLACE VIEW observation_next AS
-SELECT o.hostname, o.uuid, o.mig_instance, o.t, o.day_number, o.pods, COALESCE(o.t_next_seen, n.next_first_t) AS t_next
+SELECT o.hostname, o.uuid, o.mig_instance, o.t, o.day_number, o.pods, COALESCE(o.t_next_seen, n.next_first_t) AS t_next,
+       o.energy_mj, o.power_w,
+       CASE WHEN o.t_next_seen IS NOT NULL THEN o.energy_next_seen ELSE n.next_first_energy_mj END AS energy_next
 FROM observation_starts o
 LEFT JOIN (
     SELECT hostname, uuid, mig_instance, day_number,
-           LEAD(first_t) OVER (PARTITION BY hostname, uuid, mig_instance ORDER BY day_number) AS next_first_t
+           LEAD(first_t) OVER (PARTITION BY hostname, uuid, mig_instance ORDER BY day_number) AS next_first_t,
+           LEAD(first_energy_mj) OVER (PARTITION BY hostname, uuid, mig_instance ORDER BY day_number) AS next_first_energy_mj
     FROM known_day_starts
 ) n ON (n.hostname IS NOT DISTINCT FROM o.hostname) AND (n.uuid IS NOT DISTINCT FROM o.uuid)
    AND (n.mig_instance IS NOT DISTINCT FROM o.mig_instance) AND (n.day_number IS NOT DISTINCT FROM o.day_number)

@@ -34,7 +34,7 @@ GROUP BY hostname, uuid, mig_instance, month;
 
 -- Each observation with its month's scrape interval.
 CREATE OR REPLACE VIEW observations AS
-SELECT o.hostname, o.uuid, o.mig_instance, o.t, o.t_next, o.pods,
+SELECT o.hostname, o.uuid, o.mig_instance, o.t, o.t_next, o.pods, o.energy_mj, o.energy_next, o.power_w,
        COALESCE(i.interval_ms, 30000.0) AS interval_ms
 FROM observation_next o
 LEFT JOIN scrape_intervals i
@@ -46,11 +46,21 @@ CREATE OR REPLACE VIEW sample_spans AS
 SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, engine_active, gpu_util, xid_error,
        sevenths, pods, t, covered_end,
        -- The part of a long gap not covered (0 when the next observation came in time).
-       CASE WHEN t_next IS NOT NULL AND t_next > covered_end THEN t_next - covered_end ELSE 0 END AS unobserved_ms
+       CASE WHEN t_next IS NOT NULL AND t_next > covered_end THEN t_next - covered_end ELSE 0 END AS unobserved_ms,
+       watts
 FROM (
     SELECT p.*, o.t_next, o.pods,
            CAST(CASE WHEN o.t_next IS NOT NULL AND o.t_next - o.t <= s.max_gap_factor * o.interval_ms THEN o.t_next
-                     ELSE o.t + o.interval_ms END AS BIGINT) AS covered_end
+                     ELSE o.t + o.interval_ms END AS BIGINT) AS covered_end,
+           -- The GPU's mean power over the covered span, in W (= mJ per ms): the energy
+           -- counter's increase to the next observation where that came within max_gap (a
+           -- decrease is a reset: the counter started again from 0, so its new value is the
+           -- increase), else the power reading (a gap, the last observation, no counter).
+           CASE WHEN o.t_next IS NOT NULL AND o.t_next - o.t <= s.max_gap_factor * o.interval_ms
+                     AND o.energy_mj IS NOT NULL AND o.energy_next IS NOT NULL
+                THEN CAST(CASE WHEN o.energy_next >= o.energy_mj THEN o.energy_next - o.energy_mj ELSE o.energy_next END AS DOUBLE)
+                     / (o.t_next - o.t)
+                ELSE o.power_w END AS watts
     FROM settings s
     CROSS JOIN observations o
     -- IS NOT DISTINCT FROM: a sample without a Hostname, UUID or MIG instance still joins.

@@ -12,6 +12,7 @@
 -- (DCGM_FI_PROF_GR_ENGINE_ACTIVE) >= active_threshold_engine where the sample has it, else
 -- DCGM_FI_DEV_GPU_UTIL >= active_threshold_util. Time of segments still running is
 -- `provisional`: it is restated when a later ledger run sees the outcome.
+-- Energy goes with the time: each span's mean power (32_spans.sql) times its share of the GPU.
 
 -- The covered spans cut at UTC midnight: piece 0 up to the first midnight after t, piece 1 after
 -- it (a covered span is at most max_gap long, far below a day at any sane scrape interval, and
@@ -22,21 +23,21 @@
 CREATE OR REPLACE VIEW sample_pieces AS
 WITH pieces AS (
     SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, engine_active, gpu_util, xid_error,
-           sevenths, pods, t, t AS piece_start, LEAST(covered_end, (t / 86400000 + 1) * 86400000) AS piece_end
+           sevenths, pods, watts, t, t AS piece_start, LEAST(covered_end, (t / 86400000 + 1) * 86400000) AS piece_end
     FROM sample_spans
     UNION ALL
     SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, engine_active, gpu_util, xid_error,
-           sevenths, pods, t, (t / 86400000 + 1) * 86400000 AS piece_start, covered_end AS piece_end
+           sevenths, pods, watts, t, (t / 86400000 + 1) * 86400000 AS piece_start, covered_end AS piece_end
     FROM sample_spans
     WHERE covered_end > (t / 86400000 + 1) * 86400000
 )
 SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, engine_active, gpu_util, xid_error,
-       sevenths, pods, t, piece_start, piece_end - piece_start AS piece_ms, 7.0 AS gpu_sevenths, 1.0 AS instances
+       sevenths, pods, watts, t, piece_start, piece_end - piece_start AS piece_ms, 7.0 AS gpu_sevenths, 1.0 AS instances
 FROM pieces
 WHERE mig_instance IS NULL AND piece_end > piece_start
 UNION ALL
 SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, engine_active, gpu_util, xid_error,
-       sevenths, pods, t, piece_start, piece_end - piece_start AS piece_ms,
+       sevenths, pods, watts, t, piece_start, piece_end - piece_start AS piece_ms,
        -- k pods sharing one instance are k rows of it: each counts 1/k.
        SUM(CAST(sevenths AS DOUBLE) / pods) OVER (PARTITION BY hostname, uuid, t, piece_start) AS gpu_sevenths,
        SUM(1.0 / pods) OVER (PARTITION BY hostname, uuid, t, piece_start) AS instances
@@ -76,7 +77,9 @@ SELECT sp.date, COALESCE(hn.node, sp.hostname) AS node, sp.uuid, sp.model_name, 
            ELSE 'allocated_idle'
        END AS state,
        -- GPU-milliseconds x 7 (sevenths of a GPU); k pods sharing the GPU hold 1/k each.
-       CAST(sp.piece_ms * sp.sevenths AS DOUBLE) / sp.pods AS gpu_ms7
+       CAST(sp.piece_ms * sp.sevenths AS DOUBLE) / sp.pods AS gpu_ms7,
+       -- Energy in mJ x 7, shared the same way (W x ms = mJ); null where nothing was measured.
+       sp.watts * CAST(sp.piece_ms * sp.sevenths AS DOUBLE) / sp.pods AS energy_mj7
 FROM settings s
 CROSS JOIN sample_pieces sp
 -- A name may have several incarnations: the sample's pod_uid picks one where the exporter writes
@@ -90,7 +93,8 @@ UNION ALL
 SELECT sp.date, COALESCE(hn.node, sp.hostname) AS node, sp.uuid, sp.model_name, sp.piece_start, sp.xid_error,
        'platform' AS team, CAST(NULL AS VARCHAR) AS namespace, CAST(NULL AS VARCHAR) AS run,
        CAST(NULL AS BIGINT) AS segment, CAST(NULL AS VARCHAR) AS outcome, 'unallocated' AS state,
-       sp.piece_ms * (7 - sp.gpu_sevenths) / sp.instances / sp.pods AS gpu_ms7
+       sp.piece_ms * (7 - sp.gpu_sevenths) / sp.instances / sp.pods AS gpu_ms7,
+       sp.watts * sp.piece_ms * (7 - sp.gpu_sevenths) / sp.instances / sp.pods AS energy_mj7
 FROM sample_pieces sp
 LEFT JOIN hostname_nodes hn ON hn.hostname = sp.hostname
 WHERE sp.mig_instance IS NOT NULL AND sp.gpu_sevenths < 7;
@@ -120,10 +124,13 @@ SELECT date,
        node, model_name, team, namespace, run, segment, outcome, state,
        outcome IN ('running', 'unknown') AS provisional,
        gpu_ms7 / 7.0 / 3600000.0 AS gpu_hours,
+       -- kWh = mJ / 3.6e9; null where no piece of the group had a power reading or counter.
+       energy_mj7 / 7.0 / 3600000000.0 AS energy_kwh,
        xid_error
 FROM (
     SELECT date, piece_start / 86400000 AS day_number, node, model_name, team, namespace, run, segment,
-           outcome, state, SUM(gpu_ms7) AS gpu_ms7, MAX(CASE WHEN xid_error > 0 THEN xid_error END) AS xid_error
+           outcome, state, SUM(gpu_ms7) AS gpu_ms7, SUM(energy_mj7) AS energy_mj7,
+           MAX(CASE WHEN xid_error > 0 THEN xid_error END) AS xid_error
     FROM gpu_state_pieces
     GROUP BY date, piece_start / 86400000, node, model_name, team, namespace, run, segment, outcome, state
 );

@@ -93,7 +93,21 @@ SELECT 7, 'gpuledger_budget', month, team, 0, NULL, NULL, CAST(budget AS DOUBLE)
 UNION ALL
 SELECT 8, 'gpuledger_budget_used_ratio', month, team, 0, NULL, NULL, CAST(used_ratio AS DOUBLE) FROM budget_monthly
 UNION ALL
-SELECT 9, 'gpuledger_budget_forecast_ratio', month, team, 0, NULL, NULL, CAST(forecast_ratio AS DOUBLE) FROM budget_monthly;
+SELECT 9, 'gpuledger_budget_forecast_ratio', month, team, 0, NULL, NULL, CAST(forecast_ratio AS DOUBLE) FROM budget_monthly
+UNION ALL
+-- Energy (67_energy.sql), beside the cost.
+SELECT 10, 'gpuledger_energy_kwh', month, team, 0, NULL, NULL, CAST(SUM(kwh) AS DOUBLE) FROM energy_monthly GROUP BY month, team;
+
+-- Energy per month and team beside its cost: GPU kWh, facility kWh and emissions, and GPU kWh
+-- per accepted unit next to cost per accepted unit (null without units).
+CREATE OR REPLACE VIEW report_energy AS
+SELECT e.month, e.team, e.kwh, e.facility_kwh, e.kg_co2e, e.gpu_hours, e.measured_gpu_hours,
+       CASE WHEN c.accepted_units > 0 THEN e.kwh / c.accepted_units END AS kwh_per_accepted_unit,
+       c.cost_per_accepted_unit
+FROM (SELECT month, team, SUM(kwh) AS kwh, SUM(facility_kwh) AS facility_kwh, SUM(kg_co2e) AS kg_co2e,
+             SUM(gpu_hours) AS gpu_hours, SUM(measured_gpu_hours) AS measured_gpu_hours
+      FROM energy_monthly GROUP BY month, team) e
+LEFT JOIN chargeback_monthly c ON c.month = e.month AND c.team = e.team;
 
 -- The month as a FinOps FOCUS 1.2 cost and usage dataset (`gpuledger report --format focus`),
 -- one row per charge, each team a sub-account. Three kinds of row:

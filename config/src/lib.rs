@@ -34,12 +34,13 @@ use toml::de::{DeTable, DeValue};
 
 /// The top-level sections of `gpuledger.toml`, in the order the example file documents them,
 /// with the component that reads each.
-pub const SECTIONS: [(&str, &str); 8] = [
+pub const SECTIONS: [(&str, &str); 9] = [
     ("accounting", "ledger"),
     ("prices", "ledger"),
     ("overheads", "ledger"),
     ("units", "ledger"),
     ("budgets", "ledger"),
+    ("energy", "ledger"),
     ("focus", "ledger"),
     ("collector", "gpuledger collect"),
     ("serve", "gpuledger serve"),

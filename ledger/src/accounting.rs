@@ -38,6 +38,7 @@ pub const QUERY_FILES: &[(&str, &str)] = &[
     ("55_who_pays.sql", include_str!("../../queries/55_who_pays.sql")),
     ("60_chargeback.sql", include_str!("../../queries/60_chargeback.sql")),
     ("65_budgets.sql", include_str!("../../queries/65_budgets.sql")),
+    ("67_energy.sql", include_str!("../../queries/67_energy.sql")),
     ("70_queue.sql", include_str!("../../queries/70_queue.sql")),
     ("80_failures.sql", include_str!("../../queries/80_failures.sql")),
     ("90_reports.sql", include_str!("../../queries/90_reports.sql")),
@@ -56,12 +57,12 @@ const PER_DAY_TABLES: &[&str] = &["gpu_state_hours", "unobserved_gpu_hours", "gp
 
 /// The steps after the sample steps, once over the gathered results; then the report views
 /// (`90_reports.sql`) over [`REPORTED_TABLES`].
-const MONTHLY_FILES: [&str; 6] = ["50_units.sql", "55_who_pays.sql", "60_chargeback.sql", "65_budgets.sql", "70_queue.sql", "80_failures.sql"];
+const MONTHLY_FILES: [&str; 7] = ["50_units.sql", "55_who_pays.sql", "60_chargeback.sql", "65_budgets.sql", "67_energy.sql", "70_queue.sql", "80_failures.sql"];
 
 /// The derived tables the report views read, kept as tables before those views are created:
 /// each report view reads them several times (report_focus reads chargeback_monthly four
 /// times), and a view would compute the whole monthly pipeline again at each read.
-pub const REPORTED_TABLES: [&str; 4] = ["priced_state_hours", "chargeback_monthly", "accepted_units_monthly", "budget_monthly"];
+pub const REPORTED_TABLES: [&str; 5] = ["priced_state_hours", "chargeback_monthly", "accepted_units_monthly", "budget_monthly", "energy_monthly"];
 
 /// The derived tables `gpuledger ledger` writes to the store, each stored under the name of
 /// the view it comes from (`gpuledger_schemas::derived` declares their columns).
@@ -72,6 +73,7 @@ pub const DERIVED_TABLES: &[&str] = &[
     "chargeback_monthly",
     "accepted_units_monthly",
     "budget_monthly",
+    "energy_monthly",
     "run_segments",
     "run_failures",
     "failure_causes",
@@ -403,6 +405,8 @@ async fn register_config(ctx: &SessionContext, config: &Config, options: &RunOpt
         ("currency", text(vec![Some(a.currency.clone())])),
         ("hardware_failures", text(vec![Some(a.hardware_failures.as_str().to_string())])),
         ("preemptions", text(vec![Some(a.preemptions.as_str().to_string())])),
+        ("pue", float(vec![config.energy.pue])),
+        ("grid_gco2_per_kwh", Arc::new(Float64Array::from(vec![config.energy.grid_gco2_per_kwh])) as ArrayRef),
     ])?;
     let xids = batch(vec![("xid", Arc::new(Int64Array::from(a.hardware_xids.clone())) as ArrayRef)])?;
     let labels = &config.prices.by_node_label;

@@ -41,6 +41,10 @@
 //! month = "2026-12"
 //! amount = 2500.0
 //!
+//! [energy]                            # reported beside the chargeback, never charged
+//! pue = 1.3                           # facility energy per GPU energy (default 1.0)
+//! grid_gco2_per_kwh = 350.0           # grid carbon intensity; without it, no emissions
+//!
 //! [focus]                             # who bills whom in the FOCUS export; all optional
 //! billing_account_id = "gpu-cluster"
 //! billing_account_name = "GPU cluster"
@@ -168,7 +172,23 @@ pub struct Config {
     pub unit_files: Vec<PathBuf>,
     /// In file order; at most one per team without a month and one per team and month.
     pub budgets: Vec<Budget>,
+    pub energy: Energy,
     pub focus: FocusAccount,
+}
+
+/// `[energy]`: how GPU energy becomes facility energy and emissions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Energy {
+    /// Power usage effectiveness: facility energy over IT energy, >= 1.
+    pub pue: f64,
+    /// Grams of CO2e per kWh of the grid; `None` reports no emissions.
+    pub grid_gco2_per_kwh: Option<f64>,
+}
+
+impl Default for Energy {
+    fn default() -> Self {
+        Energy { pue: 1.0, grid_gco2_per_kwh: None }
+    }
 }
 
 /// One `[[budgets]]` entry: what `team` may spend in a month (its chargeback total), in the
@@ -316,7 +336,7 @@ impl Config {
         })
     }
 
-    /// Checks the ledger's sections of `doc` (`accounting`, `prices`, `overheads`, `units`, `budgets`, `focus`),
+    /// Checks the ledger's sections of `doc` (`accounting`, `prices`, `overheads`, `units`, `budgets`, `energy`, `focus`),
     /// reporting every problem to it; the configuration when none of them had one.
     pub fn check(doc: &Document<'_>) -> Option<Config> {
         if !doc.parsed() {
@@ -346,11 +366,12 @@ impl Config {
         }
         let raw_budgets = doc.section::<Vec<Spanned<RawBudget>>>("budgets").unwrap_or_default();
         let budgets = budgets(doc, raw_budgets);
+        let energy = energy(doc, doc.section::<RawEnergy>("energy"));
         let focus = focus_account(doc, doc.section::<RawFocus>("focus"));
         if doc.has_problems() {
             return None;
         }
-        Some(Config { accounting, prices: prices?, overheads, units, unit_files, budgets, focus })
+        Some(Config { accounting, prices: prices?, overheads, units, unit_files, budgets, energy, focus })
     }
 
     /// A configuration with every default and one price for every GPU, for runs without a file.
@@ -362,6 +383,7 @@ impl Config {
             units: Vec::new(),
             unit_files: Vec::new(),
             budgets: Vec::new(),
+            energy: Energy::default(),
             focus: FocusAccount::default(),
         }
     }
@@ -465,6 +487,36 @@ fn budgets(doc: &Document<'_>, raw: Vec<Spanned<RawBudget>>) -> Vec<Budget> {
             continue;
         }
         out.push(Budget { team, month, amount });
+    }
+    out
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEnergy {
+    pue: Option<Spanned<f64>>,
+    grid_gco2_per_kwh: Option<Spanned<f64>>,
+}
+
+/// `[energy]`: a bad value is reported and its default kept.
+fn energy(doc: &Document<'_>, raw: Option<RawEnergy>) -> Energy {
+    let mut out = Energy::default();
+    let Some(raw) = raw else { return out };
+    if let Some(v) = raw.pue {
+        let pue = *v.get_ref();
+        if pue.is_finite() && (1.0..=10.0).contains(&pue) {
+            out.pue = pue;
+        } else {
+            doc.report(v.span(), "energy.pue", format!("{pue} is not a power usage effectiveness (facility over IT energy, from 1 to 10)"));
+        }
+    }
+    if let Some(v) = raw.grid_gco2_per_kwh {
+        let g = *v.get_ref();
+        if g.is_finite() && (0.0..=5000.0).contains(&g) {
+            out.grid_gco2_per_kwh = Some(g);
+        } else {
+            doc.report(v.span(), "energy.grid_gco2_per_kwh", format!("{g} is not a grid carbon intensity in g CO2e per kWh (0 to 5000)"));
+        }
     }
     out
 }
@@ -953,6 +1005,7 @@ support = 50.0
                 units: vec![],
                 unit_files: vec![],
                 budgets: vec![],
+                energy: Energy::default(),
                 focus: FocusAccount::default(),
             }
         );
@@ -991,6 +1044,16 @@ support = 50.0
             "budgets[1]",
             &["second budget", "\"ml\"", "every month"],
         );
+    }
+
+    #[test]
+    fn energy_factors_are_checked() {
+        let p = "[prices]\ndefault = 1.5\n";
+        let c = parse(&format!("{p}[energy]\npue = 1.3\ngrid_gco2_per_kwh = 350\n")).unwrap();
+        assert_eq!(c.energy, Energy { pue: 1.3, grid_gco2_per_kwh: Some(350.0) });
+        assert_eq!(parse(p).unwrap().energy, Energy { pue: 1.0, grid_gco2_per_kwh: None });
+        assert_error(&format!("{p}[energy]\npue = 0.9\n"), 4, "energy.pue", &["0.9", "from 1 to 10"]);
+        assert_error(&format!("{p}[energy]\ngrid_gco2_per_kwh = -1.0\n"), 4, "energy.grid_gco2_per_kwh", &["-1"]);
     }
 
     #[test]

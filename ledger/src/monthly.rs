@@ -13,7 +13,7 @@ use crate::config::IdlePolicy;
 use crate::types::{Month, State};
 use crate::decode::decode;
 use crate::error::{Error, Result};
-use crate::report::{BudgetRow, ChargebackRow, FailureCauseRow, QueueWaitRow, Report, UnitsRow, UsageRow};
+use crate::report::{BudgetRow, ChargebackRow, EnergyRow, FailureCauseRow, QueueWaitRow, Report, UnitsRow, UsageRow};
 
 impl Accounting {
     /// The report of `month` (`YYYY-MM`). Queue waits are those of admissions in that month.
@@ -158,5 +158,23 @@ async fn read_report(ctx: &SessionContext, month: &Month, currency: &str, idle_p
             })
             .collect())
     })?;
-    Ok(Report { month: month.clone(), currency: currency.to_string(), idle_policy, chargeback, units, usage, failure_causes, queue_waits, budgets })
+    let energy = decode(&rows("SELECT * FROM report_energy WHERE month = $1 ORDER BY team").await?, "report_energy", |c| {
+        let team = c.text("team")?;
+        let (kwh, facility, co2) = (c.f64("kwh")?, c.f64("facility_kwh")?, c.opt_f64("kg_co2e")?);
+        let (per_unit, cost_per_unit) = (c.opt_f64("kwh_per_accepted_unit")?, c.opt_f64("cost_per_accepted_unit")?);
+        let (hours, measured) = (c.f64("gpu_hours")?, c.f64("measured_gpu_hours")?);
+        Ok((0..c.rows())
+            .map(|i| EnergyRow {
+                team: team[i].clone(),
+                kwh: kwh[i],
+                facility_kwh: facility[i],
+                kg_co2e: co2[i],
+                kwh_per_accepted_unit: per_unit[i],
+                cost_per_accepted_unit: cost_per_unit[i],
+                gpu_hours: hours[i],
+                measured_gpu_hours: measured[i],
+            })
+            .collect())
+    })?;
+    Ok(Report { month: month.clone(), currency: currency.to_string(), idle_policy, chargeback, units, usage, failure_causes, queue_waits, budgets, energy })
 }

@@ -102,6 +102,7 @@ pub const DERIVED_TABLES: &[DerivedTable] = &[
     CHARGEBACK_MONTHLY,
     ACCEPTED_UNITS_MONTHLY,
     BUDGET_MONTHLY,
+    ENERGY_MONTHLY,
     RUN_SEGMENTS,
     RUN_FAILURES,
     FAILURE_CAUSES,
@@ -132,6 +133,7 @@ pub const PRICED_STATE_HOURS: DerivedTable = DerivedTable {
         col("state", Utf8, false, "productive, allocated_idle, failed, preempted or unallocated"),
         col("provisional", Boolean, true, "The segment has not ended (outcome running or unknown): its state may still change"),
         col("gpu_hours", Float64, true, "GPU-hours (MIG instances count their sevenths, shared GPUs split among their pods)"),
+        col("energy_kwh", Float64, true, "GPU energy of these hours, kWh (energy counter, else power reading), shared as the hours are; null where none was measured"),
         col("xid_error", Int64, true, "Largest non-zero XID error DCGM reported in these hours; null when none"),
         col("price", Float64, true, "Price of a GPU-hour: by node label, else by GPU model, else the default"),
         col("cost", Float64, true, "gpu_hours x price"),
@@ -221,6 +223,21 @@ pub const BUDGET_MONTHLY: DerivedTable = DerivedTable {
         col("forecast", Float64, true, "Month-end spend at this rate: gpu_cost x month_days / elapsed_days + overheads; spend once the data has passed the month"),
         col("used_ratio", Float64, true, "spend / budget"),
         col("forecast_ratio", Float64, true, "forecast / budget"),
+    ],
+};
+
+pub const ENERGY_MONTHLY: DerivedTable = DerivedTable {
+    name: "energy_monthly",
+    doc: "GPU energy per month, team and state, with facility energy (pue) and emissions; beside the chargeback, not in it (67_energy.sql)",
+    columns: &[
+        col("month", Utf8, true, "UTC month (YYYY-MM)"),
+        col("team", Utf8, true, "Team; platform holds unallocated time"),
+        col("state", Utf8, false, "productive, allocated_idle, failed, preempted or unallocated"),
+        col("gpu_hours", Float64, true, "GPU-hours in that state"),
+        col("measured_gpu_hours", Float64, true, "Of those, the hours whose energy was measured"),
+        col("kwh", Float64, false, "GPU energy, kWh"),
+        col("facility_kwh", Float64, true, "kwh x [energy] pue"),
+        col("kg_co2e", Float64, true, "facility_kwh x [energy] grid_gco2_per_kwh / 1000; null without a grid intensity"),
     ],
 };
 

@@ -31,7 +31,7 @@ pub const GAUGES_SQL: &str = "SELECT gauge, month, team, label, label_value, val
 
 /// Each ledger gauge: its name, HELP text (`{currency}` stands for the currency) and whether its
 /// samples carry the currency label. Every one is written, with or without samples.
-const GAUGES: [(&str, &str, bool); 9] = [
+const GAUGES: [(&str, &str, bool); 10] = [
     ("gpuledger_gpu_hours", "GPU-hours in the month by team and state (from the stored ledger).", false),
     ("gpuledger_cost", "Cost in {currency} in the month by team and component; component=\"total\" is their sum.", true),
     ("gpuledger_lost_gpu_hours_platform_paid", "Failed and preempted GPU-hours of the team whose cost the platform paid (hardware faults); inside gpuledger_gpu_hours.", false),
@@ -41,6 +41,7 @@ const GAUGES: [(&str, &str, bool); 9] = [
     ("gpuledger_budget", "The team's budget for the month in {currency} ([[budgets]]; only budgeted teams).", true),
     ("gpuledger_budget_used_ratio", "Spend to date over the month's budget (1 = all of it).", false),
     ("gpuledger_budget_forecast_ratio", "Month-end spend at the rate so far over the month's budget; alert on > 1.", false),
+    ("gpuledger_energy_kwh", "GPU energy in the month by team, kWh (beside the cost, not in it).", false),
 ];
 
 /// One sample of a ledger gauge, as `report_gauges` gives it.
@@ -144,6 +145,10 @@ mod tests {
         let budget = "CREATE TABLE budget_monthly AS SELECT '2026-10' AS month, 'web' AS team, 10.0 AS budget, 12.5 AS spend, \
                       25.0 AS forecast, 1.25 AS used_ratio, 2.5 AS forecast_ratio, 15.5 AS elapsed_days, 31.0 AS month_days";
         ctx.sql(budget).await.unwrap().collect().await.unwrap();
+        // web's GPUs drew 3.5 kWh productive and 0.5 kWh idle: 4.0 in the month.
+        let energy = "CREATE TABLE energy_monthly AS SELECT * FROM (VALUES ('2026-10', 'web', 'productive', 10.0, 10.0, 3.5, 4.2, 1.5), \
+                      ('2026-10', 'web', 'allocated_idle', 2.0, 2.0, 0.5, 0.6, 0.2)) AS e(month, team, state, gpu_hours, measured_gpu_hours, kwh, facility_kwh, kg_co2e)";
+        ctx.sql(energy).await.unwrap().collect().await.unwrap();
         gpuledger_ledger::accounting::create_report_views(&ctx).await.unwrap();
         let gauges = decode_gauges(&ctx.sql(GAUGES_SQL).await.unwrap().collect().await.unwrap()).unwrap();
         let text = render(Some(&gauges), "USD", &Stats::default());
@@ -168,5 +173,6 @@ mod tests {
         assert_eq!(find("gpuledger_budget_used_ratio", &[("team", "web"), ("month", "2026-10")]), Some(1.25));
         assert_eq!(find("gpuledger_budget_forecast_ratio", &[("team", "web")]), Some(2.5));
         assert_eq!(find("gpuledger_budget_forecast_ratio", &[("team", "ml\"a")]), None, "no budget, no gauge");
+        assert_eq!(find("gpuledger_energy_kwh", &[("team", "web"), ("month", "2026-10")]), Some(4.0));
     }
 }

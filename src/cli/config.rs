@@ -29,7 +29,7 @@ pub(crate) struct FileConfig {
     pub serve: ServeConfig,
 }
 
-const LEDGER_SECTIONS: [&str; 6] = ["accounting", "prices", "overheads", "units", "budgets", "focus"];
+const LEDGER_SECTIONS: [&str; 7] = ["accounting", "prices", "overheads", "units", "budgets", "energy", "focus"];
 
 /// Reads and checks the file at `path`; the error lists every problem found, one per line.
 pub(crate) fn load(path: &Path, uses: Uses) -> Result<FileConfig, ConfigError> {

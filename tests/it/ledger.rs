@@ -827,7 +827,12 @@ fn demo_prints_the_chargeback_and_writes_html_and_focus() {
     // The example configuration's budgets follow the chargeback, each team's status in words.
     let budgets = stdout.split("Budgets (USD)").nth(1).unwrap_or_else(|| panic!("no budgets: {stdout}"));
     assert!(stdout.find("Budgets (USD)") > stdout.find("TOTAL"), "{stdout}");
-    assert!(budgets.lines().any(|l| l.starts_with("nlp") && (l.ends_with("over budget") || l.ends_with("within"))), "{budgets}");
+    let nlp: Vec<&str> = budgets.lines().find(|l| l.starts_with("nlp")).unwrap_or_else(|| panic!("{budgets}")).split_whitespace().collect();
+    let percent = |s: &str| s.trim_end_matches('%').replace(',', "").parse::<f64>().unwrap();
+    let (used, forecast) = (percent(nlp[3]), percent(nlp[5]));
+    let status = nlp[7..].join(" ");
+    let want = if used > 100.0 { "over budget" } else if forecast > 100.0 { "forecast over" } else { "within" };
+    assert_eq!(status, want, "{budgets}");
     let html = std::fs::read_to_string(dir.join("report-2026-10.html")).unwrap();
     assert!(html.contains("<svg") && html.contains("platform"), "HTML report with charts");
     let focus_csv = std::fs::read_to_string(dir.join("focus-2026-10.csv")).unwrap();

@@ -75,6 +75,9 @@ pub fn render(report: &Report) -> String {
     if !report.queue_waits.is_empty() {
         section(&mut h, "Queue waits", &queue_table(report));
     }
+    if report.energy.iter().any(|e| e.kwh > 0.0) {
+        section(&mut h, "Energy (beside the cost, not in it)", &energy_table(report));
+    }
     h.push_str("</body>\n</html>\n");
     h
 }
@@ -301,6 +304,35 @@ fn budget_table(report: &Report) -> String {
     t
 }
 
+/// Energy per team: a table with kWh per accepted unit beside cost per accepted unit, and a
+/// chart of GPU kWh by team.
+fn energy_table(report: &Report) -> String {
+    let mut t = String::from("<table>\n<thead><tr><th>team</th><th class=\"n\">GPU kWh</th><th class=\"n\">facility kWh</th><th class=\"n\">kg CO2e</th>");
+    t.push_str(&format!(
+        "<th class=\"n\">kWh per accepted unit</th><th class=\"n\">cost per accepted unit ({})</th><th class=\"n\">GPU-hours measured</th></tr></thead>\n<tbody>\n",
+        esc(&report.currency)
+    ));
+    let optional = |v: Option<f64>, f: fn(f64) -> String| v.map_or_else(|| "-".to_owned(), f);
+    for e in &report.energy {
+        t.push_str(&format!(
+            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{} of {}</td></tr>\n",
+            esc(&e.team),
+            esc(&grouped(e.kwh, 1)),
+            esc(&grouped(e.facility_kwh, 1)),
+            esc(&optional(e.kg_co2e, |v| grouped(v, 1))),
+            esc(&optional(e.kwh_per_accepted_unit, per_unit_fmt)),
+            esc(&optional(e.cost_per_accepted_unit, per_unit_fmt)),
+            esc(&hours_fmt(e.measured_gpu_hours)),
+            esc(&hours_fmt(e.gpu_hours)),
+        ));
+    }
+    t.push_str("</tbody>\n</table>\n");
+    let series = [("GPU kWh", "#2e7d32")];
+    let bars = report.energy.iter().map(|e| Bar { label: e.team.clone(), values: vec![e.kwh], end: format!("{} kWh", grouped(e.kwh, 1)) }).collect();
+    t.push_str(&Chart { series: &series, bars, value: &|v| format!("{} kWh", grouped(v, 1)), title: "GPU energy by team (kWh)" }.svg());
+    t
+}
+
 fn queue_table(report: &Report) -> String {
     let mut t = String::from("<table>\n<thead><tr><th>team</th><th>ClusterQueue</th><th class=\"n\">admissions</th>");
     t.push_str("<th class=\"n\">p50 wait</th><th class=\"n\">p95 wait</th><th class=\"n\">max wait</th><th class=\"n\">evictions</th><th>eviction reasons</th></tr></thead>\n<tbody>\n");
@@ -464,7 +496,9 @@ mod tests {
         assert!(html.contains("The platform paid for 3.0 lost GPU-hours (6.00 EUR)"), "platform-paid note");
         assert!(html.contains("<th class=\"n\">lost cost platform paid</th>"));
         let opened = html.matches("<svg").count();
-        assert_eq!(opened, 5, "budgets, hours, cost, per unit, failure causes");
+        assert_eq!(opened, 6, "budgets, hours, cost, per unit, failure causes, energy");
+        let energy = html.split("<h2>Energy (beside the cost, not in it)</h2>").nth(1).unwrap();
+        assert!(energy.contains("<td>ml-research</td><td class=\"n\">95.2</td><td class=\"n\">123.8</td><td class=\"n\">43.3</td>"), "{energy}");
         // Budgets come right after the chargeback, the team over its budget flagged.
         let budgets = html.split("<h2>Budgets (EUR)</h2>").nth(1).unwrap();
         assert!(html.find("<h2>Budgets").unwrap() < html.find("<h2>GPU-hours by state").unwrap());
@@ -516,6 +550,7 @@ mod tests {
         empty.failure_causes.clear();
         empty.queue_waits.clear();
         empty.budgets.clear();
+        empty.energy.clear();
         let html = render(&empty);
         assert_eq!(html.matches("<svg").count(), 0);
         assert!(html.contains("No data."));

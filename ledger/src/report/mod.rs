@@ -54,6 +54,8 @@ pub struct Report {
     pub queue_waits: Vec<QueueWaitRow>,
     /// Budgeted teams, the one whose forecast uses most of its budget first.
     pub budgets: Vec<BudgetRow>,
+    /// Energy per team (`report_energy`), by team.
+    pub energy: Vec<EnergyRow>,
 }
 
 /// One team's month (the `csv` row, plus the provisional hours).
@@ -151,6 +153,24 @@ impl BudgetRow {
             "within"
         }
     }
+}
+
+/// One team's energy in the month (`report_energy`): beside its cost, never in it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct EnergyRow {
+    pub team: String,
+    /// GPU energy, kWh.
+    pub kwh: f64,
+    /// `kwh` x PUE.
+    pub facility_kwh: f64,
+    /// `None` without a grid carbon intensity in the configuration.
+    pub kg_co2e: Option<f64>,
+    /// `None` where the team accepted no units.
+    pub kwh_per_accepted_unit: Option<f64>,
+    pub cost_per_accepted_unit: Option<f64>,
+    /// Of the team's GPU-hours, those whose energy was measured.
+    pub gpu_hours: f64,
+    pub measured_gpu_hours: f64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -402,6 +422,28 @@ pub(crate) mod fixture {
                     month_days: 31.0,
                 },
             ],
+            energy: vec![
+                EnergyRow {
+                    team: "ml-research".into(),
+                    kwh: 95.2,
+                    facility_kwh: 123.76,
+                    kg_co2e: Some(43.316),
+                    kwh_per_accepted_unit: Some(0.0952),
+                    cost_per_accepted_unit: Some(0.245),
+                    gpu_hours: 119.0,
+                    measured_gpu_hours: 119.0,
+                },
+                EnergyRow {
+                    team: "platform".into(),
+                    kwh: 0.8,
+                    facility_kwh: 1.04,
+                    kg_co2e: Some(0.364),
+                    kwh_per_accepted_unit: None,
+                    cost_per_accepted_unit: None,
+                    gpu_hours: 10.0,
+                    measured_gpu_hours: 4.0,
+                },
+            ],
         }
     }
 
@@ -465,6 +507,8 @@ pub(crate) mod fixture {
         ctx.register_table("chargeback_monthly", table(&report.chargeback, chargeback_fields)).unwrap();
         ctx.register_table("accepted_units_monthly", table(&report.units, units_fields)).unwrap();
         ctx.register_table("budget_monthly", table(&report.budgets, budget_fields)).unwrap();
+        let energy_schema = gpuledger_schemas::derived_table("energy_monthly").unwrap().arrow_schema();
+        ctx.register_batch("energy_monthly", arrow::array::RecordBatch::new_empty(energy_schema)).unwrap();
         crate::accounting::create_report_views(&ctx).await.unwrap();
         ctx
     }

@@ -144,7 +144,31 @@ fn document(report: &Report, style: Style) -> String {
         out.push_str(&heading(&format!("Budgets ({})", report.currency), style));
         out.push_str(&budget_grid(report).render(style));
     }
+    if report.energy.iter().any(|e| e.kwh > 0.0) {
+        out.push_str(&heading("Energy (beside the cost, not in it)", style));
+        out.push_str(&energy_grid(report).render(style));
+    }
     out
+}
+
+/// Energy per team, with kWh and cost per accepted unit side by side.
+fn energy_grid(report: &Report) -> Grid {
+    let optional = |v: Option<f64>, f: fn(f64) -> String| v.map_or_else(|| "-".to_owned(), f);
+    let rows = report
+        .energy
+        .iter()
+        .map(|e| {
+            vec![
+                e.team.clone(),
+                grouped(e.kwh, 1),
+                grouped(e.facility_kwh, 1),
+                optional(e.kg_co2e, |v| grouped(v, 1)),
+                optional(e.kwh_per_accepted_unit, per_unit_fmt),
+                optional(e.cost_per_accepted_unit, per_unit_fmt),
+            ]
+        })
+        .collect();
+    Grid::new(&["team", "GPU kWh", "facility kWh", "kg CO2e", "kWh per unit", "cost per unit"], 1, rows, None)
 }
 
 /// Budgets, the team heading furthest over first.
@@ -560,6 +584,8 @@ mod tests {
         assert_eq!(v["queue_waits"][0]["p95_seconds"].as_f64().unwrap(), 7380.0);
         assert_eq!(v["budgets"][0]["team"], "vision");
         assert_eq!(v["budgets"][0]["forecast_ratio"].as_f64().unwrap(), 2.4);
+        assert_eq!(v["energy"][0]["kwh"].as_f64().unwrap(), 95.2);
+        assert!(v["energy"][1]["kwh_per_accepted_unit"].is_null());
     }
 
     #[test]
@@ -593,6 +619,11 @@ mod tests {
         let rows: Vec<Vec<&str>> = budgets.lines().skip(2).map(|l| l.split_whitespace().collect()).collect();
         assert_eq!(rows[0], ["vision", "30.00", "36.00", "120%", "72.00", "240%", "15.5/31", "over", "budget"], "{budgets}");
         assert_eq!(rows[1], ["ml-research", "400.00", "245.00", "61%", "500.00", "125%", "15.5/31", "forecast", "over"], "{budgets}");
+        // Energy: GPU and facility kWh, emissions, kWh per unit beside cost per unit.
+        let energy = out.split("Energy (beside the cost, not in it)\n\n").nth(1).unwrap();
+        let rows: Vec<Vec<&str>> = energy.lines().skip(2).map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(rows[0][..4], ["ml-research", "95.2", "123.8", "43.3"], "{energy}");
+        assert_eq!(rows[1][rows[1].len() - 2..], ["-", "-"], "{energy}");
     }
 
     #[test]
