@@ -426,6 +426,7 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
     let mut unobs: Vec<(usize, i64)> = Vec::with_capacity(4);
     let mut file: Option<(i64, AtomicFile)> = None;
     let mut last_energy_t = tl.start_ms() + node.scrape_offset_ms;
+    let reset_at = tl.start_ms() + (tl.end_ms() - tl.start_ms()) / 2;
     let mut local_done = 0u64;
 
     for (k, &next_k) in next_present.iter().enumerate() {
@@ -658,6 +659,11 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
                 + (spec.power_max_mw - spec.power_idle_mw) * busy / 1_000_000 * (900 + (r % 100))
                     / 1000
                 + (r >> 8) % 1500;
+            // The first node's first GPU is reset half-way through (a driver reload): its energy
+            // counter starts again from 0, which the ledger must read as a reset, not a drop.
+            if ni == 0 && gi == 0 && last_energy_t < reset_at && t >= reset_at {
+                st.energy_mj = 0;
+            }
             st.energy_mj += power_mw * (t - last_energy_t).max(0) as u64 / 1000;
             if (r >> 20).is_multiple_of(40_000) {
                 st.pcie += 1 + (r >> 40) % 3;

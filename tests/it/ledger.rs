@@ -800,7 +800,21 @@ con = duckdb.connect()
 total = con.execute(f"SELECT sum(total) FROM '{d}chargeback_monthly.parquet' WHERE month = '2026-10'").fetchone()[0]
 hours = con.execute(f"SELECT sum(gpu_hours) FROM '{d}priced_state_hours.parquet' WHERE month = '2026-10' AND state = 'productive'").fetchone()[0]
 cost = con.execute(f"SELECT sum(cost) FROM '{d}priced_state_hours.parquet' WHERE month = '2026-10'").fetchone()[0]
-print(json.dumps({"total": total, "productive_hours": hours, "cost": cost}))
+# Energy straight from the raw samples, per physical GPU (MIG instances repeat their GPU's
+# counter): the counter's rise to the next reading within max_gap (2.5 x the 60 s scrape), a
+# drop read as a reset, else the power reading times one scrape interval.
+raw = sys.argv[1] + "/gpu_samples/*/*.parquet"
+raw_kwh = con.execute(f"""
+    WITH g AS (SELECT hostname, uuid, epoch_ms(ts) AS t, min(energy_mj) AS e, max(power_w) AS p
+               FROM read_parquet('{raw}', hive_partitioning = true) GROUP BY ALL),
+         n AS (SELECT *, lead(e) OVER w AS e2, lead(t) OVER w AS t2 FROM g WINDOW w AS (PARTITION BY hostname, uuid ORDER BY t))
+    SELECT sum(CASE WHEN t2 - t <= 150000 THEN (CASE WHEN e2 >= e THEN e2 - e ELSE e2 END) ELSE p * 60000 END) / 3.6e9,
+           count(*) FILTER (WHERE e2 < e)
+    FROM n
+""").fetchone()
+raw_kwh, resets = raw_kwh
+ledger_kwh = con.execute(f"SELECT sum(kwh) FROM '{d}energy_monthly.parquet'").fetchone()[0]
+print(json.dumps({"total": total, "productive_hours": hours, "cost": cost, "raw_kwh": raw_kwh, "ledger_kwh": ledger_kwh, "resets": resets}))
 "#;
     let out = Command::new("python3").arg("-c").arg(script).arg(&store).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -810,6 +824,10 @@ print(json.dumps({"total": total, "productive_hours": hours, "cost": cost}))
     // Spread overheads and moved idle cost aside, the chargeback total is the priced GPU time
     // plus the configured overheads (310 + 190 + 120 + 380 + 50 for serving).
     assert!((duck["cost"].as_f64().unwrap() + 1050.0 - report_total).abs() < 1e-6, "priced hours + overheads = total: {duck} vs {report_total}");
+    // The ledger's energy (spans, shares, states, months) adds up to the samples' own.
+    let (raw, ledger) = (duck["raw_kwh"].as_f64().unwrap(), duck["ledger_kwh"].as_f64().unwrap());
+    assert!(raw > 1.0 && (raw - ledger).abs() <= 1e-9 * raw, "energy from the raw samples {raw} kWh, ledger {ledger} kWh");
+    assert_eq!(duck["resets"], 1, "the simulator resets one GPU's energy counter half-way");
 }
 
 // ---------------------------------------------------------------------------------------------
