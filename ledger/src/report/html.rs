@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use super::text::{duration_fmt, grouped, hours_fmt, money_fmt, per_unit_fmt, provisional_note, units_fmt};
-use super::{CSV_COLUMNS, ChargebackRow, Report, State};
+use super::text::{duration_fmt, grouped, hours_fmt, kwh_fmt, money_fmt, or_dash, per_unit_fmt, percent_fmt, provisional_note, units_fmt};
+use super::{BudgetStatus, CSV_COLUMNS, ChargebackRow, Report, State};
 
 /// GPU states in chart order, with their fixed colours.
 const STATES: [(&str, &str); 5] =
@@ -271,20 +271,19 @@ fn failures(report: &Report) -> String {
 fn budget_table(report: &Report) -> String {
     let mut t = String::from("<table>\n<thead><tr><th>team</th><th class=\"n\">budget</th><th class=\"n\">spent</th><th class=\"n\">used</th>");
     t.push_str("<th class=\"n\">forecast</th><th class=\"n\">forecast used</th><th class=\"n\">days of data</th><th>status</th></tr></thead>\n<tbody>\n");
-    let percent = |r: f64| format!("{}%", grouped(r * 100.0, 0));
     for b in &report.budgets {
         let status = match b.status() {
-            "within" => esc(b.status()),
-            other => format!("<span class=\"over\">{}</span>", esc(other)),
+            BudgetStatus::Within => esc(BudgetStatus::Within.as_str()),
+            over => format!("<span class=\"over\">{}</span>", esc(over.as_str())),
         };
         t.push_str(&format!(
             "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{} of {}</td><td>{status}</td></tr>\n",
             esc(&b.team),
             esc(&money_fmt(b.budget)),
             esc(&money_fmt(b.spend)),
-            esc(&percent(b.used_ratio)),
+            esc(&percent_fmt(b.used_ratio)),
             esc(&money_fmt(b.forecast)),
-            esc(&percent(b.forecast_ratio)),
+            esc(&percent_fmt(b.forecast_ratio)),
             esc(&grouped(b.elapsed_days, 1)),
             esc(&grouped(b.month_days, 0)),
         ));
@@ -297,7 +296,7 @@ fn budget_table(report: &Report) -> String {
         .map(|b| Bar {
             label: b.team.clone(),
             values: vec![b.used_ratio * 100.0, (b.forecast_ratio - b.used_ratio).max(0.0) * 100.0],
-            end: format!("{} / {}", percent(b.used_ratio), percent(b.forecast_ratio)),
+            end: format!("{} / {}", percent_fmt(b.used_ratio), percent_fmt(b.forecast_ratio)),
         })
         .collect();
     t.push_str(&Chart { series: &series, bars, value: &|v| format!("{}% of budget", grouped(v, 0)), title: "Budget used and forecast (% of budget)" }.svg());
@@ -312,24 +311,23 @@ fn energy_table(report: &Report) -> String {
         "<th class=\"n\">kWh per accepted unit</th><th class=\"n\">cost per accepted unit ({})</th><th class=\"n\">GPU-hours measured</th></tr></thead>\n<tbody>\n",
         esc(&report.currency)
     ));
-    let optional = |v: Option<f64>, f: fn(f64) -> String| v.map_or_else(|| "-".to_owned(), f);
     for e in &report.energy {
         t.push_str(&format!(
             "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{} of {}</td></tr>\n",
             esc(&e.team),
-            esc(&grouped(e.kwh, 1)),
-            esc(&grouped(e.facility_kwh, 1)),
-            esc(&optional(e.kg_co2e, |v| grouped(v, 1))),
-            esc(&optional(e.kwh_per_accepted_unit, per_unit_fmt)),
-            esc(&optional(e.cost_per_accepted_unit, per_unit_fmt)),
+            esc(&kwh_fmt(e.kwh)),
+            esc(&kwh_fmt(e.facility_kwh)),
+            esc(&or_dash(e.kg_co2e, kwh_fmt)),
+            esc(&or_dash(e.kwh_per_accepted_unit, per_unit_fmt)),
+            esc(&or_dash(e.cost_per_accepted_unit, per_unit_fmt)),
             esc(&hours_fmt(e.measured_gpu_hours)),
             esc(&hours_fmt(e.gpu_hours)),
         ));
     }
     t.push_str("</tbody>\n</table>\n");
     let series = [("GPU kWh", "#2e7d32")];
-    let bars = report.energy.iter().map(|e| Bar { label: e.team.clone(), values: vec![e.kwh], end: format!("{} kWh", grouped(e.kwh, 1)) }).collect();
-    t.push_str(&Chart { series: &series, bars, value: &|v| format!("{} kWh", grouped(v, 1)), title: "GPU energy by team (kWh)" }.svg());
+    let bars = report.energy.iter().map(|e| Bar { label: e.team.clone(), values: vec![e.kwh], end: format!("{} kWh", kwh_fmt(e.kwh)) }).collect();
+    t.push_str(&Chart { series: &series, bars, value: &|v| format!("{} kWh", kwh_fmt(v)), title: "GPU energy by team (kWh)" }.svg());
     t
 }
 

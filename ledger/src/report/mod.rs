@@ -142,15 +142,34 @@ pub struct BudgetRow {
     pub month_days: f64,
 }
 
+/// How a budgeted team's month stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BudgetStatus {
+    /// Spent more than the budget already.
+    Over,
+    /// Within it so far, but heading over by the month's end.
+    ForecastOver,
+    Within,
+}
+
+impl BudgetStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetStatus::Over => "over budget",
+            BudgetStatus::ForecastOver => "forecast over",
+            BudgetStatus::Within => "within",
+        }
+    }
+}
+
 impl BudgetRow {
-    /// How the month stands: already over, heading over, or within the budget.
-    pub fn status(&self) -> &'static str {
+    pub fn status(&self) -> BudgetStatus {
         if self.used_ratio > 1.0 {
-            "over budget"
+            BudgetStatus::Over
         } else if self.forecast_ratio > 1.0 {
-            "forecast over"
+            BudgetStatus::ForecastOver
         } else {
-            "within"
+            BudgetStatus::Within
         }
     }
 }

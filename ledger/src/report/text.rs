@@ -153,18 +153,17 @@ fn document(report: &Report, style: Style) -> String {
 
 /// Energy per team, with kWh and cost per accepted unit side by side.
 fn energy_grid(report: &Report) -> Grid {
-    let optional = |v: Option<f64>, f: fn(f64) -> String| v.map_or_else(|| "-".to_owned(), f);
     let rows = report
         .energy
         .iter()
         .map(|e| {
             vec![
                 e.team.clone(),
-                grouped(e.kwh, 1),
-                grouped(e.facility_kwh, 1),
-                optional(e.kg_co2e, |v| grouped(v, 1)),
-                optional(e.kwh_per_accepted_unit, per_unit_fmt),
-                optional(e.cost_per_accepted_unit, per_unit_fmt),
+                kwh_fmt(e.kwh),
+                kwh_fmt(e.facility_kwh),
+                or_dash(e.kg_co2e, kwh_fmt),
+                or_dash(e.kwh_per_accepted_unit, per_unit_fmt),
+                or_dash(e.cost_per_accepted_unit, per_unit_fmt),
             ]
         })
         .collect();
@@ -173,7 +172,6 @@ fn energy_grid(report: &Report) -> Grid {
 
 /// Budgets, the team heading furthest over first.
 fn budget_grid(report: &Report) -> Grid {
-    let percent = |r: f64| format!("{}%", grouped(r * 100.0, 0));
     let rows = report
         .budgets
         .iter()
@@ -182,11 +180,11 @@ fn budget_grid(report: &Report) -> Grid {
                 b.team.clone(),
                 money_fmt(b.budget),
                 money_fmt(b.spend),
-                percent(b.used_ratio),
+                percent_fmt(b.used_ratio),
                 money_fmt(b.forecast),
-                percent(b.forecast_ratio),
+                percent_fmt(b.forecast_ratio),
                 format!("{}/{}", grouped(b.elapsed_days, 1), grouped(b.month_days, 0)),
-                b.status().to_owned(),
+                b.status().as_str().to_owned(),
             ]
         })
         .collect();
@@ -418,6 +416,21 @@ pub(crate) fn hours_fmt(v: f64) -> String {
 /// Money as the tables show it: two decimals, thousands separators.
 pub(crate) fn money_fmt(v: f64) -> String {
     grouped(v, 2)
+}
+
+/// A ratio as a whole percentage: 1.25 -> `125%`.
+pub(crate) fn percent_fmt(ratio: f64) -> String {
+    format!("{}%", grouped(ratio * 100.0, 0))
+}
+
+/// Energy (kWh) and emissions (kg) as the tables show them: one decimal.
+pub(crate) fn kwh_fmt(v: f64) -> String {
+    grouped(v, 1)
+}
+
+/// `-` where a figure does not exist (no units, no grid intensity).
+pub(crate) fn or_dash(v: Option<f64>, format: fn(f64) -> String) -> String {
+    v.map_or_else(|| "-".to_owned(), format)
 }
 
 /// Accepted units: one decimal (units may be fractional, e.g. epochs).
