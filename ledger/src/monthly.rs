@@ -15,6 +15,12 @@ use crate::decode::decode;
 use crate::error::{Error, Result};
 use crate::report::{BudgetRow, ChargebackRow, EnergyRow, FailureCauseRow, QueueWaitRow, Report, UnitsRow, UsageRow};
 
+/// A month's failure causes, budgets and queue waits, each in the order the report lists them
+/// (`$1` binds the month); the HTTP API lists them the same way.
+pub const FAILURE_CAUSES_SQL: &str = "SELECT * FROM failure_causes WHERE month = $1 ORDER BY cost DESC, gpu_hours DESC, cause";
+pub const BUDGETS_SQL: &str = "SELECT * FROM budget_monthly WHERE month = $1 ORDER BY forecast_ratio DESC, team";
+pub const QUEUE_WAITS_SQL: &str = "SELECT * FROM queue_wait_monthly WHERE month = $1 ORDER BY team, cluster_queue";
+
 impl Accounting {
     /// The report of `month` (`YYYY-MM`). Queue waits are those of admissions in that month.
     pub async fn report(&self, month: &Month, currency: &str, idle_policy: IdlePolicy) -> Result<Report> {
@@ -114,15 +120,13 @@ async fn read_report(ctx: &SessionContext, month: &Month, currency: &str, idle_p
             })
             .collect())
     })?;
-    let causes_sql = "SELECT * FROM failure_causes WHERE month = $1 ORDER BY cost DESC, gpu_hours DESC, cause";
-    let failure_causes = decode(&rows(causes_sql).await?, "failure_causes", |c| {
+    let failure_causes = decode(&rows(FAILURE_CAUSES_SQL).await?, "failure_causes", |c| {
         let (outcome, cause, segments, hours, cost) = (c.parsed::<State>("outcome")?, c.text("cause")?, c.i64("segments")?, c.f64("gpu_hours")?, c.f64("cost")?);
         Ok((0..c.rows())
             .map(|i| FailureCauseRow { outcome: outcome[i], cause: cause[i].clone(), segments: segments[i], gpu_hours: hours[i], cost: cost[i] })
             .collect())
     })?;
-    let waits_sql = "SELECT * FROM queue_wait_monthly WHERE month = $1 ORDER BY team, cluster_queue";
-    let queue_waits = decode(&rows(waits_sql).await?, "queue_wait_monthly", |c| {
+    let queue_waits = decode(&rows(QUEUE_WAITS_SQL).await?, "queue_wait_monthly", |c| {
         let (team, queue, admissions) = (c.text("team")?, c.text("cluster_queue")?, c.i64("admissions")?);
         let (p50, p95, max) = (c.f64("p50_seconds")?, c.f64("p95_seconds")?, c.f64("max_seconds")?);
         let (evictions, reasons) = (c.i64("evictions")?, c.text("eviction_reasons")?);
@@ -139,8 +143,7 @@ async fn read_report(ctx: &SessionContext, month: &Month, currency: &str, idle_p
             })
             .collect())
     })?;
-    let budgets_sql = "SELECT * FROM budget_monthly WHERE month = $1 ORDER BY forecast_ratio DESC, team";
-    let budgets = decode(&rows(budgets_sql).await?, "budget_monthly", |c| {
+    let budgets = decode(&rows(BUDGETS_SQL).await?, "budget_monthly", |c| {
         let (month, team) = (c.text("month")?, c.text("team")?);
         let (budget, spend, forecast) = (c.f64("budget")?, c.f64("spend")?, c.f64("forecast")?);
         let (used, forecast_ratio, elapsed, days) = (c.f64("used_ratio")?, c.f64("forecast_ratio")?, c.f64("elapsed_days")?, c.f64("month_days")?);

@@ -25,7 +25,7 @@ use datafusion::prelude::SessionContext;
 use datafusion::scalar::ScalarValue;
 use gpuledger_ledger::Ledger;
 use gpuledger_ledger::accounting::rows;
-use gpuledger_ledger::monthly::{stored_months, stored_report};
+use gpuledger_ledger::monthly::{BUDGETS_SQL, FAILURE_CAUSES_SQL, QUEUE_WAITS_SQL, stored_months, stored_report};
 use gpuledger_ledger::types::Month;
 use gpuledger_ledger::report::html;
 use gpuledger_ledger::report::text::{TextFormat, render};
@@ -350,7 +350,7 @@ async fn queue(State(api): State<Arc<Api>>, Params(p): Params<OptionalMonth>) ->
         }
         Some(m) => {
             let month = api.month(Some(m)).await?;
-            ("SELECT * FROM queue_wait_monthly WHERE month = $1 ORDER BY team, cluster_queue".to_owned(), vec![ScalarValue::Utf8(Some(month.to_string()))])
+            (QUEUE_WAITS_SQL.to_owned(), vec![ScalarValue::Utf8(Some(month.to_string()))])
         }
     };
     let rows = rows(&api.run(&sql, params).await?)?;
@@ -372,7 +372,7 @@ async fn failures(State(api): State<Arc<Api>>, Params(p): Params<FailureParams>)
     };
     let month = api.month(p.month.as_deref()).await?;
     let params = || vec![ScalarValue::Utf8(Some(month.to_string()))];
-    let causes = rows(&api.run("SELECT * FROM failure_causes WHERE month = $1 ORDER BY cost DESC, gpu_hours DESC, cause", params()).await?)?;
+    let causes = rows(&api.run(FAILURE_CAUSES_SQL, params()).await?)?;
     let limited = vec![ScalarValue::Utf8(Some(month.to_string())), ScalarValue::Int64(Some(i64::from(limit)))];
     let runs = rows(&api.run("SELECT * FROM run_failures WHERE to_char(ended_at, '%Y-%m') = $1 ORDER BY cost DESC LIMIT $2", limited).await?)?;
     Ok(axum::Json(json!({ "month": month, "currency": api.currency, "causes": causes, "runs": runs })).into_response())
@@ -382,8 +382,7 @@ async fn failures(State(api): State<Arc<Api>>, Params(p): Params<FailureParams>)
 /// against its budget, the team furthest over first.
 async fn budgets(State(api): State<Arc<Api>>, Params(p): Params<MonthParams>) -> Result<Response, ApiError> {
     let month = api.month(p.month.as_deref()).await?;
-    let sql = "SELECT * FROM budget_monthly WHERE month = $1 ORDER BY forecast_ratio DESC, team";
-    let budgets = rows(&api.run(sql, vec![ScalarValue::Utf8(Some(month.to_string()))]).await?)?;
+    let budgets = rows(&api.run(BUDGETS_SQL, vec![ScalarValue::Utf8(Some(month.to_string()))]).await?)?;
     Ok(axum::Json(json!({ "month": month, "currency": api.currency, "budgets": budgets })).into_response())
 }
 
