@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::serving::parse_csv;
 use crate::util::run;
 
 /// What applies to a GPU chargeback: a named billing account with sub accounts (teams), usage
@@ -96,32 +97,13 @@ fn focus_export_passes_the_focus_validator() {
     // The check can fail: an invoice issuer other than the provider makes the rows a third
     // party's, whose BilledCost FOCUS wants 0.
     let tampered = tmp.path().join("tampered.csv");
-    let csv = std::fs::read_to_string(dir.join("focus-2026-10.csv")).unwrap();
-    let issuer = csv.lines().next().unwrap().split(',').position(|c| c == "InvoiceIssuerName").unwrap();
-    let rewritten: Vec<String> = csv
-        .lines()
-        .enumerate()
-        .map(|(i, line)| if i == 0 { line.to_owned() } else { replace_field(line, issuer, "Someone else") })
-        .collect();
-    std::fs::write(&tampered, rewritten.join("\n") + "\n").unwrap();
+    let mut records = parse_csv(&std::fs::read_to_string(dir.join("focus-2026-10.csv")).unwrap());
+    let issuer = records[0].iter().position(|c| c == "InvoiceIssuerName").unwrap();
+    records.iter_mut().skip(1).for_each(|r| r[issuer] = "Someone else".to_owned());
+    // Back to CSV: quoted where a field holds a comma or a quote (descriptions, tags).
+    let field = |f: &String| if f.contains([',', '"']) { format!("\"{}\"", f.replace('"', "\"\"")) } else { f.clone() };
+    let text: String = records.iter().map(|r| r.iter().map(field).collect::<Vec<_>>().join(",") + "\n").collect();
+    std::fs::write(&tampered, text).unwrap();
     let v = validate(&validator, &tampered);
     assert!(v.failed.iter().any(|id| id == "BilledCost-C-005-C"), "{:?}", v.failed);
-}
-
-/// `line` with its `index`th CSV field replaced (fields before it may be quoted and hold commas).
-fn replace_field(line: &str, index: usize, value: &str) -> String {
-    let (mut fields, mut field, mut quoted) = (Vec::new(), String::new(), false);
-    for c in line.chars() {
-        match c {
-            '"' => {
-                quoted = !quoted;
-                field.push(c);
-            }
-            ',' if !quoted => fields.push(std::mem::take(&mut field)),
-            _ => field.push(c),
-        }
-    }
-    fields.push(field);
-    fields[index] = value.to_owned();
-    fields.join(",")
 }

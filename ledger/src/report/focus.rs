@@ -11,7 +11,7 @@
 //! The export passes the FinOps Foundation's validator (`focus-validator`, FOCUS 1.2 rules) but
 //! for one check: of the two InvoiceId nullability rules, "null when no invoice" and "not null
 //! when there is one", the validator reports the branch the data does not take as failed though
-//! their OR passes (tests/it/focus_validator.rs; FOCUS_Spec#2394 tracks such false positives).
+//! their OR passes (tests/it/focus.rs; FOCUS_Spec#2394 tracks such false positives).
 //! The chargeback is a provisional invoice per billing account and month, so InvoiceId is set.
 //! The checks that apply are those of a provider that names its billing account, has sub
 //! accounts (teams), measures usage, types and tags its resources and bills provisioned ones;
