@@ -456,18 +456,14 @@ fn budgets(doc: &Document<'_>, raw: Vec<Spanned<RawBudget>>) -> Vec<Budget> {
                 doc.report(span.clone(), format!("{at}.team"), "missing: a budget is for one team");
                 None
             }
-            Some(t) if t.get_ref().trim().is_empty() => {
-                doc.report(t.span(), format!("{at}.team"), "empty team name");
-                None
-            }
-            Some(t) => Some(t.into_inner()),
+            Some(t) => checked_team(doc, &at, t),
         };
         let month = match raw.month {
-            Some(m) if !valid_month(m.get_ref()) => {
-                doc.report(m.span(), format!("{at}.month"), format!("month {:?} is not YYYY-MM", m.get_ref()));
-                continue;
-            }
-            m => m.map(Spanned::into_inner),
+            None => None,
+            Some(m) => match checked_month(doc, &at, m) {
+                Some(m) => Some(m),
+                None => continue,
+            },
         };
         let amount = match raw.amount {
             None => {
@@ -716,19 +712,14 @@ fn overhead(doc: &Document<'_>, index: usize, raw: Spanned<RawOverhead>) -> Opti
             doc.report(entry_span.clone(), format!("{at}.month"), "missing: every overhead needs a month (YYYY-MM)");
             None
         }
-        Some(m) if !valid_month(m.get_ref()) => {
-            doc.report(m.span(), format!("{at}.month"), format!("month {:?} is not YYYY-MM", m.get_ref()));
-            None
-        }
-        Some(m) => Some(m.into_inner()),
+        Some(m) => checked_month(doc, &at, m),
     };
     let team = match raw.team {
-        Some(t) if t.get_ref().trim().is_empty() => {
-            doc.report(t.span(), format!("{at}.team"), "empty team name");
-            ok = false;
-            None
+        Some(t) => {
+            let team = checked_team(doc, &at, t);
+            ok &= team.is_some();
+            team
         }
-        Some(t) => Some(t.into_inner()),
         None => None,
     };
     if raw.network.is_none() && raw.storage.is_none() && raw.support.is_none() && raw.operations.is_none() {
@@ -750,6 +741,24 @@ fn overhead(doc: &Document<'_>, index: usize, raw: Spanned<RawOverhead>) -> Opti
         return None;
     }
     Some(Overhead { month: month?, team, network, storage, support, operations })
+}
+
+/// The `month` key of entry `at` (`overheads[2]`): `YYYY-MM`, else reported and `None`.
+fn checked_month(doc: &Document<'_>, at: &str, m: Spanned<String>) -> Option<String> {
+    if valid_month(m.get_ref()) {
+        return Some(m.into_inner());
+    }
+    doc.report(m.span(), format!("{at}.month"), format!("month {:?} is not YYYY-MM", m.get_ref()));
+    None
+}
+
+/// The `team` key of entry `at`: a name that is not blank, else reported and `None`.
+fn checked_team(doc: &Document<'_>, at: &str, t: Spanned<String>) -> Option<String> {
+    if t.get_ref().trim().is_empty() {
+        doc.report(t.span(), format!("{at}.team"), "empty team name");
+        return None;
+    }
+    Some(t.into_inner())
 }
 
 /// `YYYY-MM` with a month from 01 to 12.
