@@ -47,14 +47,23 @@ WHERE s.mig_instance IS NULL AND m.uuid IS NULL;
 -- one holder of the GPU). The steps below read the samples only through it. `pod_uid`: the
 -- pod's uid where the exporter writes it (DESIGN.md "Identity": it decides which pod of that
 -- name the sample names). An A30's MIG instance is N/4 of its GPU, not N/7: in sevenths, 7N/4.
+-- `active`: the GPU was busy at that instant, by engine activity
+-- (DCGM_FI_PROF_GR_ENGINE_ACTIVE >= active_threshold_engine) where the sample has it, else by
+-- utilisation (DCGM_FI_DEV_GPU_UTIL >= active_threshold_util); with neither, not active.
 CREATE OR REPLACE VIEW pod_samples AS
+SELECT p.*,
+       CASE WHEN p.engine_active IS NOT NULL THEN p.engine_active >= s.active_threshold_engine
+            ELSE COALESCE(p.gpu_util, 0) >= s.active_threshold_util END AS active
+FROM settings s
+CROSS JOIN (
 SELECT date, hostname, uuid, mig_instance, epoch_ms(ts) AS t, namespace, pod,
        MIN(model_name) AS model_name, MAX(engine_active) AS engine_active, MAX(gpu_util) AS gpu_util,
        MAX(xid_error) AS xid_error, MIN(energy_mj) AS energy_mj, MAX(power_w) AS power_w,
        MIN(COALESCE(mig_sevenths(mig_profile) * CASE WHEN strpos(upper(model_name), 'A30') > 0 THEN 1.75 ELSE 1.0 END, 7.0)) AS sevenths,
        MAX(CASE WHEN strpos(labels, 'pod_uid') > 0 THEN NULLIF(label(labels, 'pod_uid'), '') END) AS pod_uid
 FROM counted_samples
-GROUP BY date, hostname, uuid, mig_instance, epoch_ms(ts), namespace, pod;
+GROUP BY date, hostname, uuid, mig_instance, epoch_ms(ts), namespace, pod
+) p;
 
 -- The instants that start an observation, how many distinct pods the GPU's series named at
 -- that instant (k pods sharing the GPU hold 1/k each), and the next such instant in the data
@@ -103,3 +112,16 @@ FROM (
     SELECT *, ROW_NUMBER() OVER (PARTITION BY hostname, uuid, day_number ORDER BY t DESC, xid DESC) AS reading_rank
     FROM xid_readings
 ) WHERE reading_rank = 1;
+
+-- Each pod's first and last active observation of each day on each GPU (MIG instance): its
+-- allocated-idle time there is `startup` before the first of all its days, `teardown` after the
+-- last, `stall` in between (40_states.sql). Only an observation's earliest sample speaks for it.
+CREATE OR REPLACE VIEW day_active_bounds AS
+SELECT p.hostname, p.uuid, p.mig_instance, p.namespace, p.pod, p.pod_uid, o.day_number,
+       MIN(p.t) AS first_active_t, MAX(p.t) AS last_active_t
+FROM observation_starts o
+JOIN pod_samples p
+  ON (p.hostname IS NOT DISTINCT FROM o.hostname) AND (p.uuid IS NOT DISTINCT FROM o.uuid)
+ AND (p.mig_instance IS NOT DISTINCT FROM o.mig_instance) AND p.t = o.t
+WHERE p.active AND p.pod IS NOT NULL AND p.namespace IS NOT NULL
+GROUP BY p.hostname, p.uuid, p.mig_instance, p.namespace, p.pod, p.pod_uid, o.day_number;

@@ -43,7 +43,7 @@ LEFT JOIN scrape_intervals i
  AND (i.month IS NOT DISTINCT FROM to_char(to_timestamp_millis(o.t), '%Y-%m'));
 
 CREATE OR REPLACE VIEW sample_spans AS
-SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, engine_active, gpu_util, xid_error,
+SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, xid_error,
        sevenths, pods, t, covered_end,
        -- The part of a long gap not covered (0 when the next observation came in time).
        CASE WHEN t_next IS NOT NULL AND t_next > covered_end THEN t_next - covered_end ELSE 0 END AS unobserved_ms,

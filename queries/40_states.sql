@@ -8,11 +8,15 @@
 --   preempted       allocated to a segment that ended preempted, whatever the activity
 --   unallocated     no pod on the GPU (team `platform`)
 --
--- Allocated = the sample names a pod (namespace and pod). Active = engine activity
--- (DCGM_FI_PROF_GR_ENGINE_ACTIVE) >= active_threshold_engine where the sample has it, else
--- DCGM_FI_DEV_GPU_UTIL >= active_threshold_util. Time of segments still running is
--- `provisional`: it is restated when a later ledger run sees the outcome.
+-- Allocated = the sample names a pod (namespace and pod). Active = `pod_samples.active`
+-- (30_observations.sql: engine activity, else utilisation, over its threshold). Time of segments
+-- still running is `provisional`: it is restated when a later ledger run sees the outcome.
+-- Idle time also gets a reason (`startup`, `stall`, `teardown`; `cordoned`, `stranded`,
+-- `no_demand`): see gpu_state_pieces below.
 -- Energy goes with the time: each span's mean power (32_spans.sql) times its share of the GPU.
+--
+-- Inputs besides 32: the object tables, `known_active_bounds` (`day_active_bounds` of 30 over
+-- every day; the in-process ledger gathers it day by day) and 25_capacity.sql's windows.
 
 -- The covered spans cut at UTC midnight: piece 0 up to the first midnight after t, piece 1 after
 -- it (a covered span is at most max_gap long, far below a day at any sane scrape interval, and
@@ -22,21 +26,21 @@
 -- (most rows) skip that window: it would sort every row for nothing.
 CREATE OR REPLACE VIEW sample_pieces AS
 WITH pieces AS (
-    SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, engine_active, gpu_util, xid_error,
+    SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, xid_error,
            sevenths, pods, watts, t, t AS piece_start, LEAST(covered_end, (t / 86400000 + 1) * 86400000) AS piece_end
     FROM sample_spans
     UNION ALL
-    SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, engine_active, gpu_util, xid_error,
+    SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, xid_error,
            sevenths, pods, watts, t, (t / 86400000 + 1) * 86400000 AS piece_start, covered_end AS piece_end
     FROM sample_spans
     WHERE covered_end > (t / 86400000 + 1) * 86400000
 )
-SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, engine_active, gpu_util, xid_error,
+SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, xid_error,
        sevenths, pods, watts, t, piece_start, piece_end - piece_start AS piece_ms, 7.0 AS gpu_sevenths, 1.0 AS instances
 FROM pieces
 WHERE mig_instance IS NULL AND piece_end > piece_start
 UNION ALL
-SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, engine_active, gpu_util, xid_error,
+SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, xid_error,
        sevenths, pods, watts, t, piece_start, piece_end - piece_start AS piece_ms,
        -- k pods sharing one instance are k rows of it: each counts 1/k.
        SUM(CAST(sevenths AS DOUBLE) / pods) OVER (PARTITION BY hostname, uuid, t, piece_start) AS gpu_sevenths,
@@ -59,8 +63,9 @@ SELECT hostname, node FROM (
 -- own run with an unknown (so provisional) outcome, its team taken from its namespace.
 -- A MIG piece also yields the parent GPU's leftover (the second part of the union):
 -- unallocated, split evenly between the instances seen at that instant.
-CREATE OR REPLACE VIEW gpu_state_pieces AS
-SELECT sp.date, COALESCE(hn.node, sp.hostname) AS node, sp.uuid, sp.model_name, sp.piece_start, sp.xid_error,
+CREATE OR REPLACE VIEW gpu_state_piece_states AS
+SELECT sp.date, sp.hostname, COALESCE(hn.node, sp.hostname) AS node, sp.uuid, sp.mig_instance, sp.model_name,
+       sp.t, sp.piece_start, sp.xid_error, sp.pod, sp.pod_uid,
        CASE WHEN sp.pod IS NULL OR sp.namespace IS NULL THEN 'platform'
             ELSE COALESCE(r.team, n.team_label, sp.namespace) END AS team,
        CASE WHEN sp.pod IS NOT NULL AND sp.namespace IS NOT NULL THEN sp.namespace END AS namespace,
@@ -72,16 +77,14 @@ SELECT sp.date, COALESCE(hn.node, sp.hostname) AS node, sp.uuid, sp.model_name, 
            WHEN r.outcome = 'failed' THEN 'failed'
            WHEN r.outcome = 'preempted' THEN 'preempted'
            WHEN r.pod_failed THEN 'failed'
-           WHEN CASE WHEN sp.engine_active IS NOT NULL THEN sp.engine_active >= s.active_threshold_engine
-                     ELSE COALESCE(sp.gpu_util, 0) >= s.active_threshold_util END THEN 'productive'
+           WHEN sp.active THEN 'productive'
            ELSE 'allocated_idle'
        END AS state,
        -- GPU-milliseconds x 7 (sevenths of a GPU); k pods sharing the GPU hold 1/k each.
        CAST(sp.piece_ms * sp.sevenths AS DOUBLE) / sp.pods AS gpu_ms7,
        -- Energy in mJ x 7, shared the same way (W x ms = mJ); null where nothing was measured.
        sp.watts * CAST(sp.piece_ms * sp.sevenths AS DOUBLE) / sp.pods AS energy_mj7
-FROM settings s
-CROSS JOIN sample_pieces sp
+FROM sample_pieces sp
 -- A name may have several incarnations: the sample's pod_uid picks one where the exporter writes
 -- it (and the capture knows the pod's uid), else the sample's time.
 LEFT JOIN pod_runs r ON r.namespace = sp.namespace AND r.pod = sp.pod
@@ -90,7 +93,8 @@ LEFT JOIN pod_runs r ON r.namespace = sp.namespace AND r.pod = sp.pod
 LEFT JOIN namespaces_latest n ON n.namespace = sp.namespace
 LEFT JOIN hostname_nodes hn ON hn.hostname = sp.hostname
 UNION ALL
-SELECT sp.date, COALESCE(hn.node, sp.hostname) AS node, sp.uuid, sp.model_name, sp.piece_start, sp.xid_error,
+SELECT sp.date, sp.hostname, COALESCE(hn.node, sp.hostname) AS node, sp.uuid, sp.mig_instance, sp.model_name,
+       sp.t, sp.piece_start, sp.xid_error, CAST(NULL AS VARCHAR) AS pod, CAST(NULL AS VARCHAR) AS pod_uid,
        'platform' AS team, CAST(NULL AS VARCHAR) AS namespace, CAST(NULL AS VARCHAR) AS run,
        CAST(NULL AS BIGINT) AS segment, CAST(NULL AS VARCHAR) AS outcome, 'unallocated' AS state,
        sp.piece_ms * (7 - sp.gpu_sevenths) / sp.instances / sp.pods AS gpu_ms7,
@@ -98,6 +102,49 @@ SELECT sp.date, COALESCE(hn.node, sp.hostname) AS node, sp.uuid, sp.model_name, 
 FROM sample_pieces sp
 LEFT JOIN hostname_nodes hn ON hn.hostname = sp.hostname
 WHERE sp.mig_instance IS NOT NULL AND sp.gpu_sevenths < 7;
+
+-- Each pod's first and last active observation on each GPU over all days (`known_active_bounds`
+-- is `day_active_bounds` of 30_observations.sql over every day).
+CREATE OR REPLACE VIEW pod_active_bounds AS
+SELECT hostname, uuid, mig_instance, namespace, pod, pod_uid,
+       MIN(first_active_t) AS first_active_t, MAX(last_active_t) AS last_active_t
+FROM known_active_bounds
+GROUP BY hostname, uuid, mig_instance, namespace, pod, pod_uid;
+
+-- Why idle time was idle (DESIGN.md "Why GPUs were idle"), decided at the observation's time t:
+--   allocated_idle  startup   before the pod's first active observation on that GPU (a pod never
+--                             active there: all of it)
+--                   teardown  after its last one
+--                   stall     in between
+--   unallocated     cordoned  the node could take no pod (25_capacity.sql: node_unavailable)
+--                   stranded  a GPU Workload waited for quota that could have used this node
+--                             (stranding_windows); whole GPUs only: a Workload asking for
+--                             nvidia.com/gpu cannot use a MIG instance or a MIG GPU's leftover
+--                   no_demand neither
+-- Other states have no reason (null).
+CREATE OR REPLACE VIEW gpu_state_pieces AS
+SELECT p.date, p.node, p.uuid, p.model_name, p.piece_start, p.xid_error, p.team, p.namespace, p.run,
+       p.segment, p.outcome, p.state,
+       CASE
+           WHEN p.state = 'allocated_idle' THEN
+               CASE WHEN b.first_active_t IS NULL OR p.t < b.first_active_t THEN 'startup'
+                    WHEN p.t > b.last_active_t THEN 'teardown'
+                    ELSE 'stall' END
+           WHEN p.state = 'unallocated' THEN
+               CASE WHEN u.node IS NOT NULL THEN 'cordoned'
+                    WHEN w.node IS NOT NULL AND p.mig_instance IS NULL THEN 'stranded'
+                    ELSE 'no_demand' END
+       END AS reason,
+       p.gpu_ms7, p.energy_mj7
+FROM gpu_state_piece_states p
+LEFT JOIN pod_active_bounds b
+       ON p.state = 'allocated_idle' AND (b.hostname IS NOT DISTINCT FROM p.hostname) AND (b.uuid IS NOT DISTINCT FROM p.uuid)
+      AND (b.mig_instance IS NOT DISTINCT FROM p.mig_instance) AND b.namespace = p.namespace AND b.pod = p.pod
+      AND (b.pod_uid IS NOT DISTINCT FROM p.pod_uid)
+LEFT JOIN node_unavailable u
+       ON p.state = 'unallocated' AND u.node = p.node AND p.t >= u.from_ms AND p.t < u.to_ms
+LEFT JOIN stranding_windows w
+       ON p.state = 'unallocated' AND w.node = p.node AND p.t >= w.from_ms AND p.t < w.to_ms;
 
 -- The pod incarnations a sample names: they held a GPU (only GPU runs accept units).
 CREATE OR REPLACE VIEW gpu_pods AS
@@ -111,7 +158,7 @@ JOIN pod_runs r ON r.namespace = sp.namespace AND r.pod = sp.pod
 -- hardware faults that make a lost run the platform's (55_who_pays.sql).
 CREATE OR REPLACE VIEW lost_segment_gpus AS
 SELECT DISTINCT namespace, run, segment, node, uuid
-FROM gpu_state_pieces
+FROM gpu_state_piece_states
 WHERE state IN ('failed', 'preempted');
 
 -- GPU-hours by day, node, GPU model, team, run segment and state: the ledger's base table.
@@ -121,7 +168,7 @@ CREATE OR REPLACE VIEW gpu_state_hours AS
 SELECT date,
        to_char(to_timestamp_millis(day_number * 86400000), '%Y-%m-%d') AS day,
        to_char(to_timestamp_millis(day_number * 86400000), '%Y-%m') AS month,
-       node, model_name, team, namespace, run, segment, outcome, state,
+       node, model_name, team, namespace, run, segment, outcome, state, reason,
        outcome IN ('running', 'unknown') AS provisional,
        gpu_ms7 / 7.0 / 3600000.0 AS gpu_hours,
        -- kWh = mJ / 3.6e9; null where no piece of the group had a power reading or counter.
@@ -129,10 +176,10 @@ SELECT date,
        xid_error
 FROM (
     SELECT date, piece_start / 86400000 AS day_number, node, model_name, team, namespace, run, segment,
-           outcome, state, SUM(gpu_ms7) AS gpu_ms7, SUM(energy_mj7) AS energy_mj7,
+           outcome, state, reason, SUM(gpu_ms7) AS gpu_ms7, SUM(energy_mj7) AS energy_mj7,
            MAX(CASE WHEN xid_error > 0 THEN xid_error END) AS xid_error
     FROM gpu_state_pieces
-    GROUP BY date, piece_start / 86400000, node, model_name, team, namespace, run, segment, outcome, state
+    GROUP BY date, piece_start / 86400000, node, model_name, team, namespace, run, segment, outcome, state, reason
 );
 
 -- Time no observation covered (the rest of gaps longer than max_gap), whole GPUs, by day and

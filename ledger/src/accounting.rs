@@ -30,6 +30,7 @@ use crate::first_line;
 pub const QUERY_FILES: &[(&str, &str)] = &[
     ("10_objects.sql", include_str!("../../queries/10_objects.sql")),
     ("20_runs.sql", include_str!("../../queries/20_runs.sql")),
+    ("25_capacity.sql", include_str!("../../queries/25_capacity.sql")),
     ("30_observations.sql", include_str!("../../queries/30_observations.sql")),
     ("31_intervals.sql", include_str!("../../queries/31_intervals.sql")),
     ("32_spans.sql", include_str!("../../queries/32_spans.sql")),
@@ -39,6 +40,7 @@ pub const QUERY_FILES: &[(&str, &str)] = &[
     ("60_chargeback.sql", include_str!("../../queries/60_chargeback.sql")),
     ("65_budgets.sql", include_str!("../../queries/65_budgets.sql")),
     ("67_energy.sql", include_str!("../../queries/67_energy.sql")),
+    ("68_why_idle.sql", include_str!("../../queries/68_why_idle.sql")),
     ("70_queue.sql", include_str!("../../queries/70_queue.sql")),
     ("80_failures.sql", include_str!("../../queries/80_failures.sql")),
     ("90_reports.sql", include_str!("../../queries/90_reports.sql")),
@@ -46,6 +48,10 @@ pub const QUERY_FILES: &[(&str, &str)] = &[
 
 /// Views computed once and kept as tables, because later steps read them many times.
 const OBJECT_TABLES: &[&str] = &["pods_latest", "jobs_latest", "workloads_latest", "namespaces_latest", "nodes_latest", "pod_runs", "workload_segments"];
+
+/// The windows in which nodes took no pods or GPU Workloads waited (`25_capacity.sql`): every
+/// day's pieces are looked up in them.
+const CAPACITY_TABLES: &[&str] = &["node_unavailable", "stranding_windows"];
 
 /// Views kept as tables as soon as they are created, because the views after them, and the
 /// derived tables, read them again (each read of a view recomputes it).
@@ -57,7 +63,7 @@ const PER_DAY_TABLES: &[&str] = &["gpu_state_hours", "unobserved_gpu_hours", "gp
 
 /// The steps after the sample steps, once over the gathered results; then the report views
 /// (`90_reports.sql`) over [`REPORTED_TABLES`].
-const MONTHLY_FILES: [&str; 7] = ["50_units.sql", "55_who_pays.sql", "60_chargeback.sql", "65_budgets.sql", "67_energy.sql", "70_queue.sql", "80_failures.sql"];
+const MONTHLY_FILES: [&str; 8] = ["50_units.sql", "55_who_pays.sql", "60_chargeback.sql", "65_budgets.sql", "67_energy.sql", "68_why_idle.sql", "70_queue.sql", "80_failures.sql"];
 
 /// The derived tables the report views read, kept as tables before those views are created:
 /// each report view reads them several times (report_focus reads chargeback_monthly four
@@ -74,6 +80,8 @@ pub const DERIVED_TABLES: &[&str] = &[
     "accepted_units_monthly",
     "budget_monthly",
     "energy_monthly",
+    "idle_reasons_monthly",
+    "stranded_monthly",
     "run_segments",
     "run_failures",
     "failure_causes",
@@ -156,11 +164,7 @@ impl Accounting {
             }
         }
 
-        exec_file(&ctx, "10_objects.sql", scratch).await?;
-        exec_file(&ctx, "20_runs.sql", scratch).await?;
-        for table in OBJECT_TABLES {
-            materialise(&ctx, table, &format!("SELECT * FROM {table}"), scratch).await?;
-        }
+        object_steps(&ctx, scratch).await?;
 
         let days = sample_days(store).await?;
         register_calendar(&ctx, days.first().map(String::as_str), days.last().map(String::as_str), scratch).await?;
@@ -185,11 +189,13 @@ impl Accounting {
         let mut starts: Option<(SchemaRef, Vec<RecordBatch>)> = None;
         let mut spacings: Option<(SchemaRef, Vec<RecordBatch>)> = None;
         let mut last_xids: Option<(SchemaRef, Vec<RecordBatch>)> = None;
+        let mut active_bounds: Option<(SchemaRef, Vec<RecordBatch>)> = None;
         for day in passes.iter().rev() {
             narrow_samples(&ctx, &samples, day.map(String::as_str))?;
             exec_file(&ctx, "30_observations.sql", scratch).await?;
             gather(&mut starts, collect(&ctx, &format!("SELECT * FROM day_first_starts{}", day_filter(*day))).await?);
             gather(&mut last_xids, collect(&ctx, &format!("SELECT * FROM day_last_xids{}", day_filter(*day))).await?);
+            gather(&mut active_bounds, collect(&ctx, &format!("SELECT * FROM day_active_bounds{}", day_filter(*day))).await?);
             if let Some((schema, batches)) = &starts {
                 replace_table(&ctx, "known_day_starts", mem_table(schema.clone(), batches.clone())?)?;
             }
@@ -200,6 +206,9 @@ impl Accounting {
         // Pass 2: the spans and states of each day, with the month's scrape intervals.
         if let Some((schema, batches)) = last_xids {
             replace_table(&ctx, "known_day_last_xids", mem_table(schema, batches)?)?;
+        }
+        if let Some((schema, batches)) = active_bounds {
+            replace_table(&ctx, "known_active_bounds", mem_table(schema, batches)?)?;
         }
         let mut gathered: Vec<Option<(SchemaRef, Vec<RecordBatch>)>> = vec![None; PER_DAY_TABLES.len()];
         let mut xid_errors: Option<(SchemaRef, Vec<RecordBatch>)> = None;
@@ -245,11 +254,7 @@ impl Accounting {
     pub async fn run_at_once(ctx: SessionContext, config: &Config, options: &RunOptions) -> Result<Accounting> {
         crate::udf::register(&ctx);
         register_config(&ctx, config, options, None).await?;
-        exec_file(&ctx, "10_objects.sql", None).await?;
-        exec_file(&ctx, "20_runs.sql", None).await?;
-        for table in OBJECT_TABLES {
-            materialise(&ctx, table, &format!("SELECT * FROM {table}"), None).await?;
-        }
+        object_steps(&ctx, None).await?;
         let (_, range) = collect(&ctx, "SELECT MIN(date), MAX(date) FROM gpu_samples").await?;
         let (first, last) = (strings(&range, 0).into_iter().flatten().next(), strings(&range, 1).into_iter().flatten().next());
         register_calendar(&ctx, first.as_deref(), last.as_deref(), None).await?;
@@ -297,11 +302,26 @@ impl Accounting {
     }
 }
 
+/// The object steps (`10`, `20`, `25`), keeping what the sample steps read many times.
+async fn object_steps(ctx: &SessionContext, scratch: Option<&Scratch>) -> Result<()> {
+    exec_file(ctx, "10_objects.sql", scratch).await?;
+    exec_file(ctx, "20_runs.sql", scratch).await?;
+    for table in OBJECT_TABLES {
+        materialise(ctx, table, &format!("SELECT * FROM {table}"), scratch).await?;
+    }
+    exec_file(ctx, "25_capacity.sql", scratch).await?;
+    for table in CAPACITY_TABLES {
+        materialise(ctx, table, &format!("SELECT * FROM {table}"), scratch).await?;
+    }
+    Ok(())
+}
+
 /// The sample steps over every day at once, then the monthly steps.
 async fn sample_and_monthly_steps(ctx: &SessionContext, scratch: Option<&Scratch>) -> Result<()> {
     exec_file(ctx, "30_observations.sql", scratch).await?;
     materialise(ctx, "known_day_starts", "SELECT * FROM day_first_starts", scratch).await?;
     materialise(ctx, "known_day_last_xids", "SELECT * FROM day_last_xids", scratch).await?;
+    materialise(ctx, "known_active_bounds", "SELECT * FROM day_active_bounds", scratch).await?;
     exec_file(ctx, "31_intervals.sql", scratch).await?;
     materialise(ctx, "spacing_counts", "SELECT * FROM spacing_counts", scratch).await?;
     exec_file(ctx, "32_spans.sql", scratch).await?;

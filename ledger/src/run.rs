@@ -48,6 +48,13 @@ pub async fn bad_annotations(accounting: &Accounting) -> Result<Vec<String>> {
     Ok(crate::accounting::strings(&batches, 0).into_iter().flatten().collect())
 }
 
+/// ClusterQueues and ResourceFlavors that GPU Workloads waited for but the capture does not
+/// hold (DESIGN.md "Stranded capacity": they select no node), one line each.
+pub async fn missing_queue_objects(accounting: &Accounting) -> Result<Vec<String>> {
+    let batches = accounting.query("SELECT kind || ' ' || name FROM missing_queue_objects ORDER BY kind, name").await?;
+    Ok(crate::accounting::strings(&batches, 0).into_iter().flatten().collect())
+}
+
 /// `month` if the run has data for it, else the busiest month when none is named.
 pub async fn pick_month(accounting: &Accounting, store: &StoreLocation, month: Option<&Month>) -> Result<Month> {
     let months = accounting.months().await?;

@@ -1,4 +1,4 @@
-//! The three small SQL functions the accounting in `queries/` needs beyond DataFusion's own.
+//! The four small SQL functions the accounting in `queries/` needs beyond DataFusion's own.
 //!
 //! Each has the same name and meaning as a DuckDB built-in or a one-line DuckDB macro, so the
 //! SQL files also run there (see `queries/README.md`):
@@ -7,17 +7,18 @@
 //! | --- | --- | --- |
 //! | `label(labels_json, key)` | the value of `key` in a JSON object of string labels, else null | `json_extract_string(labels_json, '$."' \|\| key \|\| '"')` |
 //! | `epoch_ms(ts)` | milliseconds since the Unix epoch | `epoch_ms(ts)` (built in) |
+//! | `json_contains(haystack_json, needle_json)` | true when every key of the `needle` object is in `haystack` with a value that contains the needle's (a scalar: equal; an array: each needle element is contained in some haystack element); null when either is null or not JSON | `json_contains(haystack_json, needle_json)` (built in) |
 //! | `mig_sevenths(profile)` | `N` of a MIG profile `Ng.*` (or `Mc.Ng.*`), the instance's share of its GPU in sevenths; null for a whole GPU | `TRY_CAST(regexp_extract(profile, '^(?:[0-9]+c\.)?([0-9]+)g', 1) AS BIGINT)` |
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, Int64Array, StringArray, StringBuilder, TimestampMillisecondArray};
+use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, StringArray, StringBuilder, TimestampMillisecondArray};
 use arrow::datatypes::{DataType, TimeUnit};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Volatility, create_udf};
 use datafusion::prelude::SessionContext;
 
-/// Registers `label`, `epoch_ms` and `mig_sevenths` with `ctx`.
+/// Registers `label`, `epoch_ms`, `json_contains` and `mig_sevenths` with `ctx`.
 pub fn register(ctx: &SessionContext) {
     for f in all() {
         ctx.register_udf(f);
@@ -26,7 +27,45 @@ pub fn register(ctx: &SessionContext) {
 
 /// The ledger's functions, for sessions built by hand (Ballista's scheduler and executors).
 pub fn all() -> Vec<ScalarUDF> {
-    vec![label_udf(), epoch_ms_udf(), mig_sevenths_udf()]
+    vec![label_udf(), epoch_ms_udf(), json_contains_udf(), mig_sevenths_udf()]
+}
+
+fn json_contains_udf() -> ScalarUDF {
+    create_udf(
+        "json_contains",
+        vec![DataType::Utf8, DataType::Utf8],
+        DataType::Boolean,
+        Volatility::Immutable,
+        Arc::new(|args: &[ColumnarValue]| {
+            let arrays = ColumnarValue::values_to_arrays(args)?;
+            let haystack = strings(&arrays[0], "json_contains")?;
+            let needle = strings(&arrays[1], "json_contains")?;
+            let out: BooleanArray = (0..haystack.len())
+                .map(|i| {
+                    if haystack.is_null(i) || needle.is_null(i) {
+                        return None;
+                    }
+                    let h: serde_json::Value = serde_json::from_str(haystack.value(i)).ok()?;
+                    let n: serde_json::Value = serde_json::from_str(needle.value(i)).ok()?;
+                    Some(json_contains(&h, &n))
+                })
+                .collect();
+            Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
+        }),
+    )
+}
+
+/// Whether `needle` is contained in `haystack`: an object's every key is in the haystack
+/// object with a value containing the needle's, an array's every element is contained in some
+/// haystack element, and a scalar equals the haystack. (`{}` is in every object: a
+/// ResourceFlavor without node labels selects every node.)
+pub fn json_contains(haystack: &serde_json::Value, needle: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (haystack, needle) {
+        (Value::Object(h), Value::Object(n)) => n.iter().all(|(k, v)| h.get(k).is_some_and(|hv| json_contains(hv, v))),
+        (Value::Array(h), Value::Array(n)) => n.iter().all(|v| h.iter().any(|hv| json_contains(hv, v))),
+        (h, n) => h == n,
+    }
 }
 
 fn label_udf() -> ScalarUDF {
@@ -141,6 +180,22 @@ mod tests {
         assert_eq!(mig_sevenths("9g.90gb"), None);
         assert_eq!(mig_sevenths("gpu"), None);
         assert_eq!(mig_sevenths(""), None);
+    }
+
+    #[test]
+    fn json_containment() {
+        let node: serde_json::Value = serde_json::from_str(r#"{"gpuledger.io/pool":"h100","zone":"a","n":3}"#).unwrap();
+        let has = |needle: &str| json_contains(&node, &serde_json::from_str(needle).unwrap());
+        assert!(has(r#"{"gpuledger.io/pool":"h100"}"#));
+        assert!(has(r#"{"gpuledger.io/pool":"h100","zone":"a"}"#));
+        assert!(has("{}"));
+        assert!(!has(r#"{"gpuledger.io/pool":"h100","zone":"b"}"#));
+        assert!(!has(r#"{"gpuledger.io/pool":"l4"}"#));
+        assert!(!has(r#"{"missing":"x"}"#));
+        assert!(!has(r#"{"n":"3"}"#), "a number is not its string");
+        let list: serde_json::Value = serde_json::from_str(r#"[1,{"a":1,"b":2}]"#).unwrap();
+        assert!(json_contains(&list, &serde_json::from_str(r#"[{"a":1}]"#).unwrap()));
+        assert!(!json_contains(&list, &serde_json::from_str(r#"[{"a":2}]"#).unwrap()));
     }
 
     #[test]

@@ -103,6 +103,8 @@ pub const DERIVED_TABLES: &[DerivedTable] = &[
     ACCEPTED_UNITS_MONTHLY,
     BUDGET_MONTHLY,
     ENERGY_MONTHLY,
+    IDLE_REASONS_MONTHLY,
+    STRANDED_MONTHLY,
     RUN_SEGMENTS,
     RUN_FAILURES,
     FAILURE_CAUSES,
@@ -131,6 +133,7 @@ pub const PRICED_STATE_HOURS: DerivedTable = DerivedTable {
         col("segment", Decimal20, true, "Admission segment of the run (1 for a bare pod); null when unallocated"),
         col("outcome", Utf8View, true, "Outcome of the run segment (succeeded, failed, preempted, running, unknown); null when unallocated"),
         col("state", Utf8, false, "productive, allocated_idle, failed, preempted or unallocated"),
+        col("reason", Utf8, true, "Why idle time was idle: startup, stall or teardown (allocated_idle); cordoned, stranded or no_demand (unallocated); null for other states"),
         col("provisional", Boolean, true, "The segment has not ended (outcome running or unknown): its state may still change"),
         col("gpu_hours", Float64, true, "GPU-hours (MIG instances count their sevenths, shared GPUs split among their pods)"),
         col("energy_kwh", Float64, true, "GPU energy of these hours, kWh (energy counter, else power reading), shared as the hours are; null where none was measured"),
@@ -238,6 +241,33 @@ pub const ENERGY_MONTHLY: DerivedTable = DerivedTable {
         col("kwh", Float64, false, "GPU energy, kWh"),
         col("facility_kwh", Float64, true, "kwh x [energy] pue"),
         col("kg_co2e", Float64, true, "facility_kwh x [energy] grid_gco2_per_kwh / 1000; null without a grid intensity"),
+    ],
+};
+
+pub const IDLE_REASONS_MONTHLY: DerivedTable = DerivedTable {
+    name: "idle_reasons_monthly",
+    doc: "Idle GPU-hours and their price-list cost per month, team, state and reason, ranked by cost (68_why_idle.sql)",
+    columns: &[
+        col("month", Utf8, true, "UTC month (YYYY-MM)"),
+        col("team", Utf8, true, "Team the idle hours belong to; platform for unallocated time"),
+        col("state", Utf8, false, "allocated_idle or unallocated"),
+        col("reason", Utf8, true, "startup, stall, teardown (allocated_idle); cordoned, stranded, no_demand (unallocated)"),
+        col("gpu_hours", Float64, true, "Idle GPU-hours"),
+        col("cost", Float64, true, "Their price-list cost, before the idle policy moves any of it"),
+        col("rank", UInt64, false, "Position in the month by cost, then hours (1 = costliest)"),
+    ],
+};
+
+pub const STRANDED_MONTHLY: DerivedTable = DerivedTable {
+    name: "stranded_monthly",
+    doc: "Unallocated GPU-hours per month and node pool, and how many were stranded (a GPU Workload waited for quota that could use them) or cordoned (68_why_idle.sql)",
+    columns: &[
+        col("month", Utf8, true, "UTC month (YYYY-MM)"),
+        col("pool", Utf8, true, "Node pool: the node label value that priced the GPUs; null where no label rule matched"),
+        col("unallocated_gpu_hours", Float64, true, "Unallocated GPU-hours"),
+        col("stranded_gpu_hours", Float64, true, "Of them, stranded: a Workload asking for nvidia.com/gpu waited in a ClusterQueue whose GPU flavor selects the node"),
+        col("stranded_cost", Float64, true, "Price-list cost of the stranded hours (reported, not charged)"),
+        col("cordoned_gpu_hours", Float64, true, "Of them, cordoned: the node was unschedulable or not Ready"),
     ],
 };
 

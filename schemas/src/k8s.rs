@@ -268,7 +268,7 @@ pub const K8S_EVENTS: Table = Table {
     dedup: DedupScope::Table,
 };
 
-const KUEUE_QUEUES_COLUMNS: [Column; 13] = cat(
+const KUEUE_QUEUES_COLUMNS: [Column; 15] = cat(
     OBJ,
     [
         col("api_version", Utf8, false, "kueue.x-k8s.io/v1beta1 or v1beta2"),
@@ -279,6 +279,8 @@ const KUEUE_QUEUES_COLUMNS: [Column; 13] = cat(
         col("cluster_queue", Utf8, true, "LocalQueue: spec.clusterQueue"),
         col("cohort", Utf8, true, "ClusterQueue: spec.cohort (v1beta1) or spec.cohortName (v1beta2)"),
         col("spec", Utf8, true, "spec as JSON (quotas, preemption policy, ResourceFlavor nodeLabels); for a WorkloadPriorityClass {\"value\",\"description\"}"),
+        col("gpu_flavors", Utf8, true, "ClusterQueue: the ResourceFlavors its resource groups covering nvidia.com/gpu list, comma-separated, in order"),
+        col("node_labels", Utf8, true, "ResourceFlavor: spec.nodeLabels as a JSON object (the nodes the flavor selects); null when it has none"),
     ],
 );
 

@@ -143,6 +143,9 @@ pub async fn run_accounting(store: &StoreLocation, config: &Config, options: &Ru
     };
     let (accounting, memory) = gpuledger_ledger::run::account(store, config, options, engine, &mut report).await.with_context(|| format!("accounting over {store}"))?;
     print_bad_annotations(&gpuledger_ledger::run::bad_annotations(&accounting).await?);
+    for missing in gpuledger_ledger::run::missing_queue_objects(&accounting).await? {
+        eprintln!("gpuledger: warning: {missing} is not in the capture: GPU Workloads waited for it, but it selects no node, so their waits strand no capacity");
+    }
     Ok((accounting, memory))
 }
 

@@ -447,6 +447,8 @@ impl K8sTables {
             ("cluster_queue", opt_text(&cluster_queue)),
             ("cohort", opt_text(&cohort)),
             ("spec", opt_text(&spec)),
+            ("gpu_flavors", opt_text(&if id.kind == "ClusterQueue" { gpu_flavors(obj) } else { None })),
+            ("node_labels", opt_text(&if id.kind == "ResourceFlavor" { json_at(obj, &["spec", "nodeLabels"]) } else { None })),
         ]);
         self.queues.add(row);
     }
@@ -593,6 +595,24 @@ fn job_outcome(obj: &Value) -> (Option<String>, Option<String>) {
         Some("FAILED") => (Some("Failed".into()), string(obj, &["status", "reason"])),
         _ => (None, None),
     }
+}
+
+/// The flavors a ClusterQueue offers GPUs from: those of each resource group whose
+/// coveredResources include `nvidia.com/gpu`, comma-separated in the order Kueue tries them
+/// (flavor names are DNS labels, so a comma cannot occur in one). `None` when no group covers GPUs.
+fn gpu_flavors(obj: &Value) -> Option<String> {
+    let groups = path(obj, &["spec", "resourceGroups"])?.as_array()?;
+    let names: Vec<&str> = groups
+        .iter()
+        .filter(|g| {
+            g.get("coveredResources")
+                .and_then(Value::as_array)
+                .is_some_and(|r| r.iter().any(|r| r.as_str() == Some("nvidia.com/gpu")))
+        })
+        .flat_map(|g| g.get("flavors").and_then(Value::as_array).into_iter().flatten())
+        .filter_map(|f| f.get("name").and_then(Value::as_str))
+        .collect();
+    (!names.is_empty()).then(|| names.join(","))
 }
 
 /// `{"<podset>":{"<resource>":"<flavor>"}}` from status.admission.podSetAssignments.
@@ -1301,6 +1321,12 @@ mod tests {
         );
         // A ResourceFlavor with no spec at all.
         assert_eq!(l.str(t, "spec", l.row_named(t, "default-flavor")), None);
+        // Only the TAS queue covers nvidia.com/gpu; the others queue CPU and memory.
+        assert_eq!(l.str(t, "gpu_flavors", l.row_named(t, "tas-cluster-queue")), some("tas-flavor"));
+        assert_eq!(l.strs(t, "gpu_flavors").iter().filter(|f| f.is_some()).count(), 1);
+        assert_eq!(l.str(t, "node_labels", l.row_named(t, "spot")), some(r#"{"instance-type":"spot"}"#));
+        assert_eq!(l.str(t, "node_labels", l.row_named(t, "default-flavor")), None);
+        assert_eq!(l.str(t, "node_labels", l.row_named(t, "cluster-queue")), None);
         let spec = l.str(t, "spec", l.row_named(t, "tas-cluster-queue")).unwrap_or_default();
         assert!(spec.contains(r#"{"name":"nvidia.com/gpu","nominalQuota":16}"#), "{spec}");
         let spec = l.str(t, "spec", l.row_named(t, "agi-cluster-queue")).unwrap_or_default();
