@@ -96,7 +96,15 @@ UNION ALL
 SELECT 9, 'gpuledger_budget_forecast_ratio', month, team, 0, NULL, NULL, CAST(forecast_ratio AS DOUBLE) FROM budget_monthly
 UNION ALL
 -- Energy (67_energy.sql), beside the cost.
-SELECT 10, 'gpuledger_energy_kwh', month, team, 0, NULL, NULL, CAST(SUM(kwh) AS DOUBLE) FROM energy_monthly GROUP BY month, team;
+SELECT 10, 'gpuledger_energy_kwh', month, team, 0, NULL, NULL, CAST(SUM(kwh) AS DOUBLE) FROM energy_monthly GROUP BY month, team
+UNION ALL
+-- Why idle (68_why_idle.sql): idle hours by reason; platform's `stranded` hours say that GPU
+-- Workloads waited while capacity that could serve them stood unallocated.
+SELECT 11, 'gpuledger_idle_gpu_hours', month, team,
+       CASE reason WHEN 'startup' THEN 1 WHEN 'stall' THEN 2 WHEN 'teardown' THEN 3
+                   WHEN 'cordoned' THEN 4 WHEN 'stranded' THEN 5 ELSE 6 END,
+       'reason', reason, CAST(gpu_hours AS DOUBLE)
+FROM idle_reasons_monthly;
 
 -- Energy per month and team beside its cost: GPU kWh, facility kWh and emissions, and GPU kWh
 -- per accepted unit next to cost per accepted unit (null without units).

@@ -68,7 +68,8 @@ const MONTHLY_FILES: [&str; 8] = ["50_units.sql", "55_who_pays.sql", "60_chargeb
 /// The derived tables the report views read, kept as tables before those views are created:
 /// each report view reads them several times (report_focus reads chargeback_monthly four
 /// times), and a view would compute the whole monthly pipeline again at each read.
-pub const REPORTED_TABLES: [&str; 5] = ["priced_state_hours", "chargeback_monthly", "accepted_units_monthly", "budget_monthly", "energy_monthly"];
+pub const REPORTED_TABLES: [&str; 7] =
+    ["priced_state_hours", "chargeback_monthly", "accepted_units_monthly", "budget_monthly", "energy_monthly", "idle_reasons_monthly", "stranded_monthly"];
 
 /// The derived tables `gpuledger ledger` writes to the store, each stored under the name of
 /// the view it comes from (`gpuledger_schemas::derived` declares their columns).

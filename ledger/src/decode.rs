@@ -44,6 +44,12 @@ impl<'a> Columns<'a> {
         Ok(a.as_string::<i32>().iter().map(|v| v.unwrap_or_default().to_string()).collect())
     }
 
+    /// A text column whose nulls mean something (a pool no label rule matched): kept as `None`.
+    pub fn opt_text(&self, name: &str) -> Result<Vec<Option<String>>> {
+        let a = self.cast(name, &DataType::Utf8, |t| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null))?;
+        Ok(a.as_string::<i32>().iter().map(|v| v.map(str::to_string)).collect())
+    }
+
     /// A text column whose every value names a variant of `T` (a state, say); any other value,
     /// or a null, is an error naming it.
     pub fn parsed<T: std::str::FromStr>(&self, name: &str) -> Result<Vec<T>>

@@ -13,13 +13,15 @@ use crate::config::IdlePolicy;
 use crate::types::{Month, State};
 use crate::decode::decode;
 use crate::error::{Error, Result};
-use crate::report::{BudgetRow, ChargebackRow, EnergyRow, FailureCauseRow, QueueWaitRow, Report, UnitsRow, UsageRow};
+use crate::report::{BudgetRow, ChargebackRow, EnergyRow, FailureCauseRow, IdleReason, IdleReasonRow, QueueWaitRow, Report, StrandedRow, UnitsRow, UsageRow};
 
 /// A month's failure causes, budgets and queue waits, each in the order the report lists them
 /// (`$1` binds the month); the HTTP API lists them the same way.
 pub const FAILURE_CAUSES_SQL: &str = "SELECT * FROM failure_causes WHERE month = $1 ORDER BY cost DESC, gpu_hours DESC, cause";
 pub const BUDGETS_SQL: &str = "SELECT * FROM budget_monthly WHERE month = $1 ORDER BY forecast_ratio DESC, team";
 pub const QUEUE_WAITS_SQL: &str = "SELECT * FROM queue_wait_monthly WHERE month = $1 ORDER BY team, cluster_queue";
+pub const IDLE_REASONS_SQL: &str = "SELECT * FROM idle_reasons_monthly WHERE month = $1 ORDER BY rank";
+pub const STRANDED_SQL: &str = "SELECT * FROM stranded_monthly WHERE month = $1 ORDER BY pool NULLS LAST";
 
 impl Accounting {
     /// The report of `month` (`YYYY-MM`). Queue waits are those of admissions in that month.
@@ -179,5 +181,38 @@ async fn read_report(ctx: &SessionContext, month: &Month, currency: &str, idle_p
             })
             .collect())
     })?;
-    Ok(Report { month: month.clone(), currency: currency.to_string(), idle_policy, chargeback, units, usage, failure_causes, queue_waits, budgets, energy })
+    let idle_reasons = decode(&rows(IDLE_REASONS_SQL).await?, "idle_reasons_monthly", |c| {
+        let (rank, team, state, reason) = (c.i64("rank")?, c.text("team")?, c.parsed::<State>("state")?, c.parsed::<IdleReason>("reason")?);
+        let (hours, cost) = (c.f64("gpu_hours")?, c.f64("cost")?);
+        Ok((0..c.rows())
+            .map(|i| IdleReasonRow { rank: rank[i], team: team[i].clone(), state: state[i], reason: reason[i], gpu_hours: hours[i], cost: cost[i] })
+            .collect())
+    })?;
+    let stranded = decode(&rows(STRANDED_SQL).await?, "stranded_monthly", |c| {
+        let (pool, unallocated, stranded, cost, cordoned) =
+            (c.opt_text("pool")?, c.f64("unallocated_gpu_hours")?, c.f64("stranded_gpu_hours")?, c.f64("stranded_cost")?, c.f64("cordoned_gpu_hours")?);
+        Ok((0..c.rows())
+            .map(|i| StrandedRow {
+                pool: pool[i].clone(),
+                unallocated_gpu_hours: unallocated[i],
+                stranded_gpu_hours: stranded[i],
+                stranded_cost: cost[i],
+                cordoned_gpu_hours: cordoned[i],
+            })
+            .collect())
+    })?;
+    Ok(Report {
+        month: month.clone(),
+        currency: currency.to_string(),
+        idle_policy,
+        chargeback,
+        units,
+        usage,
+        failure_causes,
+        queue_waits,
+        budgets,
+        energy,
+        idle_reasons,
+        stranded,
+    })
 }

@@ -40,6 +40,56 @@ impl State {
     }
 }
 
+/// Why idle time was idle (DESIGN.md "Why GPUs were idle"): the first three split a pod's
+/// allocated-idle time, the last three unallocated time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum IdleReason {
+    Startup,
+    Stall,
+    Teardown,
+    Cordoned,
+    Stranded,
+    NoDemand,
+}
+
+impl IdleReason {
+    /// Every reason, in the order reports show them.
+    pub const ALL: [IdleReason; 6] =
+        [IdleReason::Startup, IdleReason::Stall, IdleReason::Teardown, IdleReason::Cordoned, IdleReason::Stranded, IdleReason::NoDemand];
+
+    /// The name in the SQL and the store.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdleReason::Startup => "startup",
+            IdleReason::Stall => "stall",
+            IdleReason::Teardown => "teardown",
+            IdleReason::Cordoned => "cordoned",
+            IdleReason::Stranded => "stranded",
+            IdleReason::NoDemand => "no_demand",
+        }
+    }
+
+    /// What the reason means, in a few words, for the reports' legends.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            IdleReason::Startup => "pod held the GPU before its first busy sample",
+            IdleReason::Stall => "pod idle between busy samples",
+            IdleReason::Teardown => "pod held the GPU after its last busy sample",
+            IdleReason::Cordoned => "node cordoned or not Ready",
+            IdleReason::Stranded => "GPU Workloads waited for quota this node could serve",
+            IdleReason::NoDemand => "nothing waited for it",
+        }
+    }
+}
+
+impl FromStr for IdleReason {
+    type Err = Unknown;
+
+    fn from_str(s: &str) -> Result<IdleReason, Unknown> {
+        IdleReason::ALL.into_iter().find(|v| v.as_str() == s).ok_or_else(|| Unknown { what: "idle reason", name: s.to_string() })
+    }
+}
+
 /// One term of the cost formula `(compute + network + storage + support + idle + failed_runs +
 /// operations) / accepted_units`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -136,7 +186,7 @@ macro_rules! as_text {
         }
     )*};
 }
-as_text!(State, CostComponent, Month);
+as_text!(State, IdleReason, CostComponent, Month);
 
 // Reports serialise the policy they were made under by its configuration name.
 impl Serialize for IdlePolicy {

@@ -25,7 +25,7 @@ use datafusion::prelude::SessionContext;
 use datafusion::scalar::ScalarValue;
 use gpuledger_ledger::Ledger;
 use gpuledger_ledger::accounting::rows;
-use gpuledger_ledger::monthly::{BUDGETS_SQL, FAILURE_CAUSES_SQL, QUEUE_WAITS_SQL, stored_months, stored_report};
+use gpuledger_ledger::monthly::{BUDGETS_SQL, FAILURE_CAUSES_SQL, IDLE_REASONS_SQL, QUEUE_WAITS_SQL, STRANDED_SQL, stored_months, stored_report};
 use gpuledger_ledger::types::Month;
 use gpuledger_ledger::report::html;
 use gpuledger_ledger::report::text::{TextFormat, render};
@@ -57,6 +57,7 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/api/v1/queue", get(queue))
         .route("/api/v1/failures", get(failures))
         .route("/api/v1/budgets", get(budgets))
+        .route("/api/v1/idle", get(idle))
         .route("/api/v1/report.html", get(report_html))
         .route("/api/v1/months", get(months))
         .route("/metrics", get(prometheus))
@@ -386,6 +387,16 @@ async fn budgets(State(api): State<Arc<Api>>, Params(p): Params<MonthParams>) ->
     Ok(axum::Json(json!({ "month": month, "currency": api.currency, "budgets": budgets })).into_response())
 }
 
+/// `GET /api/v1/idle?month=`: why GPUs were idle (the costliest team, state and reason first)
+/// and the unallocated capacity per node pool with its stranded and cordoned hours.
+async fn idle(State(api): State<Arc<Api>>, Params(p): Params<MonthParams>) -> Result<Response, ApiError> {
+    let month = api.month(p.month.as_deref()).await?;
+    let params = || vec![ScalarValue::Utf8(Some(month.to_string()))];
+    let idle_reasons = rows(&api.run(IDLE_REASONS_SQL, params()).await?)?;
+    let stranded = rows(&api.run(STRANDED_SQL, params()).await?)?;
+    Ok(axum::Json(json!({ "month": month, "currency": api.currency, "idle_reasons": idle_reasons, "stranded": stranded })).into_response())
+}
+
 /// `GET /metrics`: the ledger as gauges, plus the server's counters.
 async fn prometheus(State(api): State<Arc<Api>>) -> Result<Response, ApiError> {
     let gauges = if api.ctx().table_exist("report_gauges").unwrap_or(false) { Some(metrics::decode_gauges(&api.run(metrics::GAUGES_SQL, vec![]).await?)?) } else { None };
@@ -417,7 +428,7 @@ mod tests {
     fn the_openapi_document_names_every_route() {
         let doc: Value = serde_json::from_str(OPENAPI).unwrap();
         let paths: Vec<&String> = doc["paths"].as_object().unwrap().keys().collect();
-        for route in ["/api/v1/chargeback", "/api/v1/states", "/api/v1/queue", "/api/v1/failures", "/api/v1/budgets", "/api/v1/report.html", "/api/v1/months", "/metrics", "/healthz"] {
+        for route in ["/api/v1/chargeback", "/api/v1/states", "/api/v1/queue", "/api/v1/failures", "/api/v1/budgets", "/api/v1/idle", "/api/v1/report.html", "/api/v1/months", "/metrics", "/healthz"] {
             assert!(paths.iter().any(|p| *p == route), "{route} missing from openapi.json");
         }
     }

@@ -31,7 +31,7 @@ pub const GAUGES_SQL: &str = "SELECT gauge, month, team, label, label_value, val
 
 /// Each ledger gauge: its name, HELP text (`{currency}` stands for the currency) and whether its
 /// samples carry the currency label. Every one is written, with or without samples.
-const GAUGES: [(&str, &str, bool); 10] = [
+const GAUGES: [(&str, &str, bool); 11] = [
     ("gpuledger_gpu_hours", "GPU-hours in the month by team and state (from the stored ledger).", false),
     ("gpuledger_cost", "Cost in {currency} in the month by team and component; component=\"total\" is their sum.", true),
     ("gpuledger_lost_gpu_hours_platform_paid", "Failed and preempted GPU-hours of the team whose cost the platform paid (hardware faults); inside gpuledger_gpu_hours.", false),
@@ -42,6 +42,7 @@ const GAUGES: [(&str, &str, bool); 10] = [
     ("gpuledger_budget_used_ratio", "Spend to date over the month's budget (1 = all of it).", false),
     ("gpuledger_budget_forecast_ratio", "Month-end spend at the rate so far over the month's budget; alert on > 1.", false),
     ("gpuledger_energy_kwh", "GPU energy in the month by team, kWh (beside the cost, not in it).", false),
+    ("gpuledger_idle_gpu_hours", "Idle GPU-hours in the month by team and reason: startup, stall, teardown (allocated idle); cordoned, stranded, no_demand (unallocated, team platform).", false),
 ];
 
 /// One sample of a ledger gauge, as `report_gauges` gives it.
@@ -149,6 +150,11 @@ mod tests {
         let energy = "CREATE TABLE energy_monthly AS SELECT * FROM (VALUES ('2026-10', 'web', 'productive', 10.0, 10.0, 3.5, 4.2, 1.5), \
                       ('2026-10', 'web', 'allocated_idle', 2.0, 2.0, 0.5, 0.6, 0.2)) AS e(month, team, state, gpu_hours, measured_gpu_hours, kwh, facility_kwh, kg_co2e)";
         ctx.sql(energy).await.unwrap().collect().await.unwrap();
+        // web's pods idled 1.5 h before their first busy sample; 6 platform GPU-hours stood
+        // unallocated while GPU Workloads waited.
+        let idle = "CREATE TABLE idle_reasons_monthly AS SELECT * FROM (VALUES ('2026-10', 'platform', 'unallocated', 'stranded', 6.0, 12.0, 1), \
+                    ('2026-10', 'web', 'allocated_idle', 'startup', 1.5, 3.0, 2)) AS i(month, team, state, reason, gpu_hours, cost, rank)";
+        ctx.sql(idle).await.unwrap().collect().await.unwrap();
         gpuledger_ledger::accounting::create_report_views(&ctx).await.unwrap();
         let gauges = decode_gauges(&ctx.sql(GAUGES_SQL).await.unwrap().collect().await.unwrap()).unwrap();
         let text = render(Some(&gauges), "USD", &Stats::default());
@@ -174,5 +180,8 @@ mod tests {
         assert_eq!(find("gpuledger_budget_forecast_ratio", &[("team", "web")]), Some(2.5));
         assert_eq!(find("gpuledger_budget_forecast_ratio", &[("team", "ml\"a")]), None, "no budget, no gauge");
         assert_eq!(find("gpuledger_energy_kwh", &[("team", "web"), ("month", "2026-10")]), Some(4.0));
+        assert_eq!(find("gpuledger_idle_gpu_hours", &[("team", "platform"), ("reason", "stranded")]), Some(6.0));
+        assert_eq!(find("gpuledger_idle_gpu_hours", &[("team", "web"), ("reason", "startup")]), Some(1.5));
+        assert_eq!(find("gpuledger_idle_gpu_hours", &[("team", "web"), ("reason", "stall")]), None, "no such hours, no sample");
     }
 }

@@ -32,6 +32,10 @@ pub enum Format {
     Focus,
     /// The budgets ([[budgets]]), one row per budgeted team (see below).
     BudgetsCsv,
+    /// Why GPUs were idle: idle hours and cost per team, state and reason (see below).
+    IdleCsv,
+    /// Unallocated, stranded and cordoned GPU-hours per node pool (see below).
+    StrandedCsv,
 }
 
 /// One month's GPU chargeback per team: GPU-hours by state, cost by component, accepted units
@@ -51,6 +55,16 @@ The budgets-csv format has these columns, one row per team with a [[budgets]] en
   month,team,budget,spend,forecast,used_ratio,forecast_ratio,elapsed_days,month_days
 forecast is the month-end spend at the rate so far (GPU cost x month_days / elapsed_days plus
 the month's overheads), the spend itself once the data has passed the month's end.
+
+The idle-csv format ranks the month's idle time, costliest first:
+  month,team,state,reason,gpu_hours,cost,rank
+reason is startup, stall or teardown for a pod's allocated_idle time (before its first busy
+sample on the GPU, between busy samples, after its last) and cordoned, stranded or no_demand for
+unallocated time (node cordoned or not Ready; GPU Workloads waited for quota the node could have
+served; nothing waited). cost is the price-list cost of the hours, before the idle policy.
+
+The stranded-csv format has one row per node pool (pool empty where no price label matched):
+  month,pool,unallocated_gpu_hours,stranded_gpu_hours,stranded_cost,cordoned_gpu_hours
 
 GPU-hours of runs still running at the end of the data are provisional: table, markdown, json
 and html mark them; a later report restates the month once the runs end.
@@ -98,6 +112,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Format::Table => render(&report, TextFormat::Table),
         Format::Csv => render(&report, TextFormat::Csv),
         Format::BudgetsCsv => render(&report, TextFormat::BudgetsCsv),
+        Format::IdleCsv => render(&report, TextFormat::IdleCsv),
+        Format::StrandedCsv => render(&report, TextFormat::StrandedCsv),
         Format::Json => render(&report, TextFormat::Json),
         Format::Markdown => render(&report, TextFormat::Markdown),
         Format::Html => html::render(&report),

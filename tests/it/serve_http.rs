@@ -159,17 +159,39 @@ fn chargeback_json_and_csv_equal_gpuledger_report() {
         budgeted += served.len();
     }
     assert!(budgeted > 0, "the demo configuration has budgets");
+
+    // /api/v1/idle lists the report's idle reasons and node pools, in its order.
+    let mut idle_rows = 0;
+    for ((month, format), reference) in cases.iter().zip(&references) {
+        let (Some(month), "json") = (month, *format) else { continue };
+        let served = get_json(&server, &format!("/api/v1/idle?month={month}"));
+        let reference: Value = serde_json::from_str(reference).unwrap();
+        for list in ["idle_reasons", "stranded"] {
+            let (served, reference) = (served[list].as_array().unwrap(), reference[list].as_array().unwrap());
+            assert_eq!(served.len(), reference.len(), "{list} of {month}: {served:?}");
+            for (s, r) in served.iter().zip(reference) {
+                for key in r.as_object().unwrap().keys() {
+                    assert_same(&s[key], &r[key], &format!("{list} of {month}: {key}"));
+                }
+            }
+            if list == "idle_reasons" {
+                idle_rows += served.len();
+            }
+        }
+    }
+    assert!(idle_rows > 0, "the demo's months have idle time");
 }
 
 /// Endpoints that need the token, each with a query that would otherwise be valid or, for the
 /// last ones, a bad parameter (the token is checked before the parameters).
-const PROTECTED: [&str; 11] = [
+const PROTECTED: [&str; 12] = [
     "/api/v1/chargeback",
     "/api/v1/chargeback?format=csv",
     "/api/v1/states?step=1d",
     "/api/v1/queue",
     "/api/v1/failures?limit=5",
     "/api/v1/budgets",
+    "/api/v1/idle",
     "/api/v1/report.html",
     "/api/v1/months",
     "/metrics",

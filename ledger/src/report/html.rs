@@ -8,11 +8,22 @@
 use std::collections::BTreeMap;
 
 use super::text::{duration_fmt, grouped, hours_fmt, kwh_fmt, money_fmt, or_dash, per_unit_fmt, percent_fmt, provisional_note, units_fmt};
-use super::{BudgetStatus, CSV_COLUMNS, ChargebackRow, Report, State};
+use super::{BudgetStatus, CSV_COLUMNS, ChargebackRow, IdleReason, Report, State};
 
 /// GPU states in chart order, with their fixed colours.
 const STATES: [(&str, &str); 5] =
     [("productive", "#2e7d32"), ("allocated idle", "#f9a825"), ("failed", "#c62828"), ("preempted", "#6a1b9a"), ("unallocated", "#9e9e9e")];
+
+/// Idle reasons in chart order (allocated idle first, then unallocated), with fixed colours:
+/// warm for a team's own idle time, cool and grey for the platform's.
+const REASONS: [(&str, &str); 6] = [
+    ("startup", "#fbc02d"),
+    ("stall", "#ef6c00"),
+    ("teardown", "#a1887f"),
+    ("cordoned", "#546e7a"),
+    ("stranded", "#1565c0"),
+    ("no demand", "#bdbdbd"),
+];
 
 /// Cost components in chart order, with their fixed colours.
 const COMPONENTS: [(&str, &str); 7] = [
@@ -62,6 +73,10 @@ pub fn render(report: &Report) -> String {
         h.push_str(&format!("<p class=\"note\"><span class=\"prov\">*</span> {}</p>\n", esc(&provisional_note(provisional))));
     }
 
+    // Why GPUs were idle leads: it is the first question a platform team asks of the month.
+    if !report.idle_reasons.is_empty() {
+        section(&mut h, &format!("Why GPUs were idle ({})", report.currency), &idle_section(report));
+    }
     section(&mut h, "Chargeback", &chargeback_table(report));
     if !report.budgets.is_empty() {
         section(&mut h, &format!("Budgets ({})", report.currency), &budget_table(report));
@@ -268,6 +283,58 @@ fn failures(report: &Report) -> String {
 
 /// Budgets: a table, and a chart of each team's spend and forecast in % of its budget, where
 /// a bar past 100 is a team heading over.
+/// The idle cost per team split by reason (a chart), the ranking (a table) and the unallocated
+/// capacity per node pool with its stranded share.
+fn idle_section(report: &Report) -> String {
+    let currency = report.currency.as_str();
+    let mut teams: BTreeMap<&str, [f64; 6]> = BTreeMap::new();
+    for r in &report.idle_reasons {
+        let i = IdleReason::ALL.iter().position(|x| *x == r.reason).unwrap_or(0);
+        teams.entry(r.team.as_str()).or_default()[i] += r.cost;
+    }
+    let bars = teams
+        .into_iter()
+        .map(|(team, values)| Bar { label: team.to_owned(), end: format!("{} {currency}", money_fmt(values.iter().sum())), values: values.to_vec() })
+        .collect();
+    let mut t = Chart { series: &REASONS, bars, value: &|v| format!("{} {currency}", money_fmt(v)), title: "Idle cost by team and reason" }.svg();
+    let idle_cost: f64 = report.idle_reasons.iter().map(|r| r.cost).sum();
+    t.push_str("<table>\n<thead><tr><th class=\"n\">#</th><th>team</th><th>state</th><th>reason</th><th class=\"n\">GPU-hours</th>");
+    t.push_str("<th class=\"n\">cost</th><th class=\"n\">of idle cost</th><th>meaning</th></tr></thead>\n<tbody>\n");
+    for r in &report.idle_reasons {
+        let share = if idle_cost > 0.0 { Some(r.cost / idle_cost) } else { None };
+        t.push_str(&format!(
+            "<tr><td class=\"n\">{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>\n",
+            r.rank,
+            esc(&r.team),
+            esc(r.state.as_str()),
+            esc(r.reason.as_str()),
+            esc(&hours_fmt(r.gpu_hours)),
+            esc(&money_fmt(r.cost)),
+            esc(&or_dash(share, percent_fmt)),
+            esc(r.reason.meaning()),
+        ));
+    }
+    t.push_str("</tbody>\n</table>\n");
+    if report.stranded.iter().any(|r| r.unallocated_gpu_hours > 0.0) {
+        t.push_str("<table>\n<thead><tr><th>node pool</th><th class=\"n\">unallocated GPU-hours</th><th class=\"n\">stranded</th>");
+        t.push_str("<th class=\"n\">stranded share</th><th class=\"n\">stranded cost</th><th class=\"n\">cordoned</th></tr></thead>\n<tbody>\n");
+        for r in &report.stranded {
+            let share = if r.unallocated_gpu_hours > 0.0 { Some(r.stranded_gpu_hours / r.unallocated_gpu_hours) } else { None };
+            t.push_str(&format!(
+                "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
+                esc(r.pool.as_deref().unwrap_or("-")),
+                esc(&hours_fmt(r.unallocated_gpu_hours)),
+                esc(&hours_fmt(r.stranded_gpu_hours)),
+                esc(&or_dash(share, percent_fmt)),
+                esc(&money_fmt(r.stranded_cost)),
+                esc(&hours_fmt(r.cordoned_gpu_hours)),
+            ));
+        }
+        t.push_str("</tbody>\n</table>\n");
+    }
+    t
+}
+
 fn budget_table(report: &Report) -> String {
     let mut t = String::from("<table>\n<thead><tr><th>team</th><th class=\"n\">budget</th><th class=\"n\">spent</th><th class=\"n\">used</th>");
     t.push_str("<th class=\"n\">forecast</th><th class=\"n\">forecast used</th><th class=\"n\">days of data</th><th>status</th></tr></thead>\n<tbody>\n");
@@ -494,7 +561,18 @@ mod tests {
         assert!(html.contains("The platform paid for 3.0 lost GPU-hours (6.00 EUR)"), "platform-paid note");
         assert!(html.contains("<th class=\"n\">lost cost platform paid</th>"));
         let opened = html.matches("<svg").count();
-        assert_eq!(opened, 6, "budgets, hours, cost, per unit, failure causes, energy");
+        assert_eq!(opened, 7, "why idle, budgets, hours, cost, per unit, failure causes, energy");
+        // Why GPUs were idle leads the page: its chart, the ranking with shares of the idle
+        // cost (46.00 in all), the node pools with their stranded share.
+        let first = html.find("<h2>").unwrap();
+        assert_eq!(html[first..].find("<h2>Why GPUs were idle (EUR)</h2>"), Some(0), "why idle comes first");
+        let idle = html.split("<h2>Why GPUs were idle (EUR)</h2>").nth(1).unwrap().split("</section>").next().unwrap();
+        assert!(idle.contains("Idle cost by team and reason"), "{idle}");
+        assert!(idle.contains("<tr><td class=\"n\">1</td><td>ml-research</td><td>allocated_idle</td><td>stall</td><td class=\"n\">7.0</td><td class=\"n\">17.50</td><td class=\"n\">38%</td>"), "{idle}");
+        assert_eq!(idle.matches("<tr><td class=\"n\">").count(), 5, "every idle row: {idle}");
+        assert!(idle.contains("<tr><td>h100</td><td class=\"n\">6.0</td><td class=\"n\">5.0</td><td class=\"n\">83%</td><td class=\"n\">10.00</td>"), "{idle}");
+        // ml-research's bar stacks stall and teardown: 25.00 EUR.
+        assert!(idle.contains("25.00 EUR"), "{idle}");
         let energy = html.split("<h2>Energy (beside the cost, not in it)</h2>").nth(1).unwrap();
         assert!(energy.contains("<td>ml-research</td><td class=\"n\">95.2</td><td class=\"n\">123.8</td><td class=\"n\">43.3</td>"), "{energy}");
         // Budgets come right after the chargeback, the team over its budget flagged.
@@ -549,6 +627,8 @@ mod tests {
         empty.queue_waits.clear();
         empty.budgets.clear();
         empty.energy.clear();
+        empty.idle_reasons.clear();
+        empty.stranded.clear();
         let html = render(&empty);
         assert_eq!(html.matches("<svg").count(), 0);
         assert!(html.contains("No data."));

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::config::IdlePolicy;
 use crate::types::Month;
-pub use crate::types::{CostComponent, State};
+pub use crate::types::{CostComponent, IdleReason, State};
 
 /// The columns of `report --format csv`, in this order (the contract finance scripts read).
 pub const CSV_COLUMNS: [&str; 19] = [
@@ -56,6 +56,37 @@ pub struct Report {
     pub budgets: Vec<BudgetRow>,
     /// Energy per team (`report_energy`), by team.
     pub energy: Vec<EnergyRow>,
+    /// Why GPUs were idle: idle hours by team, state and reason, the costliest first.
+    pub idle_reasons: Vec<IdleReasonRow>,
+    /// Unallocated, stranded and cordoned hours per node pool, by pool.
+    pub stranded: Vec<StrandedRow>,
+}
+
+/// One team's idle hours of one reason in the month (`idle_reasons_monthly`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct IdleReasonRow {
+    /// 1 for the costliest row of the month.
+    pub rank: i64,
+    pub team: String,
+    /// `allocated_idle` or `unallocated`.
+    pub state: State,
+    pub reason: IdleReason,
+    pub gpu_hours: f64,
+    /// Price-list cost of those hours, before the idle policy moves any of it.
+    pub cost: f64,
+}
+
+/// One node pool's unallocated time in the month (`stranded_monthly`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StrandedRow {
+    /// The node label value that priced the pool's GPUs; `None` where no label rule matched.
+    pub pool: Option<String>,
+    pub unallocated_gpu_hours: f64,
+    /// Unallocated while a GPU Workload waited for quota that this pool could have served.
+    pub stranded_gpu_hours: f64,
+    pub stranded_cost: f64,
+    /// Unallocated while the node was cordoned or not Ready.
+    pub cordoned_gpu_hours: f64,
 }
 
 /// One team's month (the `csv` row, plus the provisional hours).
@@ -463,6 +494,19 @@ pub(crate) mod fixture {
                     measured_gpu_hours: 4.0,
                 },
             ],
+            // The chargeback's idle hours by reason: ml-research 10 allocated idle (7 stall, 3
+            // teardown), vision 2 (startup), platform 8 unallocated (5 stranded, 3 no demand).
+            idle_reasons: vec![
+                IdleReasonRow { rank: 1, team: "ml-research".into(), state: State::AllocatedIdle, reason: IdleReason::Stall, gpu_hours: 7.0, cost: 17.5 },
+                IdleReasonRow { rank: 2, team: "platform".into(), state: State::Unallocated, reason: IdleReason::Stranded, gpu_hours: 5.0, cost: 10.0 },
+                IdleReasonRow { rank: 3, team: "ml-research".into(), state: State::AllocatedIdle, reason: IdleReason::Teardown, gpu_hours: 3.0, cost: 7.5 },
+                IdleReasonRow { rank: 4, team: "platform".into(), state: State::Unallocated, reason: IdleReason::NoDemand, gpu_hours: 3.0, cost: 6.0 },
+                IdleReasonRow { rank: 5, team: "vision".into(), state: State::AllocatedIdle, reason: IdleReason::Startup, gpu_hours: 2.0, cost: 5.0 },
+            ],
+            stranded: vec![
+                StrandedRow { pool: Some("h100".into()), unallocated_gpu_hours: 6.0, stranded_gpu_hours: 5.0, stranded_cost: 10.0, cordoned_gpu_hours: 0.0 },
+                StrandedRow { pool: None, unallocated_gpu_hours: 2.0, stranded_gpu_hours: 0.0, stranded_cost: 0.0, cordoned_gpu_hours: 0.0 },
+            ],
         }
     }
 
@@ -528,6 +572,10 @@ pub(crate) mod fixture {
         ctx.register_table("budget_monthly", table(&report.budgets, budget_fields)).unwrap();
         let energy_schema = gpuledger_schemas::derived_table("energy_monthly").unwrap().arrow_schema();
         ctx.register_batch("energy_monthly", arrow::array::RecordBatch::new_empty(energy_schema)).unwrap();
+        for name in ["idle_reasons_monthly", "stranded_monthly"] {
+            let schema = gpuledger_schemas::derived_table(name).unwrap().arrow_schema();
+            ctx.register_batch(name, arrow::array::RecordBatch::new_empty(schema)).unwrap();
+        }
         crate::accounting::create_report_views(&ctx).await.unwrap();
         ctx
     }

@@ -16,16 +16,28 @@ pub enum TextFormat {
     Markdown,
     /// The budgets alone, as CSV ([`BUDGET_CSV_COLUMNS`]).
     BudgetsCsv,
+    /// Why GPUs were idle, as CSV ([`IDLE_CSV_COLUMNS`]).
+    IdleCsv,
+    /// Stranded capacity per node pool, as CSV ([`STRANDED_CSV_COLUMNS`]).
+    StrandedCsv,
 }
 
 /// The columns of the budgets CSV, in order.
 pub const BUDGET_CSV_COLUMNS: [&str; 9] = ["month", "team", "budget", "spend", "forecast", "used_ratio", "forecast_ratio", "elapsed_days", "month_days"];
+
+/// The columns of the why-idle CSV, in order (the rows come costliest first).
+pub const IDLE_CSV_COLUMNS: [&str; 7] = ["month", "team", "state", "reason", "gpu_hours", "cost", "rank"];
+
+/// The columns of the stranded-capacity CSV, in order (an empty pool: no label rule matched).
+pub const STRANDED_CSV_COLUMNS: [&str; 6] = ["month", "pool", "unallocated_gpu_hours", "stranded_gpu_hours", "stranded_cost", "cordoned_gpu_hours"];
 
 /// Renders `report` in `format`; the result ends with a newline.
 pub fn render(report: &Report, format: TextFormat) -> String {
     match format {
         TextFormat::Csv => csv(report),
         TextFormat::BudgetsCsv => budgets_csv(report),
+        TextFormat::IdleCsv => idle_csv(report),
+        TextFormat::StrandedCsv => stranded_csv(report),
         TextFormat::Json => json(report),
         TextFormat::Table => document(report, Style::Terminal),
         TextFormat::Markdown => document(report, Style::Markdown),
@@ -60,6 +72,38 @@ fn csv(report: &Report) -> String {
         // An empty field, not 0: a team without units has no cost per unit.
         fields.push(r.cost_per_accepted_unit.map(|v| format!("{v:.CSV_DECIMALS$}")).unwrap_or_default());
         fields.extend([r.lost_gpu_hours_platform_paid, r.lost_cost_platform_paid].iter().map(|v| format!("{v:.CSV_DECIMALS$}")));
+        out.push_str(&fields.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+fn idle_csv(report: &Report) -> String {
+    let mut out = IDLE_CSV_COLUMNS.join(",");
+    out.push('\n');
+    for r in &report.idle_reasons {
+        let fields = [
+            csv_field(report.month.as_str()),
+            csv_field(&r.team),
+            r.state.to_string(),
+            r.reason.to_string(),
+            format!("{:.CSV_DECIMALS$}", r.gpu_hours),
+            format!("{:.CSV_DECIMALS$}", r.cost),
+            r.rank.to_string(),
+        ];
+        out.push_str(&fields.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+fn stranded_csv(report: &Report) -> String {
+    let mut out = STRANDED_CSV_COLUMNS.join(",");
+    out.push('\n');
+    for r in &report.stranded {
+        let mut fields = vec![csv_field(report.month.as_str()), r.pool.as_deref().map(csv_field).unwrap_or_default()];
+        let numbers = [r.unallocated_gpu_hours, r.stranded_gpu_hours, r.stranded_cost, r.cordoned_gpu_hours];
+        fields.extend(numbers.iter().map(|v| format!("{v:.CSV_DECIMALS$}")));
         out.push_str(&fields.join(","));
         out.push('\n');
     }
@@ -128,6 +172,21 @@ fn document(report: &Report, style: Style) -> String {
         }
     }
 
+    if !report.idle_reasons.is_empty() {
+        out.push_str(&heading(&format!("Why GPUs were idle ({}, costliest first)", report.currency), style));
+        out.push_str(&idle_grid(report, IDLE_ROWS_SHOWN).render(style));
+        if report.idle_reasons.len() > IDLE_ROWS_SHOWN {
+            out.push_str(&format!("\n... and {} more (report --format idle-csv)\n", report.idle_reasons.len() - IDLE_ROWS_SHOWN));
+        }
+    }
+    if report.stranded.iter().any(|r| r.stranded_gpu_hours > 0.0 || r.cordoned_gpu_hours > 0.0) {
+        out.push_str(&heading("Unallocated capacity by node pool", style));
+        out.push_str(&stranded_grid(report).render(style));
+    }
+    if !report.budgets.is_empty() {
+        out.push_str(&heading(&format!("Budgets ({})", report.currency), style));
+        out.push_str(&budget_grid(report).render(style));
+    }
     if report.platform_paid_any() {
         out.push_str(&heading("Lost runs the platform paid for", style));
         out.push_str(&platform_paid_grid(report).render(style));
@@ -140,15 +199,64 @@ fn document(report: &Report, style: Style) -> String {
         out.push_str(&heading("Queue waits", style));
         out.push_str(&queue_grid(report).render(style));
     }
-    if !report.budgets.is_empty() {
-        out.push_str(&heading(&format!("Budgets ({})", report.currency), style));
-        out.push_str(&budget_grid(report).render(style));
-    }
     if report.energy.iter().any(|e| e.kwh > 0.0) {
         out.push_str(&heading("Energy (beside the cost, not in it)", style));
         out.push_str(&energy_grid(report).render(style));
     }
     out
+}
+
+/// How many why-idle rows the table and markdown show (the CSV has them all).
+const IDLE_ROWS_SHOWN: usize = 10;
+
+/// Why GPUs were idle: the costliest team, state and reason first, each row's share of the
+/// month's idle cost beside it.
+fn idle_grid(report: &Report, limit: usize) -> Grid {
+    let idle_cost: f64 = report.idle_reasons.iter().map(|r| r.cost).sum();
+    let rows = report
+        .idle_reasons
+        .iter()
+        .take(limit)
+        .map(|r| {
+            let share = if idle_cost > 0.0 { Some(r.cost / idle_cost) } else { None };
+            vec![
+                r.rank.to_string(),
+                r.team.clone(),
+                r.state.to_string(),
+                r.reason.to_string(),
+                hours_fmt(r.gpu_hours),
+                money_fmt(r.cost),
+                or_dash(share, percent_fmt),
+                r.reason.meaning().to_owned(),
+            ]
+        })
+        .collect();
+    let mut grid = Grid::new(&["#", "team", "state", "reason", "GPU-hours", "cost", "of idle cost", "meaning"], 4, rows, None);
+    if let Some(last) = grid.right.last_mut() {
+        *last = false;
+    }
+    grid
+}
+
+/// Unallocated GPU-hours per node pool: how many were stranded (GPU Workloads waited that the
+/// pool could have served) or cordoned.
+fn stranded_grid(report: &Report) -> Grid {
+    let rows = report
+        .stranded
+        .iter()
+        .map(|r| {
+            let share = if r.unallocated_gpu_hours > 0.0 { Some(r.stranded_gpu_hours / r.unallocated_gpu_hours) } else { None };
+            vec![
+                r.pool.clone().unwrap_or_else(|| "-".into()),
+                hours_fmt(r.unallocated_gpu_hours),
+                hours_fmt(r.stranded_gpu_hours),
+                or_dash(share, percent_fmt),
+                money_fmt(r.stranded_cost),
+                hours_fmt(r.cordoned_gpu_hours),
+            ]
+        })
+        .collect();
+    Grid::new(&["node pool", "unallocated GPU-hours", "stranded", "stranded share", "stranded cost", "cordoned"], 1, rows, None)
 }
 
 /// Energy per team, with kWh and cost per accepted unit side by side.
@@ -637,6 +745,44 @@ mod tests {
         let rows: Vec<Vec<&str>> = energy.lines().skip(2).map(|l| l.split_whitespace().collect()).collect();
         assert_eq!(rows[0][..4], ["ml-research", "95.2", "123.8", "43.3"], "{energy}");
         assert_eq!(rows[1][rows[1].len() - 2..], ["-", "-"], "{energy}");
+        // Why idle comes right after the chargeback, then stranded capacity, then budgets.
+        let (idle_at, pools_at, budgets_at, failures_at) = (
+            out.find("Why GPUs were idle (EUR, costliest first)").unwrap(),
+            out.find("Unallocated capacity by node pool").unwrap(),
+            out.find("Budgets (EUR)").unwrap(),
+            out.find("Top failure causes").unwrap(),
+        );
+        assert!(idle_at < pools_at && pools_at < budgets_at && budgets_at < failures_at, "{out}");
+        let idle = out.split("Why GPUs were idle (EUR, costliest first)\n\n").nth(1).unwrap();
+        let rows: Vec<Vec<&str>> = idle.lines().skip(2).take(5).map(|l| l.split_whitespace().collect()).collect();
+        // Idle cost 46.00 in all: stall 17.50 is 38%, startup 5.00 is 11%.
+        assert_eq!(rows[0][..7], ["1", "ml-research", "allocated_idle", "stall", "7.0", "17.50", "38%"], "{idle}");
+        assert_eq!(rows[4][..7], ["5", "vision", "allocated_idle", "startup", "2.0", "5.00", "11%"], "{idle}");
+        let pools = out.split("Unallocated capacity by node pool\n\n").nth(1).unwrap();
+        let rows: Vec<Vec<&str>> = pools.lines().skip(2).take(2).map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(rows[0], ["h100", "6.0", "5.0", "83%", "10.00", "0.0"], "{pools}");
+        assert_eq!(rows[1], ["-", "2.0", "0.0", "0%", "0.00", "0.0"], "{pools}");
+    }
+
+    #[test]
+    fn idle_and_stranded_csv_have_their_columns_and_every_row() {
+        let report = fixture::report();
+        let out = render(&report, TextFormat::IdleCsv);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], IDLE_CSV_COLUMNS.join(","));
+        assert_eq!(lines.len(), 1 + report.idle_reasons.len());
+        assert_eq!(lines[1], "2026-10,ml-research,allocated_idle,stall,7.0000,17.5000,1");
+        assert_eq!(lines[4], "2026-10,platform,unallocated,no_demand,3.0000,6.0000,4");
+        // Each team's reasons add up to its idle hours in the chargeback.
+        for r in &report.chargeback {
+            let idle: f64 = report.idle_reasons.iter().filter(|i| i.team == r.team).map(|i| i.gpu_hours).sum();
+            assert_eq!(idle, r.allocated_idle_gpu_hours + r.unallocated_gpu_hours, "{}", r.team);
+        }
+        let out = render(&report, TextFormat::StrandedCsv);
+        assert_eq!(
+            out.lines().collect::<Vec<_>>(),
+            [STRANDED_CSV_COLUMNS.join(",").as_str(), "2026-10,h100,6.0000,5.0000,10.0000,0.0000", "2026-10,,2.0000,0.0000,0.0000,0.0000"]
+        );
     }
 
     #[test]
