@@ -113,15 +113,21 @@ FROM (
     FROM xid_readings
 ) WHERE reading_rank = 1;
 
--- Each pod's first and last active observation of each day on each GPU (MIG instance): its
--- allocated-idle time there is `startup` before the first of all its days, `teardown` after the
--- last, `stall` in between (40_states.sql). Only an observation's earliest sample speaks for it.
+-- Each pod incarnation's first and last active observation of each day on each GPU (MIG
+-- instance): its allocated-idle time there is `startup` before the first of all its days,
+-- `teardown` after the last, `stall` in between (40_states.sql). Only an observation's earliest
+-- sample speaks for it. The incarnation (`pod_key`) is found as 40_states.sql finds it (a pod
+-- that fails and is created again under its name on the same GPU is two pods); a pod the
+-- capture does not know is its namespace/name.
 CREATE OR REPLACE VIEW day_active_bounds AS
-SELECT p.hostname, p.uuid, p.mig_instance, p.namespace, p.pod, p.pod_uid, o.day_number,
+SELECT p.hostname, p.uuid, p.mig_instance, COALESCE(r.pod_key, p.namespace || '/' || p.pod) AS pod_key, o.day_number,
        MIN(p.t) AS first_active_t, MAX(p.t) AS last_active_t
 FROM observation_starts o
 JOIN pod_samples p
   ON (p.hostname IS NOT DISTINCT FROM o.hostname) AND (p.uuid IS NOT DISTINCT FROM o.uuid)
  AND (p.mig_instance IS NOT DISTINCT FROM o.mig_instance) AND p.t = o.t
+LEFT JOIN pod_runs r ON r.namespace = p.namespace AND r.pod = p.pod
+                    AND CASE WHEN p.pod_uid IS NOT NULL AND r.uid IS NOT NULL THEN r.uid = p.pod_uid
+                             ELSE p.t >= r.valid_from_ms AND (r.valid_to_ms IS NULL OR p.t < r.valid_to_ms) END
 WHERE p.active AND p.pod IS NOT NULL AND p.namespace IS NOT NULL
-GROUP BY p.hostname, p.uuid, p.mig_instance, p.namespace, p.pod, p.pod_uid, o.day_number;
+GROUP BY p.hostname, p.uuid, p.mig_instance, COALESCE(r.pod_key, p.namespace || '/' || p.pod), o.day_number;

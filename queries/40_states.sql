@@ -18,22 +18,29 @@
 -- Inputs besides 32: the object tables, `known_active_bounds` (`day_active_bounds` of 30 over
 -- every day; the in-process ledger gathers it day by day) and 25_capacity.sql's windows.
 
--- The covered spans cut at UTC midnight: piece 0 up to the first midnight after t, piece 1 after
--- it (a covered span is at most max_gap long, far below a day at any sane scrape interval, and
--- only spans that cross midnight have a piece 1).
+-- The covered spans cut at every UTC hour (and so at every midnight and month boundary): piece 0
+-- from t up to the first hour boundary after it (or the span's end), then one piece for each
+-- later hour the span reaches. Few spans reach past one boundary (only scrape intervals of over
+-- 24 minutes make spans longer than an hour), so `unnest(range(...))` runs on few rows.
 -- For MIG instances, `gpu_sevenths` is what all instances of the same GPU hold at that instant,
 -- and `instances` how many there are, to hand out the parent GPU's leftover share. Whole GPUs
 -- (most rows) skip that window: it would sort every row for nothing.
 CREATE OR REPLACE VIEW sample_pieces AS
 WITH pieces AS (
     SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, xid_error,
-           sevenths, pods, watts, t, t AS piece_start, LEAST(covered_end, (t / 86400000 + 1) * 86400000) AS piece_end
+           sevenths, pods, watts, t, t AS piece_start, LEAST(covered_end, (t / 3600000 + 1) * 3600000) AS piece_end
     FROM sample_spans
     UNION ALL
     SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, xid_error,
-           sevenths, pods, watts, t, (t / 86400000 + 1) * 86400000 AS piece_start, covered_end AS piece_end
-    FROM sample_spans
-    WHERE covered_end > (t / 86400000 + 1) * 86400000
+           sevenths, pods, watts, t, hour_number * 3600000 AS piece_start,
+           LEAST(covered_end, (hour_number + 1) * 3600000) AS piece_end
+    FROM (
+        SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, xid_error,
+               sevenths, pods, watts, t, covered_end,
+               unnest(range(t / 3600000 + 1, (covered_end - 1) / 3600000 + 1)) AS hour_number
+        FROM sample_spans
+        WHERE covered_end > (t / 3600000 + 1) * 3600000
+    )
 )
 SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, xid_error,
        sevenths, pods, watts, t, piece_start, piece_end - piece_start AS piece_ms, 7.0 AS gpu_sevenths, 1.0 AS instances
@@ -65,7 +72,8 @@ SELECT hostname, node FROM (
 -- unallocated, split evenly between the instances seen at that instant.
 CREATE OR REPLACE VIEW gpu_state_piece_states AS
 SELECT sp.date, sp.hostname, COALESCE(hn.node, sp.hostname) AS node, sp.uuid, sp.mig_instance, sp.model_name,
-       sp.t, sp.piece_start, sp.xid_error, sp.pod, sp.pod_uid,
+       sp.t, sp.piece_start, sp.xid_error,
+       CASE WHEN sp.pod IS NOT NULL AND sp.namespace IS NOT NULL THEN COALESCE(r.pod_key, sp.namespace || '/' || sp.pod) END AS pod_key,
        CASE WHEN sp.pod IS NULL OR sp.namespace IS NULL THEN 'platform'
             ELSE COALESCE(r.team, n.team_label, sp.namespace) END AS team,
        CASE WHEN sp.pod IS NOT NULL AND sp.namespace IS NOT NULL THEN sp.namespace END AS namespace,
@@ -94,7 +102,7 @@ LEFT JOIN namespaces_latest n ON n.namespace = sp.namespace
 LEFT JOIN hostname_nodes hn ON hn.hostname = sp.hostname
 UNION ALL
 SELECT sp.date, sp.hostname, COALESCE(hn.node, sp.hostname) AS node, sp.uuid, sp.mig_instance, sp.model_name,
-       sp.t, sp.piece_start, sp.xid_error, CAST(NULL AS VARCHAR) AS pod, CAST(NULL AS VARCHAR) AS pod_uid,
+       sp.t, sp.piece_start, sp.xid_error, CAST(NULL AS VARCHAR) AS pod_key,
        'platform' AS team, CAST(NULL AS VARCHAR) AS namespace, CAST(NULL AS VARCHAR) AS run,
        CAST(NULL AS BIGINT) AS segment, CAST(NULL AS VARCHAR) AS outcome, 'unallocated' AS state,
        sp.piece_ms * (7 - sp.gpu_sevenths) / sp.instances / sp.pods AS gpu_ms7,
@@ -103,13 +111,13 @@ FROM sample_pieces sp
 LEFT JOIN hostname_nodes hn ON hn.hostname = sp.hostname
 WHERE sp.mig_instance IS NOT NULL AND sp.gpu_sevenths < 7;
 
--- Each pod's first and last active observation on each GPU over all days (`known_active_bounds`
--- is `day_active_bounds` of 30_observations.sql over every day).
+-- Each pod incarnation's first and last active observation on each GPU over all days
+-- (`known_active_bounds` is `day_active_bounds` of 30_observations.sql over every day).
 CREATE OR REPLACE VIEW pod_active_bounds AS
-SELECT hostname, uuid, mig_instance, namespace, pod, pod_uid,
+SELECT hostname, uuid, mig_instance, pod_key,
        MIN(first_active_t) AS first_active_t, MAX(last_active_t) AS last_active_t
 FROM known_active_bounds
-GROUP BY hostname, uuid, mig_instance, namespace, pod, pod_uid;
+GROUP BY hostname, uuid, mig_instance, pod_key;
 
 -- Why idle time was idle (DESIGN.md "Why GPUs were idle"), decided at the observation's time t:
 --   allocated_idle  startup   before the pod's first active observation on that GPU (a pod never
@@ -139,8 +147,7 @@ SELECT p.date, p.node, p.uuid, p.model_name, p.piece_start, p.xid_error, p.team,
 FROM gpu_state_piece_states p
 LEFT JOIN pod_active_bounds b
        ON p.state = 'allocated_idle' AND (b.hostname IS NOT DISTINCT FROM p.hostname) AND (b.uuid IS NOT DISTINCT FROM p.uuid)
-      AND (b.mig_instance IS NOT DISTINCT FROM p.mig_instance) AND b.namespace = p.namespace AND b.pod = p.pod
-      AND (b.pod_uid IS NOT DISTINCT FROM p.pod_uid)
+      AND (b.mig_instance IS NOT DISTINCT FROM p.mig_instance) AND b.pod_key = p.pod_key
 LEFT JOIN node_unavailable u
        ON p.state = 'unallocated' AND u.node = p.node AND p.t >= u.from_ms AND p.t < u.to_ms
 LEFT JOIN stranding_windows w
@@ -161,25 +168,27 @@ SELECT DISTINCT namespace, run, segment, node, uuid
 FROM gpu_state_piece_states
 WHERE state IN ('failed', 'preempted');
 
--- GPU-hours by day, node, GPU model, team, run segment and state: the ledger's base table.
--- `date` is the day of the samples (the store partition they came from); `day` is the UTC day
--- the time itself falls in (they differ for the piece of a span after midnight).
+-- GPU-hours by UTC hour, GPU, team, run segment, state and reason: the ledger's base table.
+-- Days and months are sums of hours. `date` is the day of the samples (the store partition they
+-- came from); `hour` (RFC 3339, `2026-10-01T13:00:00Z`), `day` and `month` are where the time
+-- itself falls (they differ from `date` for the piece of a span after midnight).
 CREATE OR REPLACE VIEW gpu_state_hours AS
 SELECT date,
-       to_char(to_timestamp_millis(day_number * 86400000), '%Y-%m-%d') AS day,
-       to_char(to_timestamp_millis(day_number * 86400000), '%Y-%m') AS month,
-       node, model_name, team, namespace, run, segment, outcome, state, reason,
+       to_char(to_timestamp_millis(hour_number * 3600000), '%Y-%m-%dT%H:00:00Z') AS hour,
+       to_char(to_timestamp_millis(hour_number * 3600000), '%Y-%m-%d') AS day,
+       to_char(to_timestamp_millis(hour_number * 3600000), '%Y-%m') AS month,
+       node, uuid, model_name, team, namespace, run, segment, outcome, state, reason,
        outcome IN ('running', 'unknown') AS provisional,
        gpu_ms7 / 7.0 / 3600000.0 AS gpu_hours,
        -- kWh = mJ / 3.6e9; null where no piece of the group had a power reading or counter.
        energy_mj7 / 7.0 / 3600000000.0 AS energy_kwh,
        xid_error
 FROM (
-    SELECT date, piece_start / 86400000 AS day_number, node, model_name, team, namespace, run, segment,
+    SELECT date, piece_start / 3600000 AS hour_number, node, uuid, model_name, team, namespace, run, segment,
            outcome, state, reason, SUM(gpu_ms7) AS gpu_ms7, SUM(energy_mj7) AS energy_mj7,
            MAX(CASE WHEN xid_error > 0 THEN xid_error END) AS xid_error
     FROM gpu_state_pieces
-    GROUP BY date, piece_start / 86400000, node, model_name, team, namespace, run, segment, outcome, state, reason
+    GROUP BY date, piece_start / 3600000, node, uuid, model_name, team, namespace, run, segment, outcome, state, reason
 );
 
 -- Time no observation covered (the rest of gaps longer than max_gap), whole GPUs, by day and

@@ -36,14 +36,14 @@ FROM usage u
 LEFT JOIN team_units t ON t.month = u.month AND t.team = u.team
 LEFT JOIN team_productive p ON p.month = u.month AND p.team = u.team;
 
--- GPU-hours and cost per UTC day, team and state: the HTTP API's time series
--- (/api/v1/states), which adds days up into steps of whole days counted from 1970-01-01
--- (day_number is the day's count from then).
-CREATE OR REPLACE VIEW report_state_days AS
-SELECT day, CAST(date_part('epoch', to_timestamp(day)) AS BIGINT) / 86400 AS day_number, team, state,
+-- GPU-hours and cost per UTC hour, team and state: the HTTP API's time series
+-- (/api/v1/states), which adds hours up into steps of whole hours counted from 1970-01-01, as
+-- date_bin does (hour_number is the hour's count from then).
+CREATE OR REPLACE VIEW report_state_hours AS
+SELECT hour, CAST(date_part('epoch', to_timestamp(hour)) AS BIGINT) / 3600 AS hour_number, team, state,
        SUM(gpu_hours) AS gpu_hours, SUM(cost) AS cost
 FROM priced_state_hours
-GROUP BY day, team, state;
+GROUP BY hour, team, state;
 
 -- Months with GPU time, overheads or units, and their GPU-hours in every state (the busiest
 -- month is the default of `report` and the API).

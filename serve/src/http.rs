@@ -272,37 +272,44 @@ struct StateParams {
     step: Option<String>,
 }
 
-/// A day from `2026-10-01` or an RFC 3339 time (its UTC day).
-fn day(value: &str, name: &str) -> Result<NaiveDate, ApiError> {
+/// An instant from a date (`2026-10-01`: its midnight, UTC) or an RFC 3339 time.
+fn instant(value: &str, name: &str) -> Result<DateTime<Utc>, ApiError> {
     if let Ok(d) = NaiveDate::parse_from_str(value, "%Y-%m-%d") {
-        return Ok(d);
+        return Ok(d.and_time(chrono::NaiveTime::MIN).and_utc());
     }
-    DateTime::parse_from_rfc3339(value).map(|t| t.with_timezone(&Utc).date_naive()).map_err(|_| ApiError::bad(format!("{name} {value:?} is not a date (2026-10-01) or an RFC 3339 time")))
+    DateTime::parse_from_rfc3339(value).map(|t| t.with_timezone(&Utc)).map_err(|_| ApiError::bad(format!("{name} {value:?} is not a date (2026-10-01) or an RFC 3339 time")))
+}
+
+/// An instant as the ledger's `hour` column writes hours (`2026-10-01T13:00:00Z`): the text
+/// order of the two is their time order.
+fn hour_text(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// `GET /api/v1/states?from=&to=&team=&step=`: GPU-hours and cost by state per step. The ledger
-/// keeps days, so the step is whole days (`1d` by default, `7d`...); `to` is exclusive.
+/// keeps hours, so the step is whole hours (`1h`, `6h`, `1d` by default, `7d`...), counted from
+/// 1970-01-01; the hours starting in [from, to) count.
 async fn states(State(api): State<Arc<Api>>, Params(p): Params<StateParams>) -> Result<Response, ApiError> {
     let step = match p.step.as_deref() {
-        None => 1,
+        None => 24,
         Some(s) => {
             let d = parse_duration(s).map_err(ApiError::bad)?;
             let secs = d.as_secs();
-            if d.subsec_nanos() != 0 || secs == 0 || !secs.is_multiple_of(86_400) || secs / 86_400 > 366 {
-                return Err(ApiError::bad(format!("step {s:?} must be whole days between 1d and 366d: the ledger keeps GPU-hours per day")));
+            if d.subsec_nanos() != 0 || secs == 0 || !secs.is_multiple_of(3_600) || secs / 86_400 > 366 {
+                return Err(ApiError::bad(format!("step {s:?} must be whole hours between 1h and 366d: the ledger keeps GPU-hours per hour")));
             }
-            secs / 86_400
+            secs / 3_600
         }
     };
-    let from = p.from.as_deref().map(|v| day(v, "from")).transpose()?;
-    let to = p.to.as_deref().map(|v| day(v, "to")).transpose()?;
+    let from = p.from.as_deref().map(|v| instant(v, "from")).transpose()?;
+    let to = p.to.as_deref().map(|v| instant(v, "to")).transpose()?;
     if let (Some(f), Some(t)) = (from, to)
         && f >= t
     {
         return Err(ApiError::bad("from must be before to"));
     }
     api.need_ledger().await?;
-    // $1 is the step in days; the filters bind $2 on.
+    // $1 is the step in hours; the filters bind $2 on.
     let mut params = vec![ScalarValue::Int64(Some(step as i64))];
     let mut filters = Vec::new();
     let mut bind = |filter: &str, value: String| {
@@ -310,20 +317,20 @@ async fn states(State(api): State<Arc<Api>>, Params(p): Params<StateParams>) -> 
         filters.push(filter.replace('?', &format!("${}", params.len())));
     };
     if let Some(f) = from {
-        bind("day >= ?", f.to_string());
+        bind("hour >= ?", hour_text(f));
     }
     if let Some(t) = to {
-        bind("day < ?", t.to_string());
+        bind("hour < ?", hour_text(t));
     }
     if let Some(team) = &p.team {
         bind("team = ?", team.clone());
     }
     let filter = if filters.is_empty() { String::new() } else { format!("WHERE {}", filters.join(" AND ")) };
-    // Steps are counted from 1970-01-01, as date_bin does: the same day always opens a step.
+    // Steps are counted from 1970-01-01, as date_bin does: the same hour always opens a step.
     let sql = format!(
-        "SELECT to_timestamp_seconds((day_number / $1) * $1 * 86400) AS time, state, \
+        "SELECT to_timestamp_seconds((hour_number / $1) * $1 * 3600) AS time, state, \
                 SUM(gpu_hours) AS gpu_hours, SUM(cost) AS cost \
-         FROM report_state_days {filter} GROUP BY 1, state ORDER BY 1, state"
+         FROM report_state_hours {filter} GROUP BY 1, state ORDER BY 1, state"
     );
     let batches = api.run(&sql, params).await?;
     let points: Vec<Value> = rows(&batches)?
@@ -333,7 +340,7 @@ async fn states(State(api): State<Arc<Api>>, Params(p): Params<StateParams>) -> 
             json!({ "time": time, "state": r.get("state"), "gpu_hours": r.get("gpu_hours"), "cost": r.get("cost") })
         })
         .collect();
-    Ok(axum::Json(json!({ "step_days": step, "team": p.team, "currency": api.currency, "points": points })).into_response())
+    Ok(axum::Json(json!({ "step_hours": step, "team": p.team, "currency": api.currency, "points": points })).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -418,10 +425,13 @@ mod tests {
     }
 
     #[test]
-    fn days_take_dates_and_rfc3339() {
-        assert_eq!(day("2026-10-01", "from").unwrap().to_string(), "2026-10-01");
-        assert_eq!(day("2026-10-01T23:30:00-02:00", "from").unwrap().to_string(), "2026-10-02");
-        assert!(day("yesterday", "from").unwrap_err().message.contains("not a date"));
+    fn instants_take_dates_and_rfc3339_and_compare_with_hours() {
+        assert_eq!(hour_text(instant("2026-10-01", "from").unwrap()), "2026-10-01T00:00:00Z");
+        assert_eq!(hour_text(instant("2026-10-01T23:30:00-02:00", "from").unwrap()), "2026-10-02T01:30:00Z");
+        assert!(instant("yesterday", "from").unwrap_err().message.contains("not a date"));
+        // The hour starting at 01:00 began before 01:30; the one at 02:00 after it.
+        let from = hour_text(instant("2026-10-02T01:30:00Z", "from").unwrap());
+        assert!("2026-10-02T01:00:00Z" < from.as_str() && "2026-10-02T02:00:00Z" > from.as_str());
     }
 
     #[test]

@@ -328,7 +328,7 @@ fn states_queue_failures_and_metrics_agree_with_the_stored_tables() {
 
     // States, whole range, day by day.
     let daily = get_json(&server, "/api/v1/states?step=1d");
-    assert_eq!(daily["step_days"], 1);
+    assert_eq!(daily["step_hours"], 24);
     assert_eq!(daily["team"], Value::Null);
     assert_same(&get_json(&server, "/api/v1/states"), &daily, "step defaults to 1d");
     assert_totals(&state_totals(&daily), &stored_state_totals(store, ""), "states step=1d");
@@ -353,7 +353,7 @@ fn states_queue_failures_and_metrics_agree_with_the_stored_tables() {
     }
     let filter = format!("WHERE team = '{team}' AND day >= '{from}' AND day < '{to}'");
     assert_totals(&state_totals(&ranged), &stored_state_totals(store, &filter), &format!("states of {team} in [{from}, {to})"));
-    // An RFC 3339 time counts as its UTC day: 22:00 at -02:00 is the next day.
+    // An RFC 3339 time is an instant: 22:00 at -02:00 is the next day's midnight, UTC.
     let first = &days[0];
     let rfc = get_json(&server, &format!("/api/v1/states?team={team}&from={first}T22:00:00-02:00&to={to}T00:00:00Z"));
     let next_day = (NaiveDate::parse_from_str(first, "%Y-%m-%d").unwrap() + chrono::Days::new(1)).to_string();
@@ -362,10 +362,36 @@ fn states_queue_failures_and_metrics_agree_with_the_stored_tables() {
     let nobody = get_json(&server, "/api/v1/states?team=no-such-team");
     assert_eq!(nobody["points"], serde_json::json!([]), "an unknown team has no points");
 
+    // Hourly points (the ledger's grain): one per stored hour, the same totals, and each day's
+    // hours add up to its daily point.
+    let hourly = get_json(&server, "/api/v1/states?step=1h");
+    assert_eq!(hourly["step_hours"], 1);
+    assert_totals(&state_totals(&hourly), &state_totals(&daily), "states step=1h against step=1d");
+    let hours: Vec<String> = query(store, "SELECT DISTINCT hour FROM priced_state_hours ORDER BY hour").iter().map(|r| str_of(&r["hour"]).to_owned()).collect();
+    let hourly_points = hourly["points"].as_array().unwrap();
+    let served_hours: BTreeSet<String> = hourly_points.iter().map(|p| str_of(&p["time"]).to_owned()).collect();
+    assert_eq!(served_hours.into_iter().collect::<Vec<_>>(), hours, "one point time per stored hour");
+    assert!(hours.len() > 24 * (days.len() - 1), "{} hours over {} days", hours.len(), days.len());
+    let mut by_day: BTreeMap<(NaiveDate, String), f64> = BTreeMap::new();
+    for p in hourly_points {
+        let day = NaiveDate::parse_from_str(&str_of(&p["time"])[..10], "%Y-%m-%d").unwrap();
+        *by_day.entry((day, str_of(&p["state"]).to_owned())).or_default() += f64_of(&p["gpu_hours"]);
+    }
+    for p in points {
+        let key = (point_day(p), str_of(&p["state"]).to_owned());
+        assert!(close(f64_of(&p["gpu_hours"]), by_day[&key]), "daily point {p}: its hours sum to {}", by_day[&key]);
+    }
+    // A time inside an hour: the hours starting at or after it.
+    let mid = hours[1].replace(":00:00Z", ":30:00Z");
+    let late = get_json(&server, &format!("/api/v1/states?step=1h&from={mid}"));
+    let earliest = late["points"].as_array().unwrap().iter().map(|p| str_of(&p["time"]).to_owned()).min().unwrap();
+    assert_eq!(earliest, hours[2], "from={mid}");
+    assert_totals(&state_totals(&late), &stored_state_totals(store, &format!("WHERE hour >= '{}'", hours[2])), "states from a time inside an hour");
+
     // Weekly points: no more of them, aligned on 7-day bins from 1970-01-01, each the sum of
     // the daily points it covers.
     let weekly = get_json(&server, "/api/v1/states?step=7d");
-    assert_eq!(weekly["step_days"], 7);
+    assert_eq!(weekly["step_hours"], 168);
     let weekly_points = weekly["points"].as_array().unwrap();
     assert!(weekly_points.len() <= points.len(), "{} weekly points > {} daily", weekly_points.len(), points.len());
     assert_totals(&state_totals(&weekly), &state_totals(&daily), "states step=7d against step=1d");
@@ -385,7 +411,7 @@ fn states_queue_failures_and_metrics_agree_with_the_stored_tables() {
 
     // Bad parameters: 400 (or 404 for a well-formed month without data), always JSON `error`.
     let bad = [
-        ("/api/v1/states?step=1h", 400),
+        ("/api/v1/states?step=90m", 400),
         ("/api/v1/states?step=abc", 400),
         ("/api/v1/states?step=0d", 400),
         ("/api/v1/states?step=367d", 400),

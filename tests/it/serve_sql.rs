@@ -121,7 +121,7 @@ fn psql_lists_describes_and_reads_every_table() {
     let tables = server.psql_csv("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY table_name").unwrap();
     let names: Vec<String> = tables.into_iter().skip(1).map(|r| r[0].clone()).collect();
     let views = report_views();
-    assert_eq!(views, ["report_usage", "report_state_days", "report_months", "report_gauges", "report_energy", "report_focus"]);
+    assert_eq!(views, ["report_usage", "report_state_hours", "report_months", "report_gauges", "report_energy", "report_focus"]);
     let mut with_views = expected.clone();
     with_views.extend(views);
     with_views.sort();

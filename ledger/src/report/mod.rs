@@ -533,6 +533,7 @@ pub(crate) mod fixture {
         #[derive(Serialize)]
         struct Priced<'a> {
             month: &'a str,
+            hour: String,
             day: String,
             team: &'a str,
             state: &'a str,
@@ -550,12 +551,12 @@ pub(crate) mod fixture {
             let cost_per_hour = if u.gpu_hours > 0.0 { u.cost / u.gpu_hours } else { 0.0 };
             for (hours, provisional) in [(settled, false), (u.provisional_gpu_hours, true)] {
                 if hours > 0.0 {
-                    let row = Priced { month: &u.month, day: day.clone(), team: &u.team, state: u.state.as_str(), model_name: &u.model_name, paid_by, gpu_hours: hours, cost: hours * cost_per_hour, provisional };
+                    let row = Priced { month: &u.month, hour: format!("{day}T00:00:00Z"), day: day.clone(), team: &u.team, state: u.state.as_str(), model_name: &u.model_name, paid_by, gpu_hours: hours, cost: hours * cost_per_hour, provisional };
                     priced.push(row);
                 }
             }
         }
-        let mut priced_fields: Vec<Field> = ["month", "day", "team", "state", "model_name", "paid_by"].map(text).to_vec();
+        let mut priced_fields: Vec<Field> = ["month", "hour", "day", "team", "state", "model_name", "paid_by"].map(text).to_vec();
         priced_fields.extend([number("gpu_hours"), number("cost"), Field::new("provisional", DataType::Boolean, true)]);
 
         // The chargeback CSV's columns are the table's, less provisional_gpu_hours.
