@@ -1,5 +1,6 @@
 //! The simulated cluster: node pools, nodes, GPUs, MIG layouts, namespaces, teams and queues,
-//! plus each node's exporter availability (which scrapes it missed).
+//! plus each node's exporter availability (which scrapes it missed) and standing (a NotReady
+//! outage, a cordon for maintenance).
 
 use crate::rng::Rng;
 
@@ -12,6 +13,7 @@ pub mod tag {
     pub const DCGM: u64 = 5;
     pub const EVENTS: u64 = 6;
     pub const PICK: u64 = 7;
+    pub const CORDON: u64 = 8;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -251,8 +253,73 @@ pub struct Node {
     pub present: Vec<bool>,
     /// The exporter outage that came with a NodeNotReady (start, end) in seconds, if any.
     pub not_ready: Option<(i64, i64)>,
+    /// Cordoned (`spec.unschedulable`) over (from, to) in seconds, if ever: maintenance.
+    pub cordoned: Option<(i64, i64)>,
     pub created_s: i64,
     pub internal_ip: String,
+}
+
+/// A change of a node's standing as its Node object records it, at a whole second: the state
+/// after the change. Kubernetes writes these as new versions of the Node (k8s.rs), and the
+/// ledger's idle reasons read them back (DESIGN.md "Why GPUs were idle").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeChange {
+    pub at_s: i64,
+    pub unschedulable: bool,
+    pub ready: bool,
+}
+
+impl NodeChange {
+    /// No new pod may start on the node, and its free GPUs count as `cordoned`.
+    pub fn unavailable(&self) -> bool {
+        self.unschedulable || !self.ready
+    }
+}
+
+impl Node {
+    /// The node's changes in time order, each carrying the whole state after it (a cordon and a
+    /// NotReady stretch may overlap). Empty for a node that stays Ready and schedulable.
+    pub fn changes(&self) -> Vec<NodeChange> {
+        // (time, which window, whether it starts there)
+        let mut edges: Vec<(i64, bool, bool)> = Vec::new();
+        for (window, is_cordon) in [(self.not_ready, false), (self.cordoned, true)] {
+            if let Some((from, to)) = window {
+                edges.push((from, is_cordon, true));
+                edges.push((to, is_cordon, false));
+            }
+        }
+        edges.sort();
+        let (mut unschedulable, mut ready) = (false, true);
+        edges
+            .into_iter()
+            .map(|(at_s, is_cordon, starts)| {
+                if is_cordon {
+                    unschedulable = starts;
+                } else {
+                    ready = !starts;
+                }
+                NodeChange { at_s, unschedulable, ready }
+            })
+            .collect()
+    }
+
+    /// The stretches `[from, to)` in seconds during which the node is cordoned or not Ready.
+    pub fn unavailable_windows(&self) -> Vec<(i64, i64)> {
+        let mut out: Vec<(i64, i64)> = Vec::new();
+        let mut since = None;
+        for c in self.changes() {
+            match (c.unavailable(), since) {
+                (true, None) => since = Some(c.at_s),
+                (false, Some(from)) => {
+                    out.push((from, c.at_s));
+                    since = None;
+                }
+                _ => {}
+            }
+        }
+        out.extend(since.map(|from| (from, i64::MAX)));
+        out
+    }
 }
 
 pub struct Namespace {
@@ -323,6 +390,11 @@ pub const CLUSTER_QUEUES: &[(&str, f64)] = &[
     ("cq-serving", 0.2),
     ("cq-sandbox", 0.1),
 ];
+/// The pools with a ResourceFlavor for `nvidia.com/gpu` (each selects its pool's nodes by the
+/// `gpuledger.io/pool` label); a ClusterQueue lists those its namespaces' jobs use
+/// ([`crate::schedule::cq_gpu_flavor_pools`]). The A100 pool's flavor covers only MIG
+/// resources, so no Workload asking for whole GPUs strands an A100 GPU.
+pub const GPU_FLAVOR_POOLS: [PoolId; 3] = [PoolId::H100, PoolId::L4, PoolId::T4];
 pub const COHORT: &str = "gpu-cohort";
 pub const LOCAL_QUEUE: &str = "gpu-queue";
 pub const PLATFORM_TEAM: &str = "platform";
@@ -440,6 +512,7 @@ pub fn build(seed: u64, tl: &Timeline, gpus: u32) -> Cluster {
                 scrape_offset_ms: offset,
                 present: Vec::new(),
                 not_ready: None,
+                cordoned: None,
                 created_s: created,
                 internal_ip: format!("10.0.{}.{}", 16 + ip_host / 200, ip_host % 200 + 20),
             });
@@ -447,6 +520,7 @@ pub fn build(seed: u64, tl: &Timeline, gpus: u32) -> Cluster {
         }
     }
     plan_outages(seed, tl, &mut nodes);
+    plan_cordon(seed, tl, &mut nodes);
     Cluster {
         nodes,
         slots,
@@ -507,6 +581,23 @@ fn plan_outages(seed: u64, tl: &Timeline, nodes: &mut [Node]) {
         }
         node.present = present;
     }
+}
+
+/// Cordons one node (never node 0, which has the NotReady outage) for a few hours, or about 15%
+/// of a short capture, as a platform team does for maintenance: its running pods go on, no new
+/// pod starts there, and its free GPUs are `cordoned` time (DESIGN.md "Why GPUs were idle").
+/// Like the outage, only in captures of at least 200 scrapes.
+fn plan_cordon(seed: u64, tl: &Timeline, nodes: &mut [Node]) {
+    if tl.scrapes < 200 || nodes.len() < 2 {
+        return;
+    }
+    let mut rng = Rng::stream(seed, tag::CORDON, 0);
+    let node = rng.range(1, nodes.len() as i64 - 1) as usize;
+    let span = tl.end_s - tl.start_s;
+    let len = rng.range(3 * 3600, 5 * 3600).min(span * 15 / 100);
+    // Clear of the capture's first and last tenth, so both changes fall between scrapes.
+    let from = tl.start_s + rng.range(span / 10, span - len - span / 10);
+    nodes[node].cordoned = Some((from, from + len));
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use crate::out::{
 };
 use crate::rng::Rng;
 use crate::schedule::{Kind, Sim, Term};
-use crate::truth::{Acc, Months, SCALE, SegClass, State, split_span};
+use crate::truth::{Acc, Months, Reason, SCALE, SegClass, State, split_span};
 
 /// DCGM's "blank" value for a field it could not read (it shows up as this integer).
 pub const BLANK: u64 = 9_223_372_036_854_775_794;
@@ -200,6 +200,8 @@ pub struct Ctx<'a> {
     pub holds: Vec<Vec<Hold>>,
     pub seg_class: Vec<SegClass>,
     pub months: &'a Months,
+    /// Per pool, when its free GPUs are stranded ([`crate::truth::stranding_windows`]).
+    pub stranding: [Vec<(i64, i64)>; 4],
     pub dir: PathBuf,
     pub seed: u64,
 }
@@ -311,6 +313,67 @@ struct Series {
     vals: [u64; N_METRICS],
     /// Written at this scrape (a time-sliced GPU's free replicas are not).
     write: bool,
+    /// The holder's allocated-idle amounts (month, amount) whose reason is not known yet:
+    /// those since its last active observation, or since it came when it has none yet.
+    idle_open: Vec<(usize, u64)>,
+    /// The holder has had an active observation on this series.
+    active_seen: bool,
+}
+
+impl Series {
+    /// Files the open allocated-idle amounts of `team`'s pod under `reason` (DESIGN.md "Why
+    /// GPUs were idle": startup before the pod's first active observation on the GPU, teardown
+    /// after its last, stall in between; so the reason is known only at the next active
+    /// observation or when the hold ends).
+    fn settle_idle(&mut self, acc: &mut Acc, team: usize, pool: PoolId, reason: Reason) {
+        for (month, amount) in self.idle_open.drain(..) {
+            acc.add_reason(month, team, reason, pool, amount);
+        }
+    }
+
+    /// The holder's hold of this series ends (or the capture does).
+    fn end_hold(&mut self, acc: &mut Acc, sim: &Sim, pool: PoolId) {
+        if let Some(p) = self.holder {
+            let reason = if self.active_seen { Reason::Teardown } else { Reason::Startup };
+            self.settle_idle(acc, sim.pods[p as usize].team, pool, reason);
+        }
+        self.active_seen = false;
+    }
+}
+
+/// Why a free GPU of a node is idle at an observation (DESIGN.md "Why GPUs were idle"):
+/// walks the node's changes and its pool's stranding windows forward as scrapes go by.
+struct FreeReason<'a> {
+    changes: Vec<crate::cluster::NodeChange>,
+    next_change: usize,
+    unavailable: bool,
+    stranding: &'a [(i64, i64)],
+    next_window: usize,
+}
+
+impl<'a> FreeReason<'a> {
+    fn new(node: &crate::cluster::Node, stranding: &'a [(i64, i64)]) -> Self {
+        FreeReason { changes: node.changes(), next_change: 0, unavailable: false, stranding, next_window: 0 }
+    }
+
+    /// The reason at observation time `t` (ms); times must not go backwards. A node version
+    /// observed at exactly `t` counts.
+    fn at(&mut self, t: i64) -> Reason {
+        while let Some(c) = self.changes.get(self.next_change).filter(|c| c.at_s * 1000 <= t) {
+            self.unavailable = c.unavailable();
+            self.next_change += 1;
+        }
+        while self.stranding.get(self.next_window).is_some_and(|w| w.1 <= t) {
+            self.next_window += 1;
+        }
+        if self.unavailable {
+            Reason::Cordoned
+        } else if self.stranding.get(self.next_window).is_some_and(|w| w.0 <= t) {
+            Reason::Stranded
+        } else {
+            Reason::NoDemand
+        }
+    }
 }
 
 struct GpuState {
@@ -398,6 +461,8 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
                 reserved_mib: reserved,
                 vals: [0; N_METRICS],
                 write: true,
+                idle_open: Vec::new(),
+                active_seen: false,
             });
         }
     }
@@ -428,6 +493,7 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
     let mut last_energy_t = tl.start_ms() + node.scrape_offset_ms;
     let reset_at = tl.start_ms() + (tl.end_ms() - tl.start_ms()) / 2;
     let mut local_done = 0u64;
+    let mut free_reason = FreeReason::new(node, &ctx.stranding[pool as usize]);
 
     for (k, &next_k) in next_present.iter().enumerate() {
         local_done += 1;
@@ -439,6 +505,8 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
             continue;
         }
         let t = tl.start_ms() + node.scrape_offset_ms + k as i64 * iv;
+        // Every covered span of this observation takes the reason decided at its start.
+        let unallocated_reason = free_reason.at(t);
         // Coverage of this scrape's samples (DESIGN.md "Observation").
         pieces.clear();
         unobs.clear();
@@ -486,6 +554,7 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
                 _ => None,
             };
             if holder != s.holder {
+                s.end_hold(acc, sim, pool);
                 s.holder = holder;
                 s.idle_i = 0;
                 s.tail.clear();
@@ -541,6 +610,12 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
                         _ if active => State::Productive,
                         _ => State::AllocatedIdle,
                     };
+                    // An active observation settles the idle time before it, whatever the state.
+                    if active {
+                        let reason = if s.active_seen { Reason::Stall } else { Reason::Startup };
+                        s.settle_idle(acc, pod.team, pool, reason);
+                        s.active_seen = true;
+                    }
                     for &(month, ms) in &pieces {
                         let amount = ms as u64 * weight;
                         acc.add(
@@ -551,6 +626,9 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
                             amount,
                             class == SegClass::Running,
                         );
+                        if state == State::AllocatedIdle {
+                            s.idle_open.push((month, amount));
+                        }
                         acc.seg[pod.seg as usize] += amount;
                         if matches!(state, State::Failed | State::Preempted) {
                             acc.add_lost(pod.seg, month, pool, ni as u32, s.gpu as u32, amount);
@@ -567,6 +645,7 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
                             ms as u64 * weight,
                             false,
                         );
+                        acc.add_reason(month, 0, unallocated_reason, pool, ms as u64 * weight);
                     }
                 }
             }
@@ -638,14 +717,9 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
         for (gi, g) in node.gpus.iter().enumerate() {
             if g.leftover7 > 0 {
                 for &(month, ms) in &pieces {
-                    acc.add(
-                        month,
-                        0,
-                        State::Unallocated,
-                        pool,
-                        ms as u64 * g.leftover7 * SCALE,
-                        false,
-                    );
+                    let amount = ms as u64 * g.leftover7 * SCALE;
+                    acc.add(month, 0, State::Unallocated, pool, amount, false);
+                    acc.add_reason(month, 0, unallocated_reason, pool, amount);
                 }
             }
             for &(month, ms) in &unobs {
@@ -783,6 +857,9 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
     if let Some((_, f)) = file.take() {
         stats.bytes += f.commit()?;
         stats.files += 1;
+    }
+    for s in &mut series {
+        s.end_hold(acc, sim, pool);
     }
     done.fetch_add(local_done, Ordering::Relaxed);
     Ok(stats)

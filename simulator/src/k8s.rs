@@ -1,8 +1,8 @@
 //! Kubernetes and Kueue objects as kubectl writes them, derived from the simulation records.
 //!
 //! Snapshots (`namespaces.yaml`, `nodes.json`, `kueue.yaml`) are taken when the object capture
-//! starts; Workloads, Jobs and Pods are watch-event streams with one version per transition, in
-//! time order; Events are a core/v1 List and an events.k8s.io/v1 stream that never repeat each
+//! starts; Workloads, Jobs, Pods and later Node changes are watch-event streams with one version
+//! per transition, in time order; Events are a core/v1 List and an events.k8s.io/v1 stream that never repeat each
 //! other. In every version the latest timestamp is the time of the change it records, because
 //! readers take it as the observation time. Nothing at or after the end of the capture is written.
 
@@ -13,7 +13,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::cluster::{
-    CLUSTER_QUEUES, COHORT, Cluster, LOCAL_QUEUE, MigProfile, NAMESPACES, PoolId, Timeline, tag,
+    CLUSTER_QUEUES, COHORT, Cluster, LOCAL_QUEUE, MigProfile, NAMESPACES, NodeChange, PoolId,
+    Timeline, tag,
 };
 use crate::error::{Result, SimError};
 use crate::out::{rfc3339, rfc3339_micros, write_atomic};
@@ -25,6 +26,7 @@ enum Stream {
     Workloads,
     Jobs,
     Pods,
+    Nodes,
 }
 
 /// One watch event, already serialised (keeping every version as a `Value` would hold the
@@ -265,7 +267,15 @@ fn pod_template_spec(job: &Job) -> Value {
     })
 }
 
-fn pending_message(job: &Job) -> String {
+fn pending_message(cl: &Cluster, job: &Job) -> String {
+    let (asked, capacity) = (job.per_pod * job.pods, crate::schedule::capacity(cl, job.group));
+    if asked as usize > capacity {
+        return format!(
+            "couldn't assign flavors to pod set main: insufficient quota for {} in flavor {}, request > maximum capacity ({asked} > {capacity})",
+            job.group.resource(),
+            flavor_of(job.group),
+        );
+    }
     format!(
         "couldn't assign flavors to pod set main: insufficient unused quota for {} in flavor {}, {} more needed",
         job.group.resource(),
@@ -304,6 +314,7 @@ impl<'a> Emitter<'a> {
             Stream::Workloads => ("workloads.watch.json", pretty(&ev, &mut bytes)),
             Stream::Jobs => ("jobs.watch.jsonl", serde_json::to_writer(&mut bytes, &ev)),
             Stream::Pods => ("pods.watch.jsonl", serde_json::to_writer(&mut bytes, &ev)),
+            Stream::Nodes => ("nodes.watch.jsonl", serde_json::to_writer(&mut bytes, &ev)),
         };
         bytes.push(b'\n');
         if let Err(e) = res {
@@ -1168,7 +1179,7 @@ impl<'a> Emitter<'a> {
             job.wl_uid.as_str(),
         );
         let cq = crate::truth::cluster_queue_of(job.ns);
-        let pending = pending_message(job);
+        let pending = pending_message(self.cl, job);
         let mut conds: Vec<Value> = Vec::new();
         let first_admit = job
             .segments
@@ -1186,7 +1197,8 @@ impl<'a> Emitter<'a> {
             );
             o["status"] = json!({ "conditions": conds });
             self.push(t_pending, Stream::Workloads, "MODIFIED", &mut o);
-            let until = first_admit.unwrap_or(self.tl.end_s) - 1;
+            // A Workload deleted while it waits (never admitted) stops being reported then.
+            let until = first_admit.or(job.deleted_s).unwrap_or(self.tl.end_s).min(self.tl.end_s) - 1;
             let count = (1 + (until - t_pending) / 60) as u64;
             self.event(
                 t_pending,
@@ -1422,6 +1434,71 @@ impl<'a> Emitter<'a> {
     }
 }
 
+impl Emitter<'_> {
+    /// The Node versions a watch on Nodes records after the snapshot: one per change of a node's
+    /// standing (cordon, uncordon, NotReady, Ready again), built on the snapshot's object
+    /// (`base`, in node order). Readers observe a version at the latest time it records, so
+    /// each carries the change's instant as its conditions' heartbeat, and no later time.
+    fn emit_node_versions(&mut self, base: &[Value]) {
+        let cl = self.cl;
+        for (n, o) in cl.nodes.iter().zip(base) {
+            let mut o = o.clone();
+            for change in n.changes() {
+                apply_node_change(&mut o, &change);
+                self.push(change.at_s, Stream::Nodes, "MODIFIED", &mut o);
+            }
+        }
+    }
+}
+
+/// Brings a Node object to the state after `change`: `spec.unschedulable` and the taint the
+/// node lifecycle controller adds for a cordon, the Ready condition as the kubelet posts it
+/// (its transition time moves only when its status does), the NotReady taint, and every
+/// condition's heartbeat at the change's instant.
+fn apply_node_change(o: &mut Value, change: &NodeChange) {
+    let at = rfc3339(change.at_s);
+    let spec = &mut o["spec"];
+    if change.unschedulable {
+        spec["unschedulable"] = json!(true);
+    } else if let Some(m) = spec.as_object_mut() {
+        m.remove("unschedulable");
+    }
+    let mut taints: Vec<Value> = spec["taints"].as_array().cloned().unwrap_or_default();
+    for (key, wanted) in [
+        ("node.kubernetes.io/unschedulable", change.unschedulable),
+        ("node.kubernetes.io/not-ready", !change.ready),
+    ] {
+        let present = taints.iter().any(|t| t["key"] == key);
+        if wanted && !present {
+            taints.push(json!({ "key": key, "effect": "NoSchedule", "timeAdded": at }));
+        } else if !wanted {
+            taints.retain(|t| t["key"] != key);
+        }
+    }
+    spec["taints"] = json!(taints);
+    let Some(conds) = o["status"]["conditions"].as_array_mut() else {
+        return;
+    };
+    for c in conds.iter_mut() {
+        c["lastHeartbeatTime"] = json!(at);
+        if c["type"] != "Ready" {
+            continue;
+        }
+        let status = if change.ready { "True" } else { "False" };
+        if c["status"] != status {
+            c["status"] = json!(status);
+            c["lastTransitionTime"] = json!(at);
+        }
+        if change.ready {
+            c["reason"] = json!("KubeletReady");
+            c["message"] = json!("kubelet is posting ready status");
+        } else {
+            c["reason"] = json!("KubeletNotReady");
+            c["message"] = json!("[container runtime is down, PLEG is not healthy: pleg was last seen active 3m0s ago; threshold is 3m0s]");
+        }
+    }
+}
+
 /// kubectl's JSON layout: four-space indentation.
 fn pretty<T: Serialize>(v: &T, out: &mut Vec<u8>) -> serde_json::Result<()> {
     let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
@@ -1632,7 +1709,7 @@ pub fn write_all(seed: u64, cl: &Cluster, tl: &Timeline, sim: &Sim, out: &Path) 
         }));
         w.count("Node");
     }
-    let list = json!({ "apiVersion": "v1", "kind": "List", "items": items, "metadata": { "resourceVersion": "" } });
+    let list = json!({ "apiVersion": "v1", "kind": "List", "items": &items, "metadata": { "resourceVersion": "" } });
     let path = dir.join("nodes.json");
     let mut buf = Vec::new();
     pretty(&list, &mut buf).map_err(json_error(&path, "Node list"))?;
@@ -1666,6 +1743,7 @@ pub fn write_all(seed: u64, cl: &Cluster, tl: &Timeline, sim: &Sim, out: &Path) 
         em.emit_pod(p);
     }
     em.emit_nodes_events();
+    em.emit_node_versions(&items);
     let Emitter {
         mut versions,
         mut events,
@@ -1681,6 +1759,7 @@ pub fn write_all(seed: u64, cl: &Cluster, tl: &Timeline, sim: &Sim, out: &Path) 
         (Stream::Workloads, "workloads.watch.json"),
         (Stream::Jobs, "jobs.watch.jsonl"),
         (Stream::Pods, "pods.watch.jsonl"),
+        (Stream::Nodes, "nodes.watch.jsonl"),
     ] {
         let path = dir.join(file);
         let mut f = crate::out::AtomicFile::create(&path)?;
@@ -1757,7 +1836,7 @@ fn kueue_docs(cl: &Cluster, snap: i64, rng: &mut Rng, rv: &mut u64, w: &mut Writ
     for (i, &(name, share)) in CLUSTER_QUEUES.iter().enumerate() {
         let v1beta1 = i == CLUSTER_QUEUES.len() - 1;
         let q = |g: Group| (cap(g) * share).round() as u64;
-        let gpu_flavors: Vec<Value> = [PoolId::H100, PoolId::L4, PoolId::T4]
+        let gpu_flavors: Vec<Value> = crate::schedule::cq_gpu_flavor_pools(i)
             .iter()
             .map(|&p| json!({ "name": p.spec().name, "resources": [{ "name": "nvidia.com/gpu", "nominalQuota": q(Group::Whole(p)) }] }))
             .collect();

@@ -11,6 +11,7 @@
 //! <out>/dcgm/<t4-node>/<unix-ms>.prom     raw dcgm-exporter scrapes (no sample timestamps)
 //! <out>/kubernetes/namespaces.yaml        multi-document YAML
 //! <out>/kubernetes/nodes.json             kubectl get nodes -o json
+//! <out>/kubernetes/nodes.watch.jsonl      Node changes (cordon, NotReady), one per line
 //! <out>/kubernetes/kueue.yaml             ResourceFlavors, ClusterQueues, LocalQueues
 //! <out>/kubernetes/workloads.watch.json   kubectl --watch --output-watch-events (pretty)
 //! <out>/kubernetes/jobs.watch.jsonl       watch events, one per line
@@ -141,6 +142,20 @@ pub fn simulate(
     simulate_on(cfg, out, threads, progress)
 }
 
+/// The time frame `cfg` describes.
+fn timeline(cfg: &SimConfig) -> cluster::Timeline {
+    let start_s = cfg.start.timestamp();
+    let interval_ms = cfg.scrape_interval_s as i64 * 1000;
+    let span_ms = cfg.days as i64 * out::MS_PER_DAY;
+    cluster::Timeline {
+        start_s,
+        end_s: start_s + cfg.days as i64 * 86_400,
+        obj_start_s: start_s - WARMUP_S,
+        interval_ms,
+        scrapes: (span_ms / interval_ms) as usize,
+    }
+}
+
 fn simulate_on(
     cfg: &SimConfig,
     out: &Path,
@@ -149,16 +164,8 @@ fn simulate_on(
 ) -> Result<SimSummary, SimError> {
     validate(cfg)?;
     progress(0.0);
-    let start_s = cfg.start.timestamp();
-    let interval_ms = cfg.scrape_interval_s as i64 * 1000;
-    let span_ms = cfg.days as i64 * out::MS_PER_DAY;
-    let tl = cluster::Timeline {
-        start_s,
-        end_s: start_s + cfg.days as i64 * 86_400,
-        obj_start_s: start_s - WARMUP_S,
-        interval_ms,
-        scrapes: (span_ms / interval_ms) as usize,
-    };
+    let tl = timeline(cfg);
+    let interval_ms = tl.interval_ms;
     out::create_dir(out)?;
     let cl = cluster::build(cfg.seed, &tl, cfg.gpus);
     let sim = schedule::run(cfg.seed, &cl, &tl);
@@ -175,6 +182,7 @@ fn simulate_on(
         holds: dcgm::build_holds(&cl, &sim),
         seg_class: sim.segs.iter().map(|s| truth::seg_class(&s.end)).collect(),
         months: &months,
+        stranding: truth::stranding_windows(&sim),
         dir: out.join("dcgm"),
         seed: cfg.seed,
     };
@@ -270,6 +278,124 @@ mod tests {
             }
         }
         assert_eq!(compared, sa.files);
+    }
+
+    /// A small capture that still has a cordon, a NotReady outage and a Workload too big to fit.
+    fn small_with_cordon() -> SimConfig {
+        SimConfig {
+            gpus: 16,
+            days: 1,
+            seed: 5,
+            scrape_interval_s: 300,
+            start: Utc.with_ymd_and_hms(2026, 10, 31, 12, 0, 0).single().unwrap(),
+        }
+    }
+
+    fn read_json(path: &Path) -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    }
+
+    /// DESIGN.md "Why GPUs were idle": each reason shows up in a small capture, the reasons of
+    /// each (month, team, state, pool) add up to its `gpu_hours` row, and `stranded` is the
+    /// stranded rows per month and pool.
+    #[test]
+    fn idle_reasons_split_the_idle_hours() {
+        let dir = tempfile::tempdir().unwrap();
+        simulate_on(&small_with_cordon(), dir.path(), 2, &mut |_| {}).unwrap();
+        let exp = read_json(&dir.path().join(TRUTH_FILE));
+        let key = |r: &serde_json::Value, what: &[&str]| -> Vec<String> {
+            what.iter().map(|k| r[*k].as_str().unwrap().to_string()).collect()
+        };
+        let cell = ["month", "team", "state", "pool"];
+        let mut by_cell: std::collections::BTreeMap<Vec<String>, f64> = Default::default();
+        let mut by_reason: std::collections::BTreeMap<String, f64> = Default::default();
+        let mut stranded: std::collections::BTreeMap<Vec<String>, f64> = Default::default();
+        for r in exp["idle_reasons"].as_array().unwrap() {
+            let h = r["gpu_hours"].as_f64().unwrap();
+            assert!(h > 0.0, "{r}");
+            *by_cell.entry(key(r, &cell)).or_default() += h;
+            *by_reason.entry(r["reason"].as_str().unwrap().to_string()).or_default() += h;
+            if r["reason"] == "stranded" {
+                assert_eq!((r["team"].as_str(), r["state"].as_str()), (Some("platform"), Some("unallocated")));
+                *stranded.entry(key(r, &["month", "pool"])).or_default() += h;
+            }
+        }
+        let mut idle_rows = 0;
+        for r in exp["gpu_hours"].as_array().unwrap() {
+            if !["allocated_idle", "unallocated"].contains(&r["state"].as_str().unwrap()) {
+                continue;
+            }
+            idle_rows += 1;
+            let want = r["gpu_hours"].as_f64().unwrap();
+            let got = by_cell.remove(&key(r, &cell)).unwrap_or(0.0);
+            assert!((got - want).abs() <= 1e-9 * want, "{r}: reasons give {got}");
+        }
+        assert!(by_cell.is_empty(), "reasons without a gpu_hours row: {by_cell:?}");
+        assert!(idle_rows > 0);
+        let listed: std::collections::BTreeMap<Vec<String>, f64> = exp["stranded"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (key(r, &["month", "pool"]), r["gpu_hours"].as_f64().unwrap()))
+            .collect();
+        assert_eq!(listed.keys().collect::<Vec<_>>(), stranded.keys().collect::<Vec<_>>());
+        for (k, v) in &listed {
+            assert!((v - stranded[k]).abs() <= 1e-9 * v, "{k:?}");
+        }
+        println!("idle reasons of {:?}: {by_reason:?}", small_with_cordon());
+        for reason in ["cordoned", "stranded", "no_demand", "startup", "stall", "teardown"] {
+            assert!(by_reason.get(reason).is_some_and(|&h| h > 0.0), "no {reason} hours: {by_reason:?}");
+        }
+    }
+
+    /// The collector observes a version at the latest time it records in `metadata` and
+    /// `status` (keys ending in Timestamp, Time or At): each Node version must be observed at
+    /// exactly the change it records, or the ledger would date the cordon wrongly.
+    #[test]
+    fn node_versions_are_observed_at_their_change() {
+        fn latest(v: &serde_json::Value, key: &str, best: &mut i64) {
+            match v {
+                serde_json::Value::String(s)
+                    if key.ends_with("Timestamp") || key.ends_with("Time") || key.ends_with("At") =>
+                {
+                    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+                        *best = (*best).max(t.timestamp());
+                    }
+                }
+                serde_json::Value::Object(m) => m.iter().for_each(|(k, c)| latest(c, k, best)),
+                serde_json::Value::Array(a) => a.iter().for_each(|c| latest(c, key, best)),
+                _ => {}
+            }
+        }
+        let cfg = small_with_cordon();
+        let dir = tempfile::tempdir().unwrap();
+        simulate_on(&cfg, dir.path(), 1, &mut |_| {}).unwrap();
+        let cl = cluster::build(cfg.seed, &timeline(&cfg), cfg.gpus);
+        let mut want = Vec::new();
+        for n in &cl.nodes {
+            for c in n.changes() {
+                want.push((c.at_s, n.name.clone(), c.unschedulable, c.ready));
+            }
+        }
+        want.sort();
+        assert!(want.iter().any(|w| w.2) && want.iter().any(|w| !w.3), "{want:?}");
+        let text = std::fs::read_to_string(dir.path().join("kubernetes/nodes.watch.jsonl")).unwrap();
+        let mut got = Vec::new();
+        for line in text.lines() {
+            let ev: serde_json::Value = serde_json::from_str(line).unwrap();
+            let o = &ev["object"];
+            let mut t = i64::MIN;
+            latest(&o["metadata"], "", &mut t);
+            latest(&o["status"], "", &mut t);
+            let ready = o["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            let name = o["metadata"]["name"].as_str().unwrap().to_string();
+            got.push((t, name, o["spec"]["unschedulable"] == true, ready));
+        }
+        assert_eq!(got, want);
     }
 
     #[test]

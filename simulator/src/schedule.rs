@@ -3,8 +3,10 @@
 //! Jobs arrive per team from templates (a daily load cycle, sized so that peaks queue), wait in
 //! their ClusterQueue, get quota and GPUs (whole GPUs or MIG instances), run pods that may be
 //! preempted by higher-priority work (a new segment after requeue), fail (OOMKilled, or Error
-//! with a container restart) or succeed. The result is plain records with every time the
-//! Kubernetes objects and DCGM samples are later written from; nothing here writes files.
+//! with a container restart) or succeed. No new pod starts on a node while it is cordoned or not
+//! Ready, and one job asks for more than the cluster has, so it waits until it is deleted. The
+//! result is plain records with every time the Kubernetes objects and DCGM samples are later
+//! written from; nothing here writes files.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -339,6 +341,20 @@ pub const TEMPLATES: &[Template] = &[
     },
 ];
 
+/// The pools whose `nvidia.com/gpu` flavor ClusterQueue `cq` lists: those its namespaces'
+/// templates ask whole GPUs of, as a platform team gives each queue the flavors its teams use.
+/// Which free GPUs a waiting Workload strands follows from it (DESIGN.md "Stranded capacity").
+pub fn cq_gpu_flavor_pools(cq: usize) -> Vec<PoolId> {
+    crate::cluster::GPU_FLAVOR_POOLS
+        .into_iter()
+        .filter(|&pool| {
+            TEMPLATES.iter().any(|t| {
+                matches!(t.res, TRes::Gpu(_)) && t.pool == pool && NAMESPACES[ns_index(t.ns)].cq == Some(cq)
+            })
+        })
+        .collect()
+}
+
 /// The resource a job competes for: whole GPUs of one pool, or one MIG profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Group {
@@ -523,7 +539,7 @@ pub fn run_team(job: &Job) -> &'static str {
         .unwrap_or(ns.name)
 }
 
-fn capacity(cl: &Cluster, g: Group) -> usize {
+pub fn capacity(cl: &Cluster, g: Group) -> usize {
     cl.slots.iter().filter(|s| slot_group(cl, s) == g).count()
 }
 
@@ -593,120 +609,162 @@ fn generate_jobs(seed: u64, cl: &Cluster, tl: &Timeline) -> Vec<Job> {
         }
     }
     arrivals.sort();
-    let mut jobs: Vec<Job> = Vec::with_capacity(arrivals.len());
+    let mut jobs: Vec<Job> = Vec::with_capacity(arrivals.len() + 1);
     for &(created, ti, n) in &arrivals {
-        let t = &TEMPLATES[ti];
-        let mut rng = Rng::stream(seed, tag::JOB, ((ti as u64) << 32) | n);
-        let (group, per_pod) = match t.res {
-            TRes::Gpu(c) => (Group::Whole(t.pool), *rng.pick(c)),
-            TRes::Mig(p) => (Group::Mig(p), 1),
-        };
-        let pods = {
-            let p = *rng.pick(t.pods);
-            if p > 1 && !multi_node_ok { 1 } else { p }
-        };
-        let name = format!("{}-{}", rng.pick(t.prefixes), rng.name_suffix(5));
-        let wl_name = format!("job-{}-{}", name, rng.hex(5));
-        let work_s = (rng.log_uniform(t.dur_h.0, t.dur_h.1) * 3600.0) as i64;
-        // Multi-pod runs are kept clear of failures: one pod failing a gang is its own story.
-        let x = rng.f64();
-        let plan = if pods > 1 {
-            Plan::Succeed
-        } else if x < t.p_oom {
-            Plan::Oom
-        } else if x < t.p_oom + t.p_err {
-            Plan::Error
-        } else {
-            Plan::Succeed
-        };
-        let backoff_limit = match plan {
-            Plan::Oom => rng.range(0, 1) as u32,
-            Plan::Error => 1,
-            Plan::Succeed => *rng.pick(&[0, 2, 3]),
-        };
-        let ttl_s = if rng.chance(if plan == Plan::Succeed { 0.85 } else { 0.5 }) {
-            Some(*rng.pick(&[1800i64, 3600, 7200]))
-        } else {
-            None
-        };
-        let mut job_annotations = BTreeMap::new();
-        let mut job_end_annotations = BTreeMap::new();
-        let mut wl_annotations = BTreeMap::new();
-        let gpu_hours = (per_pod * pods) as f64 * work_s as f64 / 3600.0;
-        match t.units {
-            Units::None => {}
-            Units::JobUnit(u) => {
-                job_annotations.insert("gpuledger.io/unit".to_string(), u.to_string());
-            }
-            Units::JobCountAtEnd(u, lo, hi) => {
-                let count = (gpu_hours * rng.uniform(lo, hi)).round().max(1.0);
-                job_end_annotations.insert(
-                    "gpuledger.io/accepted-units".to_string(),
-                    format!("{count}"),
-                );
-                job_end_annotations.insert("gpuledger.io/unit".to_string(), u.to_string());
-            }
-            Units::WorkloadCount(u, lo, hi) => {
-                let count = (gpu_hours * rng.uniform(lo, hi) * 10.0).round() / 10.0;
-                wl_annotations.insert(
-                    "gpuledger.io/accepted-units".to_string(),
-                    format!("{}", count.max(0.1)),
-                );
-                wl_annotations.insert("gpuledger.io/unit".to_string(), u.to_string());
-            }
-        }
-        let ns = ns_index(t.ns);
         // Some training and batch-inference jobs are other kinds of object than batch/v1 Jobs.
-        let nth = jobs.iter().filter(|j| j.kind == t.kind).count();
-        let shape = match (t.kind, nth % 3) {
-            (Kind::Train, 1) => Shape::TrainJob,
-            (Kind::Train, 2) => Shape::PyTorchJob,
-            (Kind::BatchInfer, 1) => Shape::RayJob,
-            (Kind::Notebook, 0) if t.ns == "sandbox" => Shape::BarePod,
-            _ => Shape::Batch,
-        };
-        // Nothing deletes a bare pod after it ends (no Job, no TTL).
-        let ttl_s = if shape == Shape::BarePod { None } else { ttl_s };
-        jobs.push(Job {
-            ns,
-            uid: rng.uuid(),
-            wl_uid: rng.uuid(),
-            name,
-            wl_name,
-            group,
-            pool: t.pool,
-            per_pod,
-            pods,
-            created_s: created,
-            priority: t.prio.0,
-            priority_class: t.prio.1,
-            kind: t.kind,
-            plan,
-            backoff_limit,
-            image: t.image,
-            cpu: t.cpu_per_unit * per_pod,
-            mem_gi: t.mem_gi_per_unit * per_pod,
-            // Kueue serves both API versions; one team's tooling still reads v1beta1.
-            wl_v1beta1: t.ns == "ml-research",
-            ttl_s,
-            job_annotations,
-            job_end_annotations,
-            wl_annotations,
-            wl_team: None,
-            pod_team: None,
-            shape,
-            segments: Vec::new(),
-            finished: None,
-            deleted_s: None,
-            remaining_s: work_s,
-            queued_since: created,
-            epoch: 0,
-            preemptions: 0,
-            rng,
-        });
+        let nth = jobs.iter().filter(|j| j.kind == TEMPLATES[ti].kind).count();
+        jobs.push(make_job(seed, created, ti, n, multi_node_ok, nth));
     }
     mark_special_jobs(&mut jobs, tl.start_s);
+    // After every other job, so that their indices and shapes do not depend on it.
+    jobs.extend(oversized_job(seed, cl, tl));
     jobs
+}
+
+/// The `n`-th job of template `ti`, submitted at `created`; `nth` is how many jobs of its kind
+/// came before it (which decides its shape).
+fn make_job(seed: u64, created: i64, ti: usize, n: u64, multi_node_ok: bool, nth: usize) -> Job {
+    let t = &TEMPLATES[ti];
+    let mut rng = Rng::stream(seed, tag::JOB, ((ti as u64) << 32) | n);
+    let (group, per_pod) = match t.res {
+        TRes::Gpu(c) => (Group::Whole(t.pool), *rng.pick(c)),
+        TRes::Mig(p) => (Group::Mig(p), 1),
+    };
+    let pods = {
+        let p = *rng.pick(t.pods);
+        if p > 1 && !multi_node_ok { 1 } else { p }
+    };
+    let name = format!("{}-{}", rng.pick(t.prefixes), rng.name_suffix(5));
+    let wl_name = format!("job-{}-{}", name, rng.hex(5));
+    let work_s = (rng.log_uniform(t.dur_h.0, t.dur_h.1) * 3600.0) as i64;
+    // Multi-pod runs are kept clear of failures: one pod failing a gang is its own story.
+    let x = rng.f64();
+    let plan = if pods > 1 {
+        Plan::Succeed
+    } else if x < t.p_oom {
+        Plan::Oom
+    } else if x < t.p_oom + t.p_err {
+        Plan::Error
+    } else {
+        Plan::Succeed
+    };
+    let backoff_limit = match plan {
+        Plan::Oom => rng.range(0, 1) as u32,
+        Plan::Error => 1,
+        Plan::Succeed => *rng.pick(&[0, 2, 3]),
+    };
+    let ttl_s = if rng.chance(if plan == Plan::Succeed { 0.85 } else { 0.5 }) {
+        Some(*rng.pick(&[1800i64, 3600, 7200]))
+    } else {
+        None
+    };
+    let mut job_annotations = BTreeMap::new();
+    let mut job_end_annotations = BTreeMap::new();
+    let mut wl_annotations = BTreeMap::new();
+    let gpu_hours = (per_pod * pods) as f64 * work_s as f64 / 3600.0;
+    match t.units {
+        Units::None => {}
+        Units::JobUnit(u) => {
+            job_annotations.insert("gpuledger.io/unit".to_string(), u.to_string());
+        }
+        Units::JobCountAtEnd(u, lo, hi) => {
+            let count = (gpu_hours * rng.uniform(lo, hi)).round().max(1.0);
+            job_end_annotations.insert(
+                "gpuledger.io/accepted-units".to_string(),
+                format!("{count}"),
+            );
+            job_end_annotations.insert("gpuledger.io/unit".to_string(), u.to_string());
+        }
+        Units::WorkloadCount(u, lo, hi) => {
+            let count = (gpu_hours * rng.uniform(lo, hi) * 10.0).round() / 10.0;
+            wl_annotations.insert(
+                "gpuledger.io/accepted-units".to_string(),
+                format!("{}", count.max(0.1)),
+            );
+            wl_annotations.insert("gpuledger.io/unit".to_string(), u.to_string());
+        }
+    }
+    let ns = ns_index(t.ns);
+    let shape = match (t.kind, nth % 3) {
+        (Kind::Train, 1) => Shape::TrainJob,
+        (Kind::Train, 2) => Shape::PyTorchJob,
+        (Kind::BatchInfer, 1) => Shape::RayJob,
+        (Kind::Notebook, 0) if t.ns == "sandbox" => Shape::BarePod,
+        _ => Shape::Batch,
+    };
+    // Nothing deletes a bare pod after it ends (no Job, no TTL).
+    let ttl_s = if shape == Shape::BarePod { None } else { ttl_s };
+    Job {
+        ns,
+        uid: rng.uuid(),
+        wl_uid: rng.uuid(),
+        name,
+        wl_name,
+        group,
+        pool: t.pool,
+        per_pod,
+        pods,
+        created_s: created,
+        priority: t.prio.0,
+        priority_class: t.prio.1,
+        kind: t.kind,
+        plan,
+        backoff_limit,
+        image: t.image,
+        cpu: t.cpu_per_unit * per_pod,
+        mem_gi: t.mem_gi_per_unit * per_pod,
+        // Kueue serves both API versions; one team's tooling still reads v1beta1.
+        wl_v1beta1: t.ns == "ml-research",
+        ttl_s,
+        job_annotations,
+        job_end_annotations,
+        wl_annotations,
+        wl_team: None,
+        pod_team: None,
+        shape,
+        segments: Vec::new(),
+        finished: None,
+        deleted_s: None,
+        remaining_s: work_s,
+        queued_since: created,
+        epoch: 0,
+        preemptions: 0,
+        rng,
+    }
+}
+
+/// A pretraining run that asks for one 8-GPU pod more than the H100 pool has nodes: more than
+/// the whole cohort can ever give, so Kueue never admits it (request > maximum capacity) and,
+/// queueing BestEffortFIFO, lets others pass. Its owner deletes it after some hours. While it
+/// waits, the free GPUs its ClusterQueue's flavors select are stranded (DESIGN.md "Stranded
+/// capacity"); every capture of a day or more has one, submitted after the metrics start.
+fn oversized_job(seed: u64, cl: &Cluster, tl: &Timeline) -> Option<Job> {
+    if tl.end_s - tl.start_s < 86_400 {
+        return None;
+    }
+    let ti = TEMPLATES.iter().position(|t| t.ns == "llm-pretrain")?;
+    let mut rng = Rng::stream(seed, tag::JOB, u64::MAX);
+    let created = tl.start_s + rng.range(3600, 3 * 3600);
+    // Its own stream index: no arrival of the template has it.
+    let mut job = make_job(seed, created, ti, u64::from(u32::MAX), false, 0);
+    let t = &TEMPLATES[ti];
+    job.shape = Shape::Batch;
+    job.plan = Plan::Succeed;
+    job.per_pod = 8;
+    job.pods = cl.pool_nodes[PoolId::H100 as usize].len() as u32 + 1;
+    job.cpu = t.cpu_per_unit * job.per_pod;
+    job.mem_gi = t.mem_gi_per_unit * job.per_pod;
+    job.name = format!("pretrain-llama3-405b-{}", rng.name_suffix(5));
+    job.wl_name = format!("job-{}-{}", job.name, rng.hex(5));
+    job.ttl_s = None;
+    job.deleted_s = Some(created + rng.range(4 * 3600, 8 * 3600));
+    Some(job)
+}
+
+/// Whether Kueue can ever admit `job`: what it asks for fits in the cluster's capacity of its
+/// resource (the cohort's whole quota).
+pub fn admissible(cl: &Cluster, job: &Job) -> bool {
+    u64::from(job.per_pod) * u64::from(job.pods) <= capacity(cl, job.group) as u64
 }
 
 /// The few hand-placed cases the accounting rules single out. Each goes to a job submitted after
@@ -781,6 +839,8 @@ enum Ev {
     /// A preemptor takes the slots its victim released.
     Admit(u32),
     Requeue(u32),
+    /// A node becomes schedulable again: an admission cycle may now use it.
+    Wake,
 }
 
 const RESERVED: u32 = u32::MAX;
@@ -804,7 +864,13 @@ struct Sched<'a> {
     active: Vec<u32>,
     handoffs: BTreeMap<u32, Handoff>,
     ip_counter: u32,
+    /// (node, from, to) in seconds: the node is cordoned or not Ready (few, so a list).
+    unavailable: Vec<(usize, i64, i64)>,
 }
+
+/// A pod is bound and started within a few minutes of its admission (scheduling retries, image
+/// pull): an admission this close before a node's cordon would start a pod inside it.
+const START_MARGIN_S: i64 = 600;
 
 pub fn run(seed: u64, cl: &Cluster, tl: &Timeline) -> Sim {
     let jobs = generate_jobs(seed, cl, tl);
@@ -829,8 +895,20 @@ pub fn run(seed: u64, cl: &Cluster, tl: &Timeline) -> Sim {
         active: Vec::new(),
         handoffs: BTreeMap::new(),
         ip_counter: 0,
+        unavailable: Vec::new(),
     };
+    for (n, node) in cl.nodes.iter().enumerate() {
+        for (from, to) in node.unavailable_windows() {
+            sch.unavailable.push((n, from, to));
+            sch.push(to, Ev::Wake);
+        }
+    }
     for j in 0..sch.jobs.len() {
+        // A Workload that can never fit does not enter the admission cycle (BestEffortFIFO:
+        // it is inadmissible and blocks nobody); it only waits.
+        if !admissible(cl, &sch.jobs[j]) {
+            continue;
+        }
         let t = sch.jobs[j].created_s + 1;
         sch.push(t, Ev::Arrive(j as u32));
     }
@@ -853,6 +931,7 @@ pub fn run(seed: u64, cl: &Cluster, tl: &Timeline) -> Sim {
                 sch.jobs[j as usize].queued_since = t;
                 sch.pending.push(j);
             }
+            Ev::Wake => {}
         }
         sch.pass(t);
     }
@@ -904,8 +983,19 @@ impl Sched<'_> {
             .collect()
     }
 
+    /// Whether pods of `job`, admitted at `now`, may go to node `n`: not while it is cordoned or
+    /// not Ready, nor just before (they start minutes after admission), and, for a job whose
+    /// failed pods the Job controller replaces on the same node at any later time, not until the
+    /// node is back. Running pods are left alone: a cordon only stops new ones.
+    fn may_start(&self, n: usize, now: i64, job: &Job) -> bool {
+        let replaces_pods = job.plan == Plan::Oom && job.backoff_limit > 0;
+        !self.unavailable.iter().any(|&(m, from, to)| {
+            m == n && now < to && (replaces_pods || from - START_MARGIN_S <= now)
+        })
+    }
+
     /// Best-fit placement: each pod on the node with the fewest free units that still fit it.
-    fn place(&self, j: &Job) -> Option<Vec<Vec<u32>>> {
+    fn place(&self, j: &Job, now: i64) -> Option<Vec<Vec<u32>>> {
         let gi = j.group.index();
         if (self.group_free[gi] as u64) < (j.per_pod as u64 * j.pods as u64) {
             return None;
@@ -915,7 +1005,10 @@ impl Sched<'_> {
         for _ in 0..j.pods {
             let mut best: Option<usize> = None;
             for &n in &self.cl.pool_nodes[j.pool as usize] {
-                if free[n] >= j.per_pod && best.is_none_or(|b| free[n] < free[b]) {
+                if free[n] >= j.per_pod
+                    && best.is_none_or(|b| free[n] < free[b])
+                    && self.may_start(n, now, j)
+                {
                     best = Some(n);
                 }
             }
@@ -958,7 +1051,7 @@ impl Sched<'_> {
                 i += 1;
                 continue;
             }
-            if let Some(slots) = self.place(&self.jobs[j as usize]) {
+            if let Some(slots) = self.place(&self.jobs[j as usize], now) {
                 self.pending.remove(i);
                 self.admit(j, now, slots);
                 continue;
@@ -1003,6 +1096,9 @@ impl Sched<'_> {
                 .collect();
             nodes.dedup();
             for n in nodes {
+                if !self.may_start(n, now, pj) {
+                    continue;
+                }
                 let mine = seg
                     .slots
                     .iter()
@@ -1454,6 +1550,60 @@ mod tests {
                     .all(|&(a, b)| a >= 1_000_000_000 && b <= 1_100_000_000 && a < b)
             );
         }
+    }
+
+    fn one_day() -> Timeline {
+        Timeline {
+            start_s: 1_000_000,
+            end_s: 1_086_400,
+            obj_start_s: 950_000,
+            interval_ms: 60_000,
+            scrapes: 1440,
+        }
+    }
+
+    /// A cordon (and a NotReady stretch) stops new pods, not running ones: no pod of the node
+    /// is created, bound or started inside it, and pods that were running go on into it.
+    #[test]
+    fn no_pod_starts_on_a_node_while_it_is_cordoned() {
+        let tl = one_day();
+        for seed in 1..=4 {
+            let cl = crate::cluster::build(seed, &tl, 24);
+            let cordoned: Vec<usize> = (0..cl.nodes.len()).filter(|&n| cl.nodes[n].cordoned.is_some()).collect();
+            assert_eq!(cordoned.len(), 1, "seed {seed}");
+            assert_ne!(cordoned[0], 0, "node 0 has the NotReady outage");
+            let sim = run(seed, &cl, &tl);
+            let mut carried_on = 0;
+            for (n, node) in cl.nodes.iter().enumerate() {
+                for (from, to) in node.unavailable_windows() {
+                    assert!(tl.start_s < from && to < tl.end_s);
+                    for pod in sim.pods.iter().filter(|p| p.node as usize == n && !p.cancelled) {
+                        for t in [pod.created_s, pod.sched_s, pod.started_s] {
+                            assert!(!(from..to).contains(&t), "seed {seed}: {} on {} at {t} in [{from}, {to})", pod.name, node.name);
+                        }
+                        if pod.started_s < from && pod.end_s > from {
+                            carried_on += 1;
+                        }
+                    }
+                }
+            }
+            assert!(carried_on > 0, "seed {seed}: no pod ran on into a cordon");
+        }
+    }
+
+    /// Every capture of a day has a Workload that waits for hours because it can never fit.
+    #[test]
+    fn a_workload_too_big_for_the_cluster_waits_until_deleted() {
+        let tl = one_day();
+        let cl = crate::cluster::build(2, &tl, 24);
+        let sim = run(2, &cl, &tl);
+        let big: Vec<&Job> = sim.jobs.iter().filter(|j| !admissible(&cl, j)).collect();
+        assert_eq!(big.len(), 1);
+        let j = big[0];
+        assert!(j.segments.is_empty() && j.finished.is_none());
+        assert_eq!(j.group, Group::Whole(PoolId::H100));
+        let wait = j.deleted_s.unwrap() - j.created_s;
+        assert!(j.created_s >= tl.start_s && (4 * 3600..=8 * 3600).contains(&wait));
     }
 
     #[test]

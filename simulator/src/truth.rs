@@ -3,6 +3,11 @@
 //!
 //! Amounts are kept as integer "sevenths of a GPU x milliseconds", so that sums are exact and do
 //! not depend on thread or summation order; they become f64 GPU-hours only in `expected.json`.
+//!
+//! Idle time is also filed by why it was idle ("Why GPUs were idle"): a free GPU's reason is
+//! decided at each observation from the node's changes and the Workloads waiting then
+//! ([`stranding_windows`]); a pod's allocated-idle time waits in its series until an active
+//! observation or the end of its hold tells whether it was startup, stall or teardown.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -10,7 +15,9 @@ use serde::Serialize;
 
 use crate::cluster::{CLUSTER_QUEUES, Cluster, NAMESPACES, POOLS, PoolId, Timeline};
 use crate::out::{MS_PER_DAY, month_string, next_month_start_ms, rfc3339};
-use crate::schedule::{FailReason, SegEnd, Shape, Sim, Term, accepted_units, run_team};
+use crate::schedule::{
+    FailReason, Group, Job, SegEnd, Shape, Sim, Term, accepted_units, cq_gpu_flavor_pools, run_team,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum State {
@@ -28,6 +35,30 @@ pub const STATES: [&str; 5] = [
     "preempted",
     "unallocated",
 ];
+
+/// Why a GPU was idle (DESIGN.md "Why GPUs were idle"): the first three split unallocated
+/// time, the last three allocated-idle time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Reason {
+    Cordoned = 0,
+    Stranded = 1,
+    NoDemand = 2,
+    Startup = 3,
+    Stall = 4,
+    Teardown = 5,
+}
+
+pub const REASONS: [&str; 6] = ["cordoned", "stranded", "no_demand", "startup", "stall", "teardown"];
+
+impl Reason {
+    /// The state whose time this reason splits.
+    pub fn state(self) -> State {
+        match self {
+            Reason::Cordoned | Reason::Stranded | Reason::NoDemand => State::Unallocated,
+            Reason::Startup | Reason::Stall | Reason::Teardown => State::AllocatedIdle,
+        }
+    }
+}
 
 /// How a segment's samples count, as known at the end of the capture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +145,8 @@ pub struct Acc {
     pub lost: BTreeMap<(u32, usize, usize), u64>,
     /// (segment, node, GPU of the node) each lost segment's time was observed on.
     pub lost_gpus: BTreeSet<(u32, u32, u32)>,
+    /// [month][team][reason][pool]: unallocated and allocated-idle time by why it was idle.
+    reasons: Vec<u64>,
 }
 
 impl Acc {
@@ -126,7 +159,20 @@ impl Acc {
             seg: vec![0; segs],
             lost: BTreeMap::new(),
             lost_gpus: BTreeSet::new(),
+            reasons: vec![0; months * teams * REASONS.len() * 4],
         }
+    }
+
+    fn reason_index(&self, month: usize, team: usize, reason: Reason, pool: usize) -> usize {
+        ((month * self.teams + team) * REASONS.len() + reason as usize) * 4 + pool
+    }
+
+    /// Files idle time under its reason; the same amount must also go to the reason's state
+    /// with [`Acc::add`].
+    #[inline]
+    pub fn add_reason(&mut self, month: usize, team: usize, reason: Reason, pool: PoolId, amount: u64) {
+        let i = self.reason_index(month, team, reason, pool as usize);
+        self.reasons[i] += amount;
     }
 
     /// Files a lost (failed or preempted) segment's amount, observed on `gpu` of `node`.
@@ -173,6 +219,9 @@ impl Acc {
             *self.lost.entry(*k).or_insert(0) += v;
         }
         self.lost_gpus.extend(other.lost_gpus.iter().copied());
+        for (a, b) in self.reasons.iter_mut().zip(&other.reasons) {
+            *a += b;
+        }
     }
 }
 
@@ -194,6 +243,29 @@ pub struct Expected {
     pub accepted_units: Vec<UnitsRow>,
     pub runs: Vec<RunRow>,
     pub queue_waits: Vec<WaitRow>,
+    /// The `allocated_idle` and `unallocated` hours of `gpu_hours` split by why they were idle:
+    /// per (month, team, state, pool) the reasons add up to that `gpu_hours` row.
+    pub idle_reasons: Vec<IdleReasonRow>,
+    /// Stranded hours per month and node pool (the `stranded` rows of `idle_reasons`, summed
+    /// over teams, which are only `platform`).
+    pub stranded: Vec<StrandedRow>,
+}
+
+#[derive(Serialize)]
+pub struct IdleReasonRow {
+    pub month: String,
+    pub team: String,
+    pub state: &'static str,
+    pub reason: &'static str,
+    pub pool: &'static str,
+    pub gpu_hours: f64,
+}
+
+#[derive(Serialize)]
+pub struct StrandedRow {
+    pub month: String,
+    pub pool: &'static str,
+    pub gpu_hours: f64,
 }
 
 #[derive(Serialize)]
@@ -336,6 +408,7 @@ pub fn build_expected(
     gpu_hours.sort_by(|a, b| {
         (&a.month, &a.team, a.state, a.pool).cmp(&(&b.month, &b.team, b.state, b.pool))
     });
+    let (idle_reasons, stranded) = idle_rows(months, sim, acc);
     let mut unobserved = Vec::new();
     for m in 0..acc.months {
         for pool in POOLS {
@@ -473,7 +546,119 @@ pub fn build_expected(
         accepted_units,
         runs,
         queue_waits: waits,
+        idle_reasons,
+        stranded,
     }
+}
+
+/// The `idle_reasons` and `stranded` rows of `expected.json`.
+fn idle_rows(months: &Months, sim: &Sim, acc: &Acc) -> (Vec<IdleReasonRow>, Vec<StrandedRow>) {
+    let reasons = [
+        Reason::Cordoned,
+        Reason::Stranded,
+        Reason::NoDemand,
+        Reason::Startup,
+        Reason::Stall,
+        Reason::Teardown,
+    ];
+    let mut rows = Vec::new();
+    let mut stranded = Vec::new();
+    for m in 0..acc.months {
+        for pool in POOLS {
+            let mut pool_stranded = 0;
+            for t in 0..acc.teams {
+                for reason in reasons {
+                    let v = acc.reasons[acc.reason_index(m, t, reason, pool as usize)];
+                    if v == 0 {
+                        continue;
+                    }
+                    if reason == Reason::Stranded {
+                        pool_stranded += v;
+                    }
+                    rows.push(IdleReasonRow {
+                        month: months.names[m].clone(),
+                        team: sim.teams[t].clone(),
+                        state: STATES[reason.state() as usize],
+                        reason: REASONS[reason as usize],
+                        pool: pool.spec().name,
+                        gpu_hours: hours(v),
+                    });
+                }
+            }
+            if pool_stranded > 0 {
+                stranded.push(StrandedRow {
+                    month: months.names[m].clone(),
+                    pool: pool.spec().name,
+                    gpu_hours: hours(pool_stranded),
+                });
+            }
+        }
+    }
+    rows.sort_by(|a, b| {
+        (&a.month, &a.team, a.state, a.pool, a.reason).cmp(&(&b.month, &b.team, b.state, b.pool, b.reason))
+    });
+    (rows, stranded)
+}
+
+/// The times (seconds, half-open) a job's Workload waits for quota (DESIGN.md "Queue",
+/// "Stranded capacity"): from its creation to its first admission, and from each eviction to
+/// the next admission. A wait that no admission ends lasts until the Workload finishes or is
+/// deleted, else past the end of the capture (`i64::MAX`). None for a pod Kueue does not manage.
+pub fn pending_intervals(sim: &Sim, job: &Job) -> Vec<(i64, i64)> {
+    if job.shape == Shape::BarePod {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let mut since = Some(job.created_s);
+    for &s in &job.segments {
+        let seg = &sim.segs[s as usize];
+        if let Some(from) = since {
+            out.push((from, seg.admitted_s));
+        }
+        since = match seg.end {
+            SegEnd::Preempted { at, .. } => Some(at),
+            _ => None,
+        };
+    }
+    if let Some(from) = since {
+        let end = job.finished.map(|(t, _)| t).or(job.deleted_s).unwrap_or(i64::MAX);
+        out.push((from, end));
+    }
+    out.retain(|&(a, b)| a < b);
+    out
+}
+
+/// DESIGN.md "Stranded capacity": per pool, the times (ms, half-open, merged, in order) at
+/// which some Workload asking for whole GPUs (`nvidia.com/gpu`) waits in a ClusterQueue one of
+/// whose GPU flavors selects the pool's nodes. Each Workload's ClusterQueue is its namespace's
+/// (the LocalQueue there points at it).
+pub fn stranding_windows(sim: &Sim) -> [Vec<(i64, i64)>; 4] {
+    let mut out: [Vec<(i64, i64)>; 4] = Default::default();
+    for job in &sim.jobs {
+        let Some(cq) = NAMESPACES[job.ns].cq else { continue };
+        if !matches!(job.group, Group::Whole(_)) || job.per_pod == 0 {
+            continue;
+        }
+        let pools = cq_gpu_flavor_pools(cq);
+        for (from, to) in pending_intervals(sim, job) {
+            let ms = (from * 1000, to.saturating_mul(1000));
+            for &pool in &pools {
+                out[pool as usize].push(ms);
+            }
+        }
+    }
+    for windows in &mut out {
+        windows.sort_unstable();
+        let mut merged: Vec<(i64, i64)> = Vec::with_capacity(windows.len());
+        for &(a, b) in windows.iter() {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        *windows = merged;
+    }
+    out
 }
 
 /// XID codes that are hardware faults: the ledger's default `hardware_xids`.
@@ -482,8 +667,9 @@ const HARDWARE_XIDS: [u64; 12] = [48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 1
 /// The lost segments a hardware fault lost, with the fault (DESIGN.md "Who pays for lost
 /// runs"), worked out from the simulation: an XID error with a hardware code on a GPU the
 /// segment's time was observed on (the first sample showing the code), or reported by an event
-/// about such a node, during the segment or within max_gap (2.5 scrape intervals) after it; or a
-/// NodeNotReady event about such a node in its last 10 minutes. XID faults come first.
+/// about such a node, during the segment or within max_gap (2.5 scrape intervals) after it; or
+/// such a node not Ready (its NotReady stretch) at some time in the segment's last 10 minutes,
+/// which also covers the NodeNotReady event at the stretch's start. XID faults come first.
 fn hardware_faults(cl: &Cluster, tl: &Timeline, sim: &Sim, acc: &Acc) -> BTreeMap<u32, String> {
     let max_gap = 5 * tl.interval_ms / 2;
     // Each hardware XID error: (node, GPU, code, the first sample showing it, the event's time).
@@ -529,8 +715,10 @@ fn hardware_faults(cl: &Cluster, tl: &Timeline, sim: &Sim, acc: &Acc) -> BTreeMa
             faults.insert(s, fault);
             continue;
         }
+        // Not Ready at some time in the segment's last 10 minutes: the NotReady node version
+        // (k8s.rs) holds from `down` until the Ready one at `up`.
         let not_ready = seg_nodes.range((s, 0)..=(s, u32::MAX)).any(|&(_, n)| {
-            matches!(cl.nodes[n as usize].not_ready, Some((down, _)) if end_ms - 600_000 <= down * 1000 && down * 1000 <= end_ms)
+            matches!(cl.nodes[n as usize].not_ready, Some((down, up)) if down * 1000 <= end_ms && up * 1000 > end_ms - 600_000)
         });
         if not_ready {
             faults.insert(s, "NodeNotReady".to_string());

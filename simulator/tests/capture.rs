@@ -408,6 +408,29 @@ fn object_files_parse_in_time_order_and_match_the_counts() {
             .collect();
         check_stream(v, kind, &mut count);
     }
+    // Node changes after the snapshot (NotReady and back, a cordon and its end): MODIFIED
+    // versions in time order, the cordon marked as kubectl cordon marks it.
+    let text = std::fs::read_to_string(k.join("nodes.watch.jsonl")).unwrap();
+    let mut last = String::new();
+    let mut cordons = 0;
+    for line in text.lines() {
+        let ev: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(ev["type"], "MODIFIED");
+        let obj = &ev["object"];
+        assert_eq!(obj["kind"], "Node");
+        let mut ts = String::new();
+        latest_timestamp(obj, &mut ts);
+        assert!(ts >= last, "node {} at {ts} after {last}", obj["metadata"]["name"]);
+        last = ts;
+        if obj["spec"]["unschedulable"] == true {
+            cordons += 1;
+            let taints = obj["spec"]["taints"].as_array().unwrap();
+            assert!(taints.iter().any(|t| t["key"] == "node.kubernetes.io/unschedulable"));
+        }
+        count(obj);
+    }
+    assert_eq!(text.lines().count(), 4, "NotReady, Ready, cordon, uncordon");
+    assert_eq!(cordons, 1);
     let events: Value =
         serde_json::from_slice(&std::fs::read(k.join("events.json")).unwrap()).unwrap();
     assert_eq!(events["kind"], "List");

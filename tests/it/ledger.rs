@@ -738,6 +738,44 @@ fn check_simulated(gpus: u32, days: u32, seed: u64, interval: u32, start: &str) 
         assert!(wrong.is_empty(), "{case} {policy}:\n{}", wrong.join("\n"));
     }
 
+    // Why GPUs were idle: every (month, team, state, reason) and every pool's stranded hours.
+    let s = store.display().to_string();
+    let query_json = |sql: &str| -> Vec<Value> { serde_json::from_slice(&run(&["query", "--store", &s, "--format", "json", sql], 0).stdout).unwrap() };
+    let key = |r: &Value, fields: &[&str]| -> Vec<String> { fields.iter().map(|f| r[*f].as_str().unwrap_or("").to_owned()).collect() };
+    let fields = ["month", "team", "state", "reason"];
+    let mut want: BTreeMap<Vec<String>, f64> = BTreeMap::new();
+    for r in expected["idle_reasons"].as_array().unwrap() {
+        *want.entry(key(r, &fields)).or_default() += r["gpu_hours"].as_f64().unwrap();
+    }
+    let got: BTreeMap<Vec<String>, f64> =
+        query_json("SELECT month, team, state, reason, gpu_hours FROM idle_reasons_monthly").iter().map(|r| (key(r, &fields), r["gpu_hours"].as_f64().unwrap())).collect();
+    let mut wrong: Vec<String> = Vec::new();
+    for k in want.keys().chain(got.keys()).collect::<std::collections::BTreeSet<_>>() {
+        let (g, w) = (got.get(k).copied().unwrap_or(0.0), want.get(k).copied().unwrap_or(0.0));
+        if (g - w).abs() >= 0.01 {
+            wrong.push(format!("{}: ledger {g:.4} h, simulator {w:.4} h", k.join(" ")));
+        }
+    }
+    assert!(wrong.is_empty(), "{case}: idle reasons\n{}", wrong.join("\n"));
+    // Every reason occurs, so each rule was exercised against the simulator's own reading.
+    for reason in ["startup", "stall", "teardown", "cordoned", "stranded", "no_demand"] {
+        let hours: f64 = want.iter().filter(|(k, _)| k[3] == reason).map(|(_, h)| h).sum();
+        assert!(hours > 0.01, "{case}: the simulation draws no {reason} time");
+    }
+    let mut want: BTreeMap<Vec<String>, f64> = BTreeMap::new();
+    for r in expected["stranded"].as_array().unwrap() {
+        *want.entry(key(r, &["month", "pool"])).or_default() += r["gpu_hours"].as_f64().unwrap();
+    }
+    let got: BTreeMap<Vec<String>, f64> = query_json("SELECT month, pool, stranded_gpu_hours FROM stranded_monthly WHERE stranded_gpu_hours > 0")
+        .iter()
+        .map(|r| (key(r, &["month", "pool"]), r["stranded_gpu_hours"].as_f64().unwrap()))
+        .collect();
+    let want: BTreeMap<Vec<String>, f64> = want.into_iter().filter(|(_, h)| *h > 0.0).collect();
+    assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), "{case}: pools with stranded hours");
+    for (k, w) in &want {
+        assert!((got[k] - w).abs() < 0.01, "{case}: stranded hours of {k:?}: ledger {}, simulator {w}", got[k]);
+    }
+
     // The hardware fault the ledger names as each lost segment's cause is the one the simulator drew.
     let sql = "SELECT namespace, run, segment, cause FROM run_failures WHERE cause LIKE 'XID %' OR cause IN ('NodeNotReady', 'NodeDeleted') ORDER BY namespace, run, segment";
     let out = run(&["query", "--store", &store.display().to_string(), "--format", "json", sql], 0);
