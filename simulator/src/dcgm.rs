@@ -381,6 +381,14 @@ struct GpuState {
     pcie: u64,
     busy_micro: u64,
     held: bool,
+    /// The time shares (month, team, state, amount as in [`Acc::add`]) filed for this GPU at
+    /// the current observation: its series' pieces and the MIG leftover's.
+    pending: Vec<(usize, usize, State, u64)>,
+    /// Those of the previous observation, waiting for this one's energy counter (its next
+    /// observation came within max_gap), with the counter then and the span in intervals.
+    open: Vec<(usize, usize, State, u64)>,
+    open_energy_mj: u64,
+    open_intervals: usize,
 }
 
 const EMPTY_TAIL: &[u8] = b"container=\"\",namespace=\"\",pod=\"\"}";
@@ -419,6 +427,10 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
             pcie: 0,
             busy_micro: 0,
             held: false,
+            pending: Vec::new(),
+            open: Vec::new(),
+            open_energy_mj: 0,
+            open_intervals: 0,
         });
         for s in g.slots.clone() {
             let slot = &cl.slots[s];
@@ -510,6 +522,9 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
         // Coverage of this scrape's samples (DESIGN.md "Observation").
         pieces.clear();
         unobs.clear();
+        // The span's length in intervals where the next observation comes within max_gap: its
+        // energy is then the counter's increase to it (DESIGN.md "Energy"), else the power.
+        let mut counter_span = None;
         match next_k {
             usize::MAX => split_span(ctx.months, t, t + iv, &mut pieces),
             nk => {
@@ -519,6 +534,7 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
                     split_span(ctx.months, t + iv, t_next, &mut unobs);
                 } else {
                     split_span(ctx.months, t, t_next, &mut pieces);
+                    counter_span = Some(nk - k);
                 }
             }
         }
@@ -630,6 +646,7 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
                             s.idle_open.push((month, amount));
                         }
                         acc.seg[pod.seg as usize] += amount;
+                        gpus[s.gpu].pending.push((month, pod.team, state, amount));
                         if matches!(state, State::Failed | State::Preempted) {
                             acc.add_lost(pod.seg, month, pool, ni as u32, s.gpu as u32, amount);
                         }
@@ -646,6 +663,7 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
                             false,
                         );
                         acc.add_reason(month, 0, unallocated_reason, pool, ms as u64 * weight);
+                        gpus[s.gpu].pending.push((month, 0, State::Unallocated, ms as u64 * weight));
                     }
                 }
             }
@@ -720,6 +738,7 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
                     let amount = ms as u64 * g.leftover7 * SCALE;
                     acc.add(month, 0, State::Unallocated, pool, amount, false);
                     acc.add_reason(month, 0, unallocated_reason, pool, amount);
+                    gpus[gi].pending.push((month, 0, State::Unallocated, amount));
                 }
             }
             for &(month, ms) in &unobs {
@@ -739,6 +758,36 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
                 st.energy_mj = 0;
             }
             st.energy_mj += power_mw * (t - last_energy_t).max(0) as u64 / 1000;
+            // Energy (DESIGN.md "Energy"), from the values written at this scrape, which every
+            // series of the GPU carries (MIG instances included, each with the whole GPU's
+            // counter and power, so an instance's N/7 share and the leftover's come out of the
+            // same mean power). The previous observation's spans end here: the counter's
+            // increase, or its new value where it went down (a reset).
+            if !st.open.is_empty() {
+                let increase = if st.energy_mj >= st.open_energy_mj {
+                    st.energy_mj - st.open_energy_mj
+                } else {
+                    st.energy_mj
+                };
+                let basis = crate::truth::ENERGY_COUNTER + st.open_intervals - 1;
+                for (month, team, state, amount) in st.open.drain(..) {
+                    acc.add_energy(month, team, state, basis, increase, amount);
+                }
+            }
+            match counter_span {
+                Some(j) => {
+                    debug_assert!((1..=2).contains(&j), "a span within max_gap is 1 or 2 intervals");
+                    std::mem::swap(&mut st.open, &mut st.pending);
+                    st.open_energy_mj = st.energy_mj;
+                    st.open_intervals = j;
+                }
+                // A gap beyond max_gap, or the last observation: the power reading.
+                None => {
+                    for (month, team, state, amount) in st.pending.drain(..) {
+                        acc.add_energy(month, team, state, crate::truth::ENERGY_POWER, power_mw, amount);
+                    }
+                }
+            }
             if (r >> 20).is_multiple_of(40_000) {
                 st.pcie += 1 + (r >> 40) % 3;
             }

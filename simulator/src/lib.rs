@@ -233,6 +233,7 @@ fn simulate_on(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::Datelike;
 
     #[test]
     fn default_config_crosses_a_month() {
@@ -396,6 +397,203 @@ mod tests {
             got.push((t, name, o["spec"]["unschedulable"] == true, ready));
         }
         assert_eq!(got, want);
+    }
+
+    /// One sample of the energy test's reader: (UUID, MIG instance id and its sevenths,
+    /// replica label, time ms, metric name, value text).
+    type EnergySample = (String, Option<(String, u32)>, Option<String>, i64, String, String);
+
+    /// Reads every DCGM sample of a capture with plain string handling: `/federate` files (a
+    /// timestamp on each line) and raw scrapes (`<unix-ms>.prom`, none).
+    fn read_dcgm_samples(root: &Path) -> Vec<EnergySample> {
+        let mut out = Vec::new();
+        for node in std::fs::read_dir(root.join("dcgm")).unwrap() {
+            let node = node.unwrap().path();
+            for f in std::fs::read_dir(&node).unwrap() {
+                let f = f.unwrap().path();
+                let stem = f.file_stem().unwrap().to_str().unwrap().to_string();
+                let file_t: Option<i64> = stem.parse().ok();
+                for line in std::fs::read_to_string(&f).unwrap().lines() {
+                    if line.is_empty() || line.starts_with('#') {
+                        continue;
+                    }
+                    let open = line.find('{').unwrap();
+                    let name = line[..open].to_string();
+                    let mut labels = std::collections::BTreeMap::new();
+                    let mut rest = &line[open + 1..];
+                    loop {
+                        if let Some(r) = rest.strip_prefix('}') {
+                            rest = r;
+                            break;
+                        }
+                        let eq = rest.find("=\"").unwrap();
+                        let key = rest[..eq].to_string();
+                        let after = &rest[eq + 2..];
+                        let close = after.find('"').unwrap();
+                        labels.insert(key, after[..close].to_string());
+                        rest = after[close + 1..].strip_prefix(',').unwrap_or(&after[close + 1..]);
+                    }
+                    let mut parts = rest.split_whitespace();
+                    let value = parts.next().unwrap().to_string();
+                    let t = match parts.next() {
+                        Some(ts) => ts.parse().unwrap(),
+                        None => file_t.unwrap(),
+                    };
+                    let inst = labels.get("GPU_I_ID").filter(|v| !v.is_empty()).map(|id| {
+                        let profile = &labels["GPU_I_PROFILE"];
+                        (id.clone(), profile[..profile.find('g').unwrap()].parse().unwrap())
+                    });
+                    let replica = labels.get("prometheus_replica").cloned();
+                    out.push((labels["UUID"].clone(), inst, replica, t, name, value));
+                }
+            }
+        }
+        out
+    }
+
+    /// DESIGN.md "Energy": the `energy` rows of `expected.json`, summed per month over teams
+    /// and states, equal what the rule gives when applied to the written samples per series
+    /// (a whole GPU, or a MIG instance with its N/7 share and an even part of its GPU's
+    /// leftover); the capture crosses a counter reset, a gap within max_gap (two intervals),
+    /// gaps beyond it and a month boundary.
+    #[test]
+    fn energy_rows_match_the_samples() {
+        let cfg = SimConfig { gpus: 4, ..small_with_cordon() };
+        let dir = tempfile::tempdir().unwrap();
+        simulate_on(&cfg, dir.path(), 2, &mut |_| {}).unwrap();
+        let exp = read_json(&dir.path().join(TRUTH_FILE));
+        let iv = cfg.scrape_interval_s as i64 * 1000;
+        let max_gap = 2.5 * iv as f64;
+
+        let samples = read_dcgm_samples(dir.path());
+        // HA pairs: per GPU and UTC day only the replica seen first counts.
+        let mut first_replica: std::collections::BTreeMap<(String, i64), (i64, Option<String>)> = Default::default();
+        for (uuid, _, replica, t, _, _) in &samples {
+            let e = first_replica.entry((uuid.clone(), t.div_euclid(86_400_000))).or_insert((*t, replica.clone()));
+            if *t < e.0 {
+                *e = (*t, replica.clone());
+            }
+        }
+        // Per series: each observation's (energy counter, power reading).
+        type Obs = (Option<u64>, Option<f64>);
+        let mut series: std::collections::BTreeMap<(String, Option<String>), std::collections::BTreeMap<i64, Obs>> =
+            Default::default();
+        // Per GPU: its MIG instances' sevenths.
+        let mut instances: std::collections::BTreeMap<String, std::collections::BTreeMap<String, u32>> = Default::default();
+        let mut whole_gpus = std::collections::BTreeSet::new();
+        for (uuid, inst, replica, t, name, value) in &samples {
+            if first_replica[&(uuid.clone(), t.div_euclid(86_400_000))].1 != *replica {
+                continue;
+            }
+            match inst {
+                Some((id, n)) => {
+                    instances.entry(uuid.clone()).or_default().insert(id.clone(), *n);
+                }
+                None => {
+                    whole_gpus.insert(uuid.clone());
+                }
+            }
+            let obs = series
+                .entry((uuid.clone(), inst.as_ref().map(|i| i.0.clone())))
+                .or_default()
+                .entry(*t)
+                .or_insert((None, None));
+            // Every series of a GPU repeats its device values: the same at one time.
+            match name.as_str() {
+                "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" => {
+                    let v: u64 = value.parse().unwrap();
+                    assert!(obs.0.is_none_or(|e| e == v), "{uuid} at {t}");
+                    obs.0 = Some(v);
+                }
+                "DCGM_FI_DEV_POWER_USAGE" => {
+                    let v: f64 = value.parse().unwrap();
+                    assert!(obs.1.is_none_or(|p| p == v), "{uuid} at {t}");
+                    obs.1 = Some(v);
+                }
+                _ => {}
+            }
+        }
+        // A MIG GPU has only instance series (the ledger would drop any other), and they carry
+        // the energy counter and the power.
+        assert!(!instances.is_empty());
+        assert!(instances.keys().all(|u| !whole_gpus.contains(u)));
+        assert!(series.iter().filter(|(k, _)| k.1.is_some()).all(|(_, o)| o.values().all(|v| v.0.is_some() && v.1.is_some())));
+
+        let month_of = |ms: i64| -> (String, i64) {
+            let d = DateTime::from_timestamp_millis(ms).unwrap().date_naive();
+            let first = chrono::NaiveDate::from_ymd_opt(d.year(), d.month(), 1).unwrap();
+            let next = first.checked_add_months(chrono::Months::new(1)).unwrap();
+            (first.format("%Y-%m").to_string(), next.and_hms_opt(0, 0, 0).unwrap().and_utc().timestamp_millis())
+        };
+        let mut want: std::collections::BTreeMap<String, f64> = Default::default();
+        let (mut resets, mut two_interval_spans, mut power_spans) = (0, 0, 0);
+        for ((uuid, inst), obs) in &series {
+            // The time share of this series, and the part of its GPU's MIG leftover it carries.
+            let share = match inst {
+                Some(id) => {
+                    let inst = &instances[uuid];
+                    let leftover = 7 - inst.values().sum::<u32>();
+                    (inst[id] as f64 + leftover as f64 / inst.len() as f64) / 7.0
+                }
+                None => 1.0,
+            };
+            let times: Vec<i64> = obs.keys().copied().collect();
+            for (i, &t) in times.iter().enumerate() {
+                let (energy, power) = obs[&t];
+                let next = times.get(i + 1).copied().filter(|&n| (n - t) as f64 <= max_gap);
+                let end = next.unwrap_or(t + iv);
+                let watts = match (next, energy, next.and_then(|n| obs[&n].0)) {
+                    (Some(n), Some(e), Some(e_next)) => {
+                        let increase = if e_next >= e {
+                            e_next - e
+                        } else {
+                            resets += 1;
+                            e_next
+                        };
+                        if n - t == 2 * iv {
+                            two_interval_spans += 1;
+                        }
+                        increase as f64 / (n - t) as f64
+                    }
+                    _ => {
+                        power_spans += 1;
+                        power.unwrap()
+                    }
+                };
+                assert!((0.0..2000.0).contains(&watts), "{uuid} at {t}: {watts} W");
+                let mut a = t;
+                while a < end {
+                    let (month, next_month) = month_of(a);
+                    let b = end.min(next_month);
+                    *want.entry(month).or_default() += watts * (b - a) as f64 * share / 3.6e9;
+                    a = b;
+                }
+            }
+        }
+        assert!(resets >= 1 && two_interval_spans > 0 && power_spans > series.len(), "{resets} {two_interval_spans} {power_spans}");
+
+        let rows = exp["energy"].as_array().unwrap();
+        let mut got: std::collections::BTreeMap<String, f64> = Default::default();
+        let mut by_state: std::collections::BTreeMap<String, f64> = Default::default();
+        let mut keys = Vec::new();
+        for r in rows {
+            let kwh = r["kwh"].as_f64().unwrap();
+            assert!(kwh > 0.0, "{r}");
+            let key: Vec<String> = ["month", "team", "state"].iter().map(|k| r[*k].as_str().unwrap().to_string()).collect();
+            assert!(truth::STATES.contains(&key[2].as_str()), "{r}");
+            keys.push(key.clone());
+            *got.entry(key[0].clone()).or_default() += kwh;
+            *by_state.entry(key[2].clone()).or_default() += kwh;
+        }
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "energy rows not sorted or not unique");
+        println!("energy of {cfg:?}: by month {got:?}, by state {by_state:?}; recomputed {want:?}");
+        assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
+        assert!(got.len() == 2, "the capture crosses a month: {got:?}");
+        for (month, w) in &want {
+            assert!((got[month] - w).abs() <= 1e-9 * w, "{month}: expected.json {} kWh, samples {w} kWh", got[month]);
+        }
+        // MIG GPUs' time shows up as energy in the states their instances are in.
+        assert!(by_state.get("unallocated").is_some_and(|&k| k > 0.0) && by_state.len() >= 3, "{by_state:?}");
     }
 
     #[test]

@@ -147,7 +147,21 @@ pub struct Acc {
     pub lost_gpus: BTreeSet<(u32, u32, u32)>,
     /// [month][team][reason][pool]: unallocated and allocated-idle time by why it was idle.
     reasons: Vec<u64>,
+    /// [month][team][state][basis]: energy numerators (DESIGN.md "Energy"), kept as exact
+    /// integers so that sums do not depend on thread or summation order. Each is a sum of
+    /// (mJ-rate x amount), where the amount is the span piece's sevenths x ms x SCALE:
+    /// basis [`ENERGY_POWER`] sums power (mW) x amount, so mJ = numerator / (1000 x 7 x SCALE);
+    /// basis [`ENERGY_COUNTER`] + j - 1 sums the counter's increase (mJ) over a span of j
+    /// scrape intervals x amount, so mJ = numerator / (j x interval_ms x 7 x SCALE).
+    energy: Vec<u128>,
 }
+
+/// Energy bases of [`Acc`]: the power reading, or the counter over a span of 1 or 2 intervals
+/// (max_gap is 2.5 intervals and observations lie on the scrape grid, so a span within it is
+/// one or two intervals long).
+pub const ENERGY_POWER: usize = 0;
+pub const ENERGY_COUNTER: usize = 1;
+const ENERGY_BASES: usize = 3;
 
 impl Acc {
     pub fn new(months: usize, teams: usize, segs: usize) -> Self {
@@ -160,7 +174,31 @@ impl Acc {
             lost: BTreeMap::new(),
             lost_gpus: BTreeSet::new(),
             reasons: vec![0; months * teams * REASONS.len() * 4],
+            energy: vec![0; months * teams * 5 * ENERGY_BASES],
         }
+    }
+
+    /// Files energy of `team`'s time in `state`: for basis [`ENERGY_POWER`], `rate` is the
+    /// power reading in mW; for [`ENERGY_COUNTER`] + j - 1, the counter's increase in mJ over a
+    /// span of j scrape intervals. `amount` is the time share as in [`Acc::add`].
+    #[inline]
+    pub fn add_energy(&mut self, month: usize, team: usize, state: State, basis: usize, rate: u64, amount: u64) {
+        debug_assert!(basis < ENERGY_BASES);
+        let i = ((month * self.teams + team) * 5 + state as usize) * ENERGY_BASES + basis;
+        self.energy[i] += rate as u128 * amount as u128;
+    }
+
+    /// The energy filed for (month, team, state) in kWh, for scrape interval `interval_ms`.
+    pub fn energy_kwh(&self, month: usize, team: usize, state: usize, interval_ms: i64) -> f64 {
+        let i = ((month * self.teams + team) * 5 + state) * ENERGY_BASES;
+        let e = &self.energy[i..i + ENERGY_BASES];
+        let div = (7 * SCALE) as f64;
+        let iv = interval_ms as f64;
+        let mj = (e[ENERGY_POWER] as f64 / 1000.0
+            + e[ENERGY_COUNTER] as f64 / iv
+            + e[ENERGY_COUNTER + 1] as f64 / (2.0 * iv))
+            / div;
+        mj / 3.6e9
     }
 
     fn reason_index(&self, month: usize, team: usize, reason: Reason, pool: usize) -> usize {
@@ -222,6 +260,9 @@ impl Acc {
         for (a, b) in self.reasons.iter_mut().zip(&other.reasons) {
             *a += b;
         }
+        for (a, b) in self.energy.iter_mut().zip(&other.energy) {
+            *a += b;
+        }
     }
 }
 
@@ -249,6 +290,19 @@ pub struct Expected {
     /// Stranded hours per month and node pool (the `stranded` rows of `idle_reasons`, summed
     /// over teams, which are only `platform`).
     pub stranded: Vec<StrandedRow>,
+    /// GPU energy per (month, team, state), DESIGN.md "Energy": each covered span's mean power
+    /// (the energy counter's increase to the next observation within max_gap, a decrease being
+    /// a reset counted from the new value; else the power reading) times the span and the
+    /// share its time is filed with. Only rows with kwh > 0, sorted by month, team, state.
+    pub energy: Vec<EnergyRow>,
+}
+
+#[derive(Serialize)]
+pub struct EnergyRow {
+    pub month: String,
+    pub team: String,
+    pub state: &'static str,
+    pub kwh: f64,
 }
 
 #[derive(Serialize)]
@@ -409,6 +463,18 @@ pub fn build_expected(
         (&a.month, &a.team, a.state, a.pool).cmp(&(&b.month, &b.team, b.state, b.pool))
     });
     let (idle_reasons, stranded) = idle_rows(months, sim, acc);
+    let mut energy = Vec::new();
+    for m in 0..acc.months {
+        for t in 0..acc.teams {
+            for (s, state) in STATES.iter().enumerate() {
+                let kwh = acc.energy_kwh(m, t, s, tl.interval_ms);
+                if kwh > 0.0 {
+                    energy.push(EnergyRow { month: months.names[m].clone(), team: sim.teams[t].clone(), state, kwh });
+                }
+            }
+        }
+    }
+    energy.sort_by(|a, b| (&a.month, &a.team, a.state).cmp(&(&b.month, &b.team, b.state)));
     let mut unobserved = Vec::new();
     for m in 0..acc.months {
         for pool in POOLS {
@@ -548,6 +614,7 @@ pub fn build_expected(
         queue_waits: waits,
         idle_reasons,
         stranded,
+        energy,
     }
 }
 
