@@ -53,7 +53,7 @@ FROM (
 -- (a Workload moved between ClusterQueues reports the alphabetically last one).
 CREATE OR REPLACE VIEW workloads_latest AS
 SELECT namespace, name AS workload, uid, created_at, owner_kind, owner_name, owner_uid, queue_name,
-       admitted_cluster_queue, labels, annotations, gpu_count,
+       admitted_cluster_queue, labels, annotations, gpu_count, whole_gpu_count,
        CASE WHEN event_type = 'DELETED' THEN observed_at END AS deleted_at
 FROM (
     SELECT w.*,

@@ -39,9 +39,13 @@ WHERE type = 'Evicted' AND status = 'True'
 
 -- Each wait of each Workload, until it held quota again (QuotaReserved or Admitted turning True),
 -- finished or was deleted; open while it still waited at the end of the data. `cluster_queue`
--- is the one its LocalQueue feeds (where it waits), else the one that admitted it.
+-- is the one its LocalQueue feeds (where it waits), else the one that admitted it; `whole_gpus`
+-- the whole GPUs (nvidia.com/gpu) it asks for: a Workload asking only for MIG slices cannot use
+-- an unallocated whole GPU, so its wait strands nothing.
 CREATE OR REPLACE VIEW workload_waits AS
-SELECT s.namespace, s.workload, w.gpu_count,
+SELECT s.namespace, s.workload,
+       -- A store ingested before whole_gpu_count existed has only gpu_count (MIG slices included).
+       COALESCE(w.whole_gpu_count, w.gpu_count) AS whole_gpus,
        COALESCE(lq.cluster_queue, w.admitted_cluster_queue) AS cluster_queue,
        epoch_ms(s.queued_at) AS from_ms,
        COALESCE(epoch_ms(LEAST(MIN(e.at), w.deleted_at)), 9223372036854775807) AS to_ms
@@ -51,7 +55,7 @@ LEFT JOIN local_queues_latest lq ON lq.namespace = w.namespace AND lq.local_queu
 LEFT JOIN workload_transitions e
        ON e.namespace = s.namespace AND e.workload = s.workload AND e.status = 'True'
       AND e.type IN ('QuotaReserved', 'Admitted', 'Finished') AND e.at >= s.queued_at
-GROUP BY s.namespace, s.workload, w.gpu_count, COALESCE(lq.cluster_queue, w.admitted_cluster_queue),
+GROUP BY s.namespace, s.workload, COALESCE(w.whole_gpu_count, w.gpu_count), COALESCE(lq.cluster_queue, w.admitted_cluster_queue),
          s.queued_at, w.deleted_at;
 
 -- The ResourceFlavors each ClusterQueue offers GPUs from (its resource groups covering
@@ -84,7 +88,7 @@ CREATE OR REPLACE VIEW missing_queue_objects AS
 SELECT DISTINCT 'ClusterQueue' AS kind, w.cluster_queue AS name
 FROM workload_waits w
 LEFT JOIN (SELECT DISTINCT name FROM kueue_queues WHERE kind = 'ClusterQueue') q ON q.name = w.cluster_queue
-WHERE w.gpu_count > 0 AND w.cluster_queue IS NOT NULL AND q.name IS NULL
+WHERE w.whole_gpus > 0 AND w.cluster_queue IS NOT NULL AND q.name IS NULL
 UNION ALL
 SELECT DISTINCT 'ResourceFlavor' AS kind, c.flavor AS name
 FROM cluster_queue_gpu_flavors c
@@ -110,7 +114,7 @@ FROM (
             FROM workload_waits w
             JOIN cluster_queue_gpu_flavors c ON c.cluster_queue = w.cluster_queue
             JOIN flavor_nodes f ON f.flavor = c.flavor
-            WHERE w.gpu_count > 0 AND w.to_ms > w.from_ms
+            WHERE w.whole_gpus > 0 AND w.to_ms > w.from_ms
         )
     )
 )

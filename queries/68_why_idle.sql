@@ -20,15 +20,15 @@ FROM (
     GROUP BY month, team, state, reason
 );
 
--- Stranded capacity per month and node pool (the node label that priced the GPUs; null where no
--- label rule matched): the unallocated hours, how many of them were stranded or cordoned, and
--- the stranded hours' cost. Reported, never charged.
+-- Stranded capacity per month, node pool (the node label that priced the GPUs; null where no
+-- label rule matched) and GPU model: the unallocated hours, how many of them were stranded or
+-- cordoned, and the stranded hours' cost. Reported, never charged.
 CREATE OR REPLACE VIEW stranded_monthly AS
-SELECT month, pool,
+SELECT month, pool, model_name,
        SUM(gpu_hours) AS unallocated_gpu_hours,
        SUM(CASE WHEN reason = 'stranded' THEN gpu_hours ELSE 0 END) AS stranded_gpu_hours,
        SUM(CASE WHEN reason = 'stranded' THEN cost ELSE 0 END) AS stranded_cost,
        SUM(CASE WHEN reason = 'cordoned' THEN gpu_hours ELSE 0 END) AS cordoned_gpu_hours
 FROM priced_state_hours
 WHERE state = 'unallocated'
-GROUP BY month, pool;
+GROUP BY month, pool, model_name;

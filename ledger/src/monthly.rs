@@ -21,7 +21,7 @@ pub const FAILURE_CAUSES_SQL: &str = "SELECT * FROM failure_causes WHERE month =
 pub const BUDGETS_SQL: &str = "SELECT * FROM budget_monthly WHERE month = $1 ORDER BY forecast_ratio DESC, team";
 pub const QUEUE_WAITS_SQL: &str = "SELECT * FROM queue_wait_monthly WHERE month = $1 ORDER BY team, cluster_queue";
 pub const IDLE_REASONS_SQL: &str = "SELECT * FROM idle_reasons_monthly WHERE month = $1 ORDER BY rank";
-pub const STRANDED_SQL: &str = "SELECT * FROM stranded_monthly WHERE month = $1 ORDER BY pool NULLS LAST";
+pub const STRANDED_SQL: &str = "SELECT * FROM stranded_monthly WHERE month = $1 ORDER BY pool NULLS LAST, model_name";
 
 impl Accounting {
     /// The report of `month` (`YYYY-MM`). Queue waits are those of admissions in that month.
@@ -189,11 +189,12 @@ async fn read_report(ctx: &SessionContext, month: &Month, currency: &str, idle_p
             .collect())
     })?;
     let stranded = decode(&rows(STRANDED_SQL).await?, "stranded_monthly", |c| {
-        let (pool, unallocated, stranded, cost, cordoned) =
-            (c.opt_text("pool")?, c.f64("unallocated_gpu_hours")?, c.f64("stranded_gpu_hours")?, c.f64("stranded_cost")?, c.f64("cordoned_gpu_hours")?);
+        let (pool, model) = (c.opt_text("pool")?, c.text("model_name")?);
+        let (unallocated, stranded, cost, cordoned) = (c.f64("unallocated_gpu_hours")?, c.f64("stranded_gpu_hours")?, c.f64("stranded_cost")?, c.f64("cordoned_gpu_hours")?);
         Ok((0..c.rows())
             .map(|i| StrandedRow {
                 pool: pool[i].clone(),
+                model_name: model[i].clone(),
                 unallocated_gpu_hours: unallocated[i],
                 stranded_gpu_hours: stranded[i],
                 stranded_cost: cost[i],

@@ -120,12 +120,14 @@ pub fn derived_table(name: &str) -> Option<&'static DerivedTable> {
 
 pub const PRICED_STATE_HOURS: DerivedTable = DerivedTable {
     name: "priced_state_hours",
-    doc: "GPU-hours by sample day, UTC day, node, GPU model, team, run segment and state, priced (60_chargeback.sql over gpu_state_hours of 40_states.sql)",
+    doc: "GPU-hours by UTC hour, GPU, team, run segment, state and idle reason, priced (60_chargeback.sql over gpu_state_hours of 40_states.sql)",
     columns: &[
         col("date", Utf8, false, "Store partition (YYYY-MM-DD) of the samples the hours come from"),
-        col("day", Utf8, true, "UTC day (YYYY-MM-DD) the hours fall in; differs from date for a span's piece after midnight"),
+        col("hour", Utf8, true, "UTC hour the GPU-hours fall in, RFC 3339 (2026-10-01T13:00:00Z): the table's grain"),
+        col("day", Utf8, true, "UTC day (YYYY-MM-DD) of hour; differs from date for a span's piece after midnight"),
         col("month", Utf8, true, "UTC month (YYYY-MM) of day"),
         col("node", Utf8, true, "Kubernetes node (the DCGM hostname where no node matches it)"),
+        col("uuid", Utf8, true, "GPU UUID (a MIG instance's hours are its parent GPU's)"),
         col("model_name", Utf8, true, "GPU model as DCGM reports it"),
         col("team", Utf8, true, "Team the hours belong to; platform for unallocated time"),
         col("namespace", Utf8View, true, "Namespace of the pod holding the GPU; null when unallocated"),
@@ -260,10 +262,11 @@ pub const IDLE_REASONS_MONTHLY: DerivedTable = DerivedTable {
 
 pub const STRANDED_MONTHLY: DerivedTable = DerivedTable {
     name: "stranded_monthly",
-    doc: "Unallocated GPU-hours per month and node pool, and how many were stranded (a GPU Workload waited for quota that could use them) or cordoned (68_why_idle.sql)",
+    doc: "Unallocated GPU-hours per month, node pool and GPU model, and how many were stranded (a GPU Workload waited for quota that could use them) or cordoned (68_why_idle.sql)",
     columns: &[
         col("month", Utf8, true, "UTC month (YYYY-MM)"),
         col("pool", Utf8, true, "Node pool: the node label value that priced the GPUs; null where no label rule matched"),
+        col("model_name", Utf8, true, "GPU model as DCGM reports it"),
         col("unallocated_gpu_hours", Float64, true, "Unallocated GPU-hours"),
         col("stranded_gpu_hours", Float64, true, "Of them, stranded: a Workload asking for nvidia.com/gpu waited in a ClusterQueue whose GPU flavor selects the node"),
         col("stranded_cost", Float64, true, "Price-list cost of the stranded hours (reported, not charged)"),

@@ -179,7 +179,7 @@ pub const JOBS: Table = Table {
     dedup: DedupScope::Table,
 };
 
-const WORKLOADS_COLUMNS: [Column; 23] = cat(
+const WORKLOADS_COLUMNS: [Column; 24] = cat(
     OBJ,
     [
         col("api_version", Utf8, false, "kueue.x-k8s.io/v1beta1 or v1beta2"),
@@ -199,7 +199,8 @@ const WORKLOADS_COLUMNS: [Column; 23] = cat(
         col("accumulated_execution_seconds", Int64, true, "status.accumulatedPastExecutionTimeSeconds (v1beta1 also spelt accumulatedPastExexcutionTimeSeconds)"),
         col("labels", Utf8, true, "metadata.labels as a JSON object"),
         col("annotations", Utf8, true, "metadata.annotations as a JSON object (gpuledger.io/accepted-units, gpuledger.io/unit)"),
-        col("gpu_count", Int64, true, "GPUs the Workload asks for: sum over pod sets of count x nvidia.com/gpu per pod"),
+        col("gpu_count", Int64, true, "GPUs the Workload asks for: sum over pod sets of count x (nvidia.com/gpu + nvidia.com/mig-*) per pod"),
+        col("whole_gpu_count", Int64, true, "Of them, whole GPUs (nvidia.com/gpu, MIG slices left out): what an unallocated GPU could serve"),
     ],
 );
 

@@ -63,8 +63,9 @@ sample on the GPU, between busy samples, after its last) and cordoned, stranded 
 unallocated time (node cordoned or not Ready; GPU Workloads waited for quota the node could have
 served; nothing waited). cost is the price-list cost of the hours, before the idle policy.
 
-The stranded-csv format has one row per node pool (pool empty where no price label matched):
-  month,pool,unallocated_gpu_hours,stranded_gpu_hours,stranded_cost,cordoned_gpu_hours
+The stranded-csv format has one row per node pool and GPU model (pool empty where no price
+label matched):
+  month,pool,model_name,unallocated_gpu_hours,stranded_gpu_hours,stranded_cost,cordoned_gpu_hours
 
 GPU-hours of runs still running at the end of the data are provisional: table, markdown, json
 and html mark them; a later report restates the month once the runs end.

@@ -762,19 +762,45 @@ fn check_simulated(gpus: u32, days: u32, seed: u64, interval: u32, start: &str) 
         let hours: f64 = want.iter().filter(|(k, _)| k[3] == reason).map(|(_, h)| h).sum();
         assert!(hours > 0.01, "{case}: the simulation draws no {reason} time");
     }
+    // Stranded hours per month and pool; the ledger keys its rows by the pool label that priced
+    // them (the test prices some pools by model) and the GPU model, so pools are compared by model.
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let model_of: BTreeMap<String, String> = expected["gpu_hours"].as_array().unwrap().iter().map(|r| (text(&r["pool"]), text(&r["model_name"]))).collect();
     let mut want: BTreeMap<Vec<String>, f64> = BTreeMap::new();
     for r in expected["stranded"].as_array().unwrap() {
-        *want.entry(key(r, &["month", "pool"])).or_default() += r["gpu_hours"].as_f64().unwrap();
+        let model = model_of[&text(&r["pool"])].clone();
+        *want.entry(vec![text(&r["month"]), model]).or_default() += r["gpu_hours"].as_f64().unwrap();
     }
-    let got: BTreeMap<Vec<String>, f64> = query_json("SELECT month, pool, stranded_gpu_hours FROM stranded_monthly WHERE stranded_gpu_hours > 0")
-        .iter()
-        .map(|r| (key(r, &["month", "pool"]), r["stranded_gpu_hours"].as_f64().unwrap()))
-        .collect();
+    let mut got: BTreeMap<Vec<String>, f64> = BTreeMap::new();
+    for r in query_json("SELECT month, model_name, stranded_gpu_hours FROM stranded_monthly WHERE stranded_gpu_hours > 0") {
+        *got.entry(key(&r, &["month", "model_name"])).or_default() += r["stranded_gpu_hours"].as_f64().unwrap();
+    }
     let want: BTreeMap<Vec<String>, f64> = want.into_iter().filter(|(_, h)| *h > 0.0).collect();
     assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), "{case}: pools with stranded hours");
     for (k, w) in &want {
         assert!((got[k] - w).abs() < 0.01, "{case}: stranded hours of {k:?}: ledger {}, simulator {w}", got[k]);
     }
+
+    // Energy per month, team and state: the counter's rise (resets counted from the new value)
+    // or the power reading, shared like the hours.
+    let fields = ["month", "team", "state"];
+    let mut want: BTreeMap<Vec<String>, f64> = BTreeMap::new();
+    for r in expected["energy"].as_array().unwrap() {
+        *want.entry(key(r, &fields)).or_default() += r["kwh"].as_f64().unwrap();
+    }
+    assert!(want.values().sum::<f64>() > 1.0, "{case}: the simulation draws no energy");
+    let got: BTreeMap<Vec<String>, f64> = query_json("SELECT month, team, state, kwh FROM energy_monthly WHERE kwh > 0")
+        .iter()
+        .map(|r| (key(r, &fields), r["kwh"].as_f64().unwrap()))
+        .collect();
+    let mut wrong: Vec<String> = Vec::new();
+    for k in want.keys().chain(got.keys()).collect::<std::collections::BTreeSet<_>>() {
+        let (g, w) = (got.get(k).copied().unwrap_or(0.0), want.get(k).copied().unwrap_or(0.0));
+        if (g - w).abs() >= 0.01 {
+            wrong.push(format!("{}: ledger {g:.4} kWh, simulator {w:.4} kWh", k.join(" ")));
+        }
+    }
+    assert!(wrong.is_empty(), "{case}: energy\n{}", wrong.join("\n"));
 
     // The hardware fault the ledger names as each lost segment's cause is the one the simulator drew.
     let sql = "SELECT namespace, run, segment, cause FROM run_failures WHERE cause LIKE 'XID %' OR cause IN ('NodeNotReady', 'NodeDeleted') ORDER BY namespace, run, segment";

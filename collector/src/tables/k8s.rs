@@ -233,7 +233,7 @@ impl K8sTables {
                 opt_text(&string(obj, &["metadata", "annotations", "kueue.x-k8s.io/workload"])),
             ),
             ("queue_name", opt_text(&label(obj, "kueue.x-k8s.io/queue-name"))),
-            ("gpu_request", opt_int(obj.get("spec").and_then(pod_spec_gpus))),
+            ("gpu_request", opt_int(obj.get("spec").and_then(|s| pod_spec_gpus(s, GpuKinds::WithMig)))),
             ("start_time", opt_int(time_at(obj, &["status", "startTime"]))),
             ("deletion_timestamp", opt_int(time_at(obj, &["metadata", "deletionTimestamp"]))),
             ("disruption_target", Cell::Bool(disruption_target)),
@@ -387,7 +387,8 @@ impl K8sTables {
             ("accumulated_execution_seconds", opt_int(accumulated)),
             ("labels", opt_text(&id.labels)),
             ("annotations", opt_text(&id.annotations)),
-            ("gpu_count", opt_int(workload_gpus(obj))),
+            ("gpu_count", opt_int(workload_gpus(obj, GpuKinds::WithMig))),
+            ("whole_gpu_count", opt_int(workload_gpus(obj, GpuKinds::Whole))),
         ]);
         self.workloads.add(row);
 
@@ -634,38 +635,47 @@ fn assigned_flavors(obj: &Value) -> Option<String> {
     Some(canonical_json(&Value::Object(out)))
 }
 
+/// Which GPU resources a count takes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GpuKinds {
+    /// `nvidia.com/gpu` and MIG slices (`nvidia.com/mig-*`): whether a run holds a GPU at all.
+    WithMig,
+    /// `nvidia.com/gpu` only: what a whole unallocated GPU could serve (stranded capacity).
+    Whole,
+}
+
 /// GPUs a Workload asks for: sum over pod sets of count x GPUs per pod.
-fn workload_gpus(obj: &Value) -> Option<i64> {
+fn workload_gpus(obj: &Value, kinds: GpuKinds) -> Option<i64> {
     let pod_sets = path(obj, &["spec", "podSets"])?.as_array()?;
     let mut total = 0i64;
     for ps in pod_sets {
         let count = ps.get("count").and_then(Value::as_i64).unwrap_or(1).max(0);
-        let per_pod = path(ps, &["template", "spec"]).and_then(pod_spec_gpus).unwrap_or(0);
+        let per_pod = path(ps, &["template", "spec"]).and_then(|s| pod_spec_gpus(s, kinds)).unwrap_or(0);
         total = total.saturating_add(count.saturating_mul(per_pod));
     }
     Some(total)
 }
 
-/// GPUs of one pod spec: over its containers, nvidia.com/gpu and nvidia.com/mig-* limits, else
+/// GPUs of one pod spec: over its containers, the `kinds` of GPU resource in its limits, else
 /// requests. Null when the spec lists no containers at all (not a pod spec we can read).
-fn pod_spec_gpus(spec: &Value) -> Option<i64> {
+fn pod_spec_gpus(spec: &Value, kinds: GpuKinds) -> Option<i64> {
     let containers = spec.get("containers")?.as_array()?;
     let mut total = 0i64;
     for c in containers {
         let gpus = path(c, &["resources", "limits"])
-            .and_then(gpu_resources)
-            .or_else(|| path(c, &["resources", "requests"]).and_then(gpu_resources))
+            .and_then(|r| gpu_resources(r, kinds))
+            .or_else(|| path(c, &["resources", "requests"]).and_then(|r| gpu_resources(r, kinds)))
             .unwrap_or(0);
         total = total.saturating_add(gpus);
     }
     Some(total)
 }
 
-/// Sum of the GPU resources in one requests/limits map; None when it names none.
-fn gpu_resources(resources: &Value) -> Option<i64> {
+/// Sum of the GPU resources of `kinds` in one requests/limits map; None when it names none.
+fn gpu_resources(resources: &Value, kinds: GpuKinds) -> Option<i64> {
     let mut found = None;
     for (k, v) in resources.as_object()? {
-        if k == "nvidia.com/gpu" || k.starts_with("nvidia.com/mig-") {
+        if k == "nvidia.com/gpu" || (kinds == GpuKinds::WithMig && k.starts_with("nvidia.com/mig-")) {
             let n = quantity(v).unwrap_or(0);
             found = Some(found.unwrap_or(0i64).saturating_add(n));
         }
@@ -1483,6 +1493,8 @@ status:
         );
         // 1 x 0 + 4 x (2 + 1) + 2 x 1 MIG slice; the second: one pod (count left out) x 8.
         assert_eq!(l.ints(t, "gpu_count"), [Some(14), Some(8)]);
+        // Without the MIG slice: 4 x (2 + 1) and 8.
+        assert_eq!(l.ints(t, "whole_gpu_count"), [Some(12), Some(8)]);
         assert_eq!(l.strs(t, "cluster_queue"), [some("gpu-cq"), some("gpu-cq")]);
         assert_eq!(l.strs(t, "queue_name"), [some("ml-queue"), some("ml-queue")]);
         assert_eq!(l.ints(t, "priority"), [Some(100), None]);

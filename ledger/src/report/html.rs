@@ -316,13 +316,14 @@ fn idle_section(report: &Report) -> String {
     }
     t.push_str("</tbody>\n</table>\n");
     if report.stranded.iter().any(|r| r.unallocated_gpu_hours > 0.0) {
-        t.push_str("<table>\n<thead><tr><th>node pool</th><th class=\"n\">unallocated GPU-hours</th><th class=\"n\">stranded</th>");
+        t.push_str("<table>\n<thead><tr><th>node pool</th><th>GPU model</th><th class=\"n\">unallocated GPU-hours</th><th class=\"n\">stranded</th>");
         t.push_str("<th class=\"n\">stranded share</th><th class=\"n\">stranded cost</th><th class=\"n\">cordoned</th></tr></thead>\n<tbody>\n");
         for r in &report.stranded {
             let share = if r.unallocated_gpu_hours > 0.0 { Some(r.stranded_gpu_hours / r.unallocated_gpu_hours) } else { None };
             t.push_str(&format!(
-                "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
+                "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
                 esc(r.pool.as_deref().unwrap_or("-")),
+                esc(&r.model_name),
                 esc(&hours_fmt(r.unallocated_gpu_hours)),
                 esc(&hours_fmt(r.stranded_gpu_hours)),
                 esc(&or_dash(share, percent_fmt)),
@@ -570,7 +571,7 @@ mod tests {
         assert!(idle.contains("Idle cost by team and reason"), "{idle}");
         assert!(idle.contains("<tr><td class=\"n\">1</td><td>ml-research</td><td>allocated_idle</td><td>stall</td><td class=\"n\">7.0</td><td class=\"n\">17.50</td><td class=\"n\">38%</td>"), "{idle}");
         assert_eq!(idle.matches("<tr><td class=\"n\">").count(), 5, "every idle row: {idle}");
-        assert!(idle.contains("<tr><td>h100</td><td class=\"n\">6.0</td><td class=\"n\">5.0</td><td class=\"n\">83%</td><td class=\"n\">10.00</td>"), "{idle}");
+        assert!(idle.contains("<tr><td>h100</td><td>NVIDIA H100 80GB HBM3</td><td class=\"n\">6.0</td><td class=\"n\">5.0</td><td class=\"n\">83%</td><td class=\"n\">10.00</td>"), "{idle}");
         // ml-research's bar stacks stall and teardown: 25.00 EUR.
         assert!(idle.contains("25.00 EUR"), "{idle}");
         let energy = html.split("<h2>Energy (beside the cost, not in it)</h2>").nth(1).unwrap();

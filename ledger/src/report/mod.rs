@@ -76,11 +76,12 @@ pub struct IdleReasonRow {
     pub cost: f64,
 }
 
-/// One node pool's unallocated time in the month (`stranded_monthly`).
+/// One node pool's (and GPU model's) unallocated time in the month (`stranded_monthly`).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct StrandedRow {
     /// The node label value that priced the pool's GPUs; `None` where no label rule matched.
     pub pool: Option<String>,
+    pub model_name: String,
     pub unallocated_gpu_hours: f64,
     /// Unallocated while a GPU Workload waited for quota that this pool could have served.
     pub stranded_gpu_hours: f64,
@@ -504,8 +505,8 @@ pub(crate) mod fixture {
                 IdleReasonRow { rank: 5, team: "vision".into(), state: State::AllocatedIdle, reason: IdleReason::Startup, gpu_hours: 2.0, cost: 5.0 },
             ],
             stranded: vec![
-                StrandedRow { pool: Some("h100".into()), unallocated_gpu_hours: 6.0, stranded_gpu_hours: 5.0, stranded_cost: 10.0, cordoned_gpu_hours: 0.0 },
-                StrandedRow { pool: None, unallocated_gpu_hours: 2.0, stranded_gpu_hours: 0.0, stranded_cost: 0.0, cordoned_gpu_hours: 0.0 },
+                StrandedRow { pool: Some("h100".into()), model_name: "NVIDIA H100 80GB HBM3".into(), unallocated_gpu_hours: 6.0, stranded_gpu_hours: 5.0, stranded_cost: 10.0, cordoned_gpu_hours: 0.0 },
+                StrandedRow { pool: None, model_name: "Tesla T4".into(), unallocated_gpu_hours: 2.0, stranded_gpu_hours: 0.0, stranded_cost: 0.0, cordoned_gpu_hours: 0.0 },
             ],
         }
     }

@@ -29,7 +29,7 @@ pub const BUDGET_CSV_COLUMNS: [&str; 9] = ["month", "team", "budget", "spend", "
 pub const IDLE_CSV_COLUMNS: [&str; 7] = ["month", "team", "state", "reason", "gpu_hours", "cost", "rank"];
 
 /// The columns of the stranded-capacity CSV, in order (an empty pool: no label rule matched).
-pub const STRANDED_CSV_COLUMNS: [&str; 6] = ["month", "pool", "unallocated_gpu_hours", "stranded_gpu_hours", "stranded_cost", "cordoned_gpu_hours"];
+pub const STRANDED_CSV_COLUMNS: [&str; 7] = ["month", "pool", "model_name", "unallocated_gpu_hours", "stranded_gpu_hours", "stranded_cost", "cordoned_gpu_hours"];
 
 /// Renders `report` in `format`; the result ends with a newline.
 pub fn render(report: &Report, format: TextFormat) -> String {
@@ -101,7 +101,7 @@ fn stranded_csv(report: &Report) -> String {
     let mut out = STRANDED_CSV_COLUMNS.join(",");
     out.push('\n');
     for r in &report.stranded {
-        let mut fields = vec![csv_field(report.month.as_str()), r.pool.as_deref().map(csv_field).unwrap_or_default()];
+        let mut fields = vec![csv_field(report.month.as_str()), r.pool.as_deref().map(csv_field).unwrap_or_default(), csv_field(&r.model_name)];
         let numbers = [r.unallocated_gpu_hours, r.stranded_gpu_hours, r.stranded_cost, r.cordoned_gpu_hours];
         fields.extend(numbers.iter().map(|v| format!("{v:.CSV_DECIMALS$}")));
         out.push_str(&fields.join(","));
@@ -248,6 +248,7 @@ fn stranded_grid(report: &Report) -> Grid {
             let share = if r.unallocated_gpu_hours > 0.0 { Some(r.stranded_gpu_hours / r.unallocated_gpu_hours) } else { None };
             vec![
                 r.pool.clone().unwrap_or_else(|| "-".into()),
+                r.model_name.clone(),
                 hours_fmt(r.unallocated_gpu_hours),
                 hours_fmt(r.stranded_gpu_hours),
                 or_dash(share, percent_fmt),
@@ -256,7 +257,7 @@ fn stranded_grid(report: &Report) -> Grid {
             ]
         })
         .collect();
-    Grid::new(&["node pool", "unallocated GPU-hours", "stranded", "stranded share", "stranded cost", "cordoned"], 1, rows, None)
+    Grid::new(&["node pool", "GPU model", "unallocated GPU-hours", "stranded", "stranded share", "stranded cost", "cordoned"], 2, rows, None)
 }
 
 /// Energy per team, with kWh and cost per accepted unit side by side.
@@ -760,8 +761,8 @@ mod tests {
         assert_eq!(rows[4][..7], ["5", "vision", "allocated_idle", "startup", "2.0", "5.00", "11%"], "{idle}");
         let pools = out.split("Unallocated capacity by node pool\n\n").nth(1).unwrap();
         let rows: Vec<Vec<&str>> = pools.lines().skip(2).take(2).map(|l| l.split_whitespace().collect()).collect();
-        assert_eq!(rows[0], ["h100", "6.0", "5.0", "83%", "10.00", "0.0"], "{pools}");
-        assert_eq!(rows[1], ["-", "2.0", "0.0", "0%", "0.00", "0.0"], "{pools}");
+        assert_eq!(rows[0], ["h100", "NVIDIA", "H100", "80GB", "HBM3", "6.0", "5.0", "83%", "10.00", "0.0"], "{pools}");
+        assert_eq!(rows[1], ["-", "Tesla", "T4", "2.0", "0.0", "0%", "0.00", "0.0"], "{pools}");
     }
 
     #[test]
@@ -781,7 +782,7 @@ mod tests {
         let out = render(&report, TextFormat::StrandedCsv);
         assert_eq!(
             out.lines().collect::<Vec<_>>(),
-            [STRANDED_CSV_COLUMNS.join(",").as_str(), "2026-10,h100,6.0000,5.0000,10.0000,0.0000", "2026-10,,2.0000,0.0000,0.0000,0.0000"]
+            [STRANDED_CSV_COLUMNS.join(",").as_str(), "2026-10,h100,NVIDIA H100 80GB HBM3,6.0000,5.0000,10.0000,0.0000", "2026-10,,Tesla T4,2.0000,0.0000,0.0000,0.0000"]
         );
     }
 
