@@ -19,9 +19,10 @@
 -- every day; the in-process ledger gathers it day by day) and 25_capacity.sql's windows.
 
 -- The covered spans cut at every UTC hour (and so at every midnight and month boundary): piece 0
--- from t up to the first hour boundary after it (or the span's end), then one piece for each
--- later hour the span reaches. Few spans reach past one boundary (only scrape intervals of over
--- 24 minutes make spans longer than an hour), so `unnest(range(...))` runs on few rows.
+-- from t up to the first hour boundary after it (or the span's end); a span that reaches into
+-- the next hour only (nearly all that cross one: a span is at most max_gap long) has piece 1
+-- from there to its end; a span longer than an hour (scrape intervals over 24 minutes) has one
+-- piece per later hour it reaches, found in `calendar_hours` (every hour of `calendar_days`).
 -- For MIG instances, `gpu_sevenths` is what all instances of the same GPU hold at that instant,
 -- and `instances` how many there are, to hand out the parent GPU's leftover share. Whole GPUs
 -- (most rows) skip that window: it would sort every row for nothing.
@@ -32,15 +33,16 @@ WITH pieces AS (
     FROM sample_spans
     UNION ALL
     SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, xid_error,
-           sevenths, pods, watts, t, hour_number * 3600000 AS piece_start,
-           LEAST(covered_end, (hour_number + 1) * 3600000) AS piece_end
-    FROM (
-        SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, xid_error,
-               sevenths, pods, watts, t, covered_end,
-               unnest(range(t / 3600000 + 1, (covered_end - 1) / 3600000 + 1)) AS hour_number
-        FROM sample_spans
-        WHERE covered_end > (t / 3600000 + 1) * 3600000
-    )
+           sevenths, pods, watts, t, (t / 3600000 + 1) * 3600000 AS piece_start, covered_end AS piece_end
+    FROM sample_spans
+    WHERE covered_end > (t / 3600000 + 1) * 3600000 AND covered_end <= (t / 3600000 + 2) * 3600000
+    UNION ALL
+    SELECT s.date, s.hostname, s.uuid, s.mig_instance, s.model_name, s.namespace, s.pod, s.pod_uid, s.active, s.xid_error,
+           s.sevenths, s.pods, s.watts, s.t, h.hour_number * 3600000 AS piece_start,
+           LEAST(s.covered_end, (h.hour_number + 1) * 3600000) AS piece_end
+    FROM sample_spans s
+    JOIN calendar_hours h ON h.hour_number > s.t / 3600000 AND h.hour_number * 3600000 < s.covered_end
+    WHERE s.covered_end > (s.t / 3600000 + 2) * 3600000
 )
 SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, xid_error,
        sevenths, pods, watts, t, piece_start, piece_end - piece_start AS piece_ms, 7.0 AS gpu_sevenths, 1.0 AS instances
@@ -119,6 +121,37 @@ SELECT hostname, uuid, mig_instance, pod_key,
 FROM known_active_bounds
 GROUP BY hostname, uuid, mig_instance, pod_key;
 
+-- Unallocated pieces, each with whether its node was in a cordon window (25_capacity.sql:
+-- node_unavailable) or a stranding window (stranding_windows) at the piece's time t. A sweep per
+-- node over the windows' edges and the pieces in time order: a window opens (+1) at from_ms and
+-- closes (-1) at to_ms; at one instant the edges come first, so a piece at from_ms is inside and
+-- one at to_ms outside. (A sweep, not an outer join against the windows: Ballista 55 cannot run
+-- that join, and the sweep sorts only the unallocated pieces.)
+CREATE OR REPLACE VIEW unallocated_piece_windows AS
+SELECT date, node, uuid, mig_instance, model_name, t, piece_start, xid_error, gpu_ms7, energy_mj7,
+       cordons > 0 AS cordoned, strandings > 0 AS stranded
+FROM (
+    SELECT *,
+           SUM(cordon_step) OVER (PARTITION BY node ORDER BY t, is_piece ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cordons,
+           SUM(strand_step) OVER (PARTITION BY node ORDER BY t, is_piece ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS strandings
+    FROM (
+        SELECT date, node, uuid, mig_instance, model_name, t, piece_start, xid_error, gpu_ms7, energy_mj7,
+               1 AS is_piece, 0 AS cordon_step, 0 AS strand_step
+        FROM gpu_state_piece_states
+        WHERE state = 'unallocated'
+        UNION ALL
+        -- The edges; their piece columns are placeholders (the edges are dropped after the sweep).
+        SELECT '', node, '', '', '', edge_ms, 0, 0, 0.0, 0.0, 0, cordon_step, strand_step
+        FROM (
+            SELECT node, from_ms AS edge_ms, 1 AS cordon_step, 0 AS strand_step FROM node_unavailable
+            UNION ALL SELECT node, to_ms, -1, 0 FROM node_unavailable
+            UNION ALL SELECT node, from_ms, 0, 1 FROM stranding_windows
+            UNION ALL SELECT node, to_ms, 0, -1 FROM stranding_windows
+        )
+    )
+)
+WHERE is_piece = 1;
+
 -- Why idle time was idle (DESIGN.md "Why GPUs were idle"), decided at the observation's time t:
 --   allocated_idle  startup   before the pod's first active observation on that GPU (a pod never
 --                             active there: all of it)
@@ -138,20 +171,21 @@ SELECT p.date, p.node, p.uuid, p.model_name, p.piece_start, p.xid_error, p.team,
                CASE WHEN b.first_active_t IS NULL OR p.t < b.first_active_t THEN 'startup'
                     WHEN p.t > b.last_active_t THEN 'teardown'
                     ELSE 'stall' END
-           WHEN p.state = 'unallocated' THEN
-               CASE WHEN u.node IS NOT NULL THEN 'cordoned'
-                    WHEN w.node IS NOT NULL AND p.mig_instance IS NULL THEN 'stranded'
-                    ELSE 'no_demand' END
        END AS reason,
        p.gpu_ms7, p.energy_mj7
 FROM gpu_state_piece_states p
 LEFT JOIN pod_active_bounds b
        ON p.state = 'allocated_idle' AND (b.hostname IS NOT DISTINCT FROM p.hostname) AND (b.uuid IS NOT DISTINCT FROM p.uuid)
       AND (b.mig_instance IS NOT DISTINCT FROM p.mig_instance) AND b.pod_key = p.pod_key
-LEFT JOIN node_unavailable u
-       ON p.state = 'unallocated' AND u.node = p.node AND p.t >= u.from_ms AND p.t < u.to_ms
-LEFT JOIN stranding_windows w
-       ON p.state = 'unallocated' AND w.node = p.node AND p.t >= w.from_ms AND p.t < w.to_ms;
+WHERE p.state <> 'unallocated'
+UNION ALL
+SELECT date, node, uuid, model_name, piece_start, xid_error, 'platform' AS team, CAST(NULL AS VARCHAR) AS namespace,
+       CAST(NULL AS VARCHAR) AS run, CAST(NULL AS BIGINT) AS segment, CAST(NULL AS VARCHAR) AS outcome, 'unallocated' AS state,
+       CASE WHEN cordoned THEN 'cordoned'
+            WHEN stranded AND mig_instance IS NULL THEN 'stranded'
+            ELSE 'no_demand' END AS reason,
+       gpu_ms7, energy_mj7
+FROM unallocated_piece_windows;
 
 -- The pod incarnations a sample names: they held a GPU (only GPU runs accept units).
 CREATE OR REPLACE VIEW gpu_pods AS

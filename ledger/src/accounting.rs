@@ -408,8 +408,11 @@ async fn register_calendar(ctx: &SessionContext, first: Option<&str>, last: Opti
         (Some(a), Some(b)) if a <= b => ((a - 1)..=(b + 1)).collect(),
         _ => Vec::new(),
     };
+    let hours: Vec<i64> = days.iter().flat_map(|d| (d * 24)..(d * 24 + 24)).collect();
     let b = batch(vec![("day_number", Arc::new(Int64Array::from(days)) as ArrayRef)])?;
-    keep_table(ctx, "calendar_days", b.schema(), vec![b], scratch).await
+    keep_table(ctx, "calendar_days", b.schema(), vec![b], scratch).await?;
+    let b = batch(vec![("hour_number", Arc::new(Int64Array::from(hours)) as ArrayRef)])?;
+    keep_table(ctx, "calendar_hours", b.schema(), vec![b], scratch).await
 }
 
 /// The configuration as small tables the SQL joins against.
@@ -596,7 +599,11 @@ async fn keep_table(ctx: &SessionContext, name: &str, schema: SchemaRef, batches
     let err = |source| Error::Query { sql: format!("register {name}"), source };
     let url = ListingTableUrl::parse(s.location.join(&rel)).map_err(err)?;
     let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
-    let config = ListingTableConfig::new(url).with_listing_options(options).with_schema(schema);
+    // Read back with every column nullable: Ballista 55 keeps a column's non-null declaration
+    // on the inner side of an outer join (unallocated time against the cordon windows), and the
+    // nulls the join adds then fail its shuffle writer.
+    let nullable: SchemaRef = Arc::new(Schema::new(schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<Field>>()));
+    let config = ListingTableConfig::new(url).with_listing_options(options).with_schema(nullable);
     replace_table(ctx, name, Arc::new(ListingTable::try_new(config).map_err(err)?))
 }
 

@@ -155,9 +155,12 @@ pub struct ExecutorOptions {
 /// Runs an executor until the process ends.
 pub async fn run_executor(o: ExecutorOptions) -> Result<()> {
     use ballista_executor::executor_process::{ExecutorProcessConfig, start_executor_process};
+    // The executor's default registry lacks DataFusion's nested functions (string_to_array:
+    // the accounting unnests a ClusterQueue's flavors), which the scheduler has: give it the
+    // same set.
     let mut registry = BallistaFunctionRegistry::default();
-    for f in crate::udf::all() {
-        registry.scalar_functions.insert(f.name().to_string(), Arc::new(f));
+    for f in scalar_functions() {
+        registry.scalar_functions.insert(f.name().to_string(), f);
     }
     let per_task = o.memory_limit.map(|m| (m / o.concurrency.max(1) as u64) as usize);
     let config = ExecutorProcessConfig {
