@@ -742,20 +742,17 @@ fn check_simulated(gpus: u32, days: u32, seed: u64, interval: u32, start: &str) 
     let s = store.display().to_string();
     let query_json = |sql: &str| -> Vec<Value> { serde_json::from_slice(&run(&["query", "--store", &s, "--format", "json", sql], 0).stdout).unwrap() };
     let key = |r: &Value, fields: &[&str]| -> Vec<String> { fields.iter().map(|f| r[*f].as_str().unwrap_or("").to_owned()).collect() };
-    let fields = ["month", "team", "state", "reason"];
-    let mut want: BTreeMap<Vec<String>, f64> = BTreeMap::new();
-    for r in expected["idle_reasons"].as_array().unwrap() {
-        *want.entry(key(r, &fields)).or_default() += r["gpu_hours"].as_f64().unwrap();
-    }
-    let got: BTreeMap<Vec<String>, f64> =
-        query_json("SELECT month, team, state, reason, gpu_hours FROM idle_reasons_monthly").iter().map(|r| (key(r, &fields), r["gpu_hours"].as_f64().unwrap())).collect();
-    let mut wrong: Vec<String> = Vec::new();
-    for k in want.keys().chain(got.keys()).collect::<std::collections::BTreeSet<_>>() {
-        let (g, w) = (got.get(k).copied().unwrap_or(0.0), want.get(k).copied().unwrap_or(0.0));
-        if (g - w).abs() >= 0.01 {
-            wrong.push(format!("{}: ledger {g:.4} h, simulator {w:.4} h", k.join(" ")));
+    let sum_by = |rows: &[Value], fields: &[&str], value: &str| -> BTreeMap<Vec<String>, f64> {
+        let mut sums = BTreeMap::new();
+        for r in rows {
+            *sums.entry(key(r, fields)).or_default() += r[value].as_f64().unwrap();
         }
-    }
+        sums
+    };
+    let fields = ["month", "team", "state", "reason"];
+    let want = sum_by(expected["idle_reasons"].as_array().unwrap(), &fields, "gpu_hours");
+    let got = sum_by(&query_json("SELECT month, team, state, reason, gpu_hours FROM idle_reasons_monthly"), &fields, "gpu_hours");
+    let wrong = differences(&got, &want, "h");
     assert!(wrong.is_empty(), "{case}: idle reasons\n{}", wrong.join("\n"));
     // Every reason occurs, so each rule was exercised against the simulator's own reading.
     for reason in ["startup", "stall", "teardown", "cordoned", "stranded", "no_demand"] {
@@ -784,22 +781,10 @@ fn check_simulated(gpus: u32, days: u32, seed: u64, interval: u32, start: &str) 
     // Energy per month, team and state: the counter's rise (resets counted from the new value)
     // or the power reading, shared like the hours.
     let fields = ["month", "team", "state"];
-    let mut want: BTreeMap<Vec<String>, f64> = BTreeMap::new();
-    for r in expected["energy"].as_array().unwrap() {
-        *want.entry(key(r, &fields)).or_default() += r["kwh"].as_f64().unwrap();
-    }
+    let want = sum_by(expected["energy"].as_array().unwrap(), &fields, "kwh");
     assert!(want.values().sum::<f64>() > 1.0, "{case}: the simulation draws no energy");
-    let got: BTreeMap<Vec<String>, f64> = query_json("SELECT month, team, state, kwh FROM energy_monthly WHERE kwh > 0")
-        .iter()
-        .map(|r| (key(r, &fields), r["kwh"].as_f64().unwrap()))
-        .collect();
-    let mut wrong: Vec<String> = Vec::new();
-    for k in want.keys().chain(got.keys()).collect::<std::collections::BTreeSet<_>>() {
-        let (g, w) = (got.get(k).copied().unwrap_or(0.0), want.get(k).copied().unwrap_or(0.0));
-        if (g - w).abs() >= 0.01 {
-            wrong.push(format!("{}: ledger {g:.4} kWh, simulator {w:.4} kWh", k.join(" ")));
-        }
-    }
+    let got = sum_by(&query_json("SELECT month, team, state, kwh FROM energy_monthly WHERE kwh > 0"), &fields, "kwh");
+    let wrong = differences(&got, &want, "kWh");
     assert!(wrong.is_empty(), "{case}: energy\n{}", wrong.join("\n"));
 
     // The hardware fault the ledger names as each lost segment's cause is the one the simulator drew.
@@ -820,6 +805,18 @@ fn check_simulated(gpus: u32, days: u32, seed: u64, interval: u32, start: &str) 
     want.sort();
     assert!(!want.is_empty(), "{case}: no lost segment has a hardware fault");
     assert_eq!(got, want, "{case}: segments lost to hardware faults");
+}
+
+/// Every key whose figure differs by 0.01 or more between the ledger (`got`) and the simulator
+/// (`want`), a key missing on one side counting as 0 there; one line each.
+fn differences(got: &BTreeMap<Vec<String>, f64>, want: &BTreeMap<Vec<String>, f64>, unit: &str) -> Vec<String> {
+    let keys: std::collections::BTreeSet<&Vec<String>> = want.keys().chain(got.keys()).collect();
+    keys.into_iter()
+        .filter_map(|k| {
+            let (g, w) = (got.get(k).copied().unwrap_or(0.0), want.get(k).copied().unwrap_or(0.0));
+            ((g - w).abs() >= 0.01).then(|| format!("{}: ledger {g:.4} {unit}, simulator {w:.4} {unit}", k.join(" ")))
+        })
+        .collect()
 }
 
 /// Crosses the October/November boundary, MIG, preemption and readmission, failures, a node
