@@ -92,10 +92,14 @@ SELECT DISTINCT node, key, exact FROM (
     UNION ALL SELECT node, split_part(lower(hostname_label), '.', 1), false FROM nodes_latest WHERE hostname_label IS NOT NULL
 );
 
+-- The latest version of each Kueue object: LocalQueue, ClusterQueue, ResourceFlavor,
+-- WorkloadPriorityClass (namespaced LocalQueues are keyed by namespace too).
+CREATE OR REPLACE VIEW kueue_queues_latest AS
+SELECT * FROM (
+    SELECT *, ROW_NUMBER() OVER (PARTITION BY kind, namespace, name ORDER BY observed_at DESC, seq DESC) AS version_rank
+    FROM kueue_queues
+) WHERE version_rank = 1;
+
 -- The ClusterQueue each LocalQueue feeds, for Workloads never admitted anywhere.
 CREATE OR REPLACE VIEW local_queues_latest AS
-SELECT namespace, name AS local_queue, cluster_queue
-FROM (
-    SELECT *, ROW_NUMBER() OVER (PARTITION BY namespace, name ORDER BY observed_at DESC, seq DESC) AS version_rank
-    FROM kueue_queues WHERE kind = 'LocalQueue'
-) WHERE version_rank = 1;
+SELECT namespace, name AS local_queue, cluster_queue FROM kueue_queues_latest WHERE kind = 'LocalQueue';

@@ -64,35 +64,28 @@ CREATE OR REPLACE VIEW cluster_queue_gpu_flavors AS
 SELECT cluster_queue, flavor
 FROM (
     SELECT name AS cluster_queue, unnest(string_to_array(gpu_flavors, ',')) AS flavor
-    FROM (
-        SELECT *, ROW_NUMBER() OVER (PARTITION BY name ORDER BY observed_at DESC, seq DESC) AS version_rank
-        FROM kueue_queues WHERE kind = 'ClusterQueue'
-    )
-    WHERE version_rank = 1 AND gpu_flavors IS NOT NULL
+    FROM kueue_queues_latest
+    WHERE kind = 'ClusterQueue' AND gpu_flavors IS NOT NULL
 );
 
 -- The nodes each ResourceFlavor selects: those carrying every one of its nodeLabels.
 CREATE OR REPLACE VIEW flavor_nodes AS
-SELECT f.flavor, n.node
-FROM (
-    SELECT name AS flavor, node_labels,
-           ROW_NUMBER() OVER (PARTITION BY name ORDER BY observed_at DESC, seq DESC) AS version_rank
-    FROM kueue_queues WHERE kind = 'ResourceFlavor'
-) f
+SELECT f.name AS flavor, n.node
+FROM kueue_queues_latest f
 CROSS JOIN nodes_latest n
-WHERE f.version_rank = 1 AND (f.node_labels IS NULL OR json_contains(n.labels, f.node_labels));
+WHERE f.kind = 'ResourceFlavor' AND (f.node_labels IS NULL OR json_contains(n.labels, f.node_labels));
 
 -- What the capture lacks: ClusterQueues GPU Workloads waited in, and GPU flavors a ClusterQueue
 -- names. They select no node, so waits behind them strand nothing; the ledger warns about each.
 CREATE OR REPLACE VIEW missing_queue_objects AS
 SELECT DISTINCT 'ClusterQueue' AS kind, w.cluster_queue AS name
 FROM workload_waits w
-LEFT JOIN (SELECT DISTINCT name FROM kueue_queues WHERE kind = 'ClusterQueue') q ON q.name = w.cluster_queue
+LEFT JOIN (SELECT name FROM kueue_queues_latest WHERE kind = 'ClusterQueue') q ON q.name = w.cluster_queue
 WHERE w.whole_gpus > 0 AND w.cluster_queue IS NOT NULL AND q.name IS NULL
 UNION ALL
 SELECT DISTINCT 'ResourceFlavor' AS kind, c.flavor AS name
 FROM cluster_queue_gpu_flavors c
-LEFT JOIN (SELECT DISTINCT name FROM kueue_queues WHERE kind = 'ResourceFlavor') f ON f.name = c.flavor
+LEFT JOIN (SELECT name FROM kueue_queues_latest WHERE kind = 'ResourceFlavor') f ON f.name = c.flavor
 WHERE f.name IS NULL;
 
 -- Per node, when some Workload asking for GPUs waited in a ClusterQueue that could have placed

@@ -599,9 +599,9 @@ async fn keep_table(ctx: &SessionContext, name: &str, schema: SchemaRef, batches
     let err = |source| Error::Query { sql: format!("register {name}"), source };
     let url = ListingTableUrl::parse(s.location.join(&rel)).map_err(err)?;
     let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
-    // Read back with every column nullable: Ballista 55 keeps a column's non-null declaration
-    // on the inner side of an outer join (unallocated time against the cordon windows), and the
-    // nulls the join adds then fail its shuffle writer.
+    // Read back with every column nullable, as an outer join may make any of them: Ballista 55
+    // keeps a scratch column's non-null declaration on the inner side of an outer join, and the
+    // nulls the join adds then fail its shuffle writer (seen with node_unavailable).
     let nullable: SchemaRef = Arc::new(Schema::new(schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<Field>>()));
     let config = ListingTableConfig::new(url).with_listing_options(options).with_schema(nullable);
     replace_table(ctx, name, Arc::new(ListingTable::try_new(config).map_err(err)?))

@@ -40,8 +40,7 @@ impl<'a> Columns<'a> {
 
     /// A text column (any string type); nulls read as "".
     pub fn text(&self, name: &str) -> Result<Vec<String>> {
-        let a = self.cast(name, &DataType::Utf8, |t| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null))?;
-        Ok(a.as_string::<i32>().iter().map(|v| v.unwrap_or_default().to_string()).collect())
+        Ok(self.opt_text(name)?.into_iter().map(Option::unwrap_or_default).collect())
     }
 
     /// A text column whose nulls mean something (a pool no label rule matched): kept as `None`.

@@ -42,17 +42,18 @@ pub async fn write_derived(accounting: &Accounting, store: &StoreLocation) -> Re
 
 /// Bad annotation values the run ignored (DESIGN.md, "Accepted units"), one line each.
 pub async fn bad_annotations(accounting: &Accounting) -> Result<Vec<String>> {
-    let batches = accounting
-        .query("SELECT kind || ' ' || namespace || '/' || name || ': ' || annotation || ' = \"' || value || '\" (' || reason || ')' FROM bad_annotations ORDER BY namespace, kind, name")
-        .await?;
-    Ok(crate::accounting::strings(&batches, 0).into_iter().flatten().collect())
+    lines(accounting, "SELECT kind || ' ' || namespace || '/' || name || ': ' || annotation || ' = \"' || value || '\" (' || reason || ')' FROM bad_annotations ORDER BY namespace, kind, name").await
 }
 
 /// ClusterQueues and ResourceFlavors that GPU Workloads waited for but the capture does not
 /// hold (DESIGN.md "Stranded capacity": they select no node), one line each.
 pub async fn missing_queue_objects(accounting: &Accounting) -> Result<Vec<String>> {
-    let batches = accounting.query("SELECT kind || ' ' || name FROM missing_queue_objects ORDER BY kind, name").await?;
-    Ok(crate::accounting::strings(&batches, 0).into_iter().flatten().collect())
+    lines(accounting, "SELECT kind || ' ' || name FROM missing_queue_objects ORDER BY kind, name").await
+}
+
+/// The first column of `sql`'s rows, as text lines.
+async fn lines(accounting: &Accounting, sql: &str) -> Result<Vec<String>> {
+    Ok(crate::accounting::strings(&accounting.query(sql).await?, 0).into_iter().flatten().collect())
 }
 
 /// `month` if the run has data for it, else the busiest month when none is named.

@@ -69,6 +69,11 @@ impl IdleReason {
         }
     }
 
+    /// The reason's position in [`IdleReason::ALL`] (a chart's series).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// What the reason means, in a few words, for the reports' legends.
     pub fn meaning(self) -> &'static str {
         match self {
@@ -209,6 +214,10 @@ mod tests {
         }
         assert_eq!("idle_allocated".parse::<State>().unwrap_err().to_string(), "unknown GPU state \"idle_allocated\"");
         assert!(State::Failed.is_lost() && !State::AllocatedIdle.is_lost());
+        for (i, r) in IdleReason::ALL.into_iter().enumerate() {
+            assert_eq!(r.as_str().parse::<IdleReason>().unwrap(), r);
+            assert_eq!(r.index(), i, "{r}: a chart series is picked by index");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::text::{duration_fmt, grouped, hours_fmt, kwh_fmt, money_fmt, or_dash, per_unit_fmt, percent_fmt, provisional_note, units_fmt};
-use super::{BudgetStatus, CSV_COLUMNS, ChargebackRow, IdleReason, Report, State};
+use super::{BudgetStatus, CSV_COLUMNS, ChargebackRow, Report, State};
 
 /// GPU states in chart order, with their fixed colours.
 const STATES: [(&str, &str); 5] =
@@ -281,27 +281,23 @@ fn failures(report: &Report) -> String {
     t
 }
 
-/// Budgets: a table, and a chart of each team's spend and forecast in % of its budget, where
-/// a bar past 100 is a team heading over.
 /// The idle cost per team split by reason (a chart), the ranking (a table) and the unallocated
 /// capacity per node pool with its stranded share.
 fn idle_section(report: &Report) -> String {
     let currency = report.currency.as_str();
     let mut teams: BTreeMap<&str, [f64; 6]> = BTreeMap::new();
     for r in &report.idle_reasons {
-        let i = IdleReason::ALL.iter().position(|x| *x == r.reason).unwrap_or(0);
-        teams.entry(r.team.as_str()).or_default()[i] += r.cost;
+        teams.entry(r.team.as_str()).or_default()[r.reason.index()] += r.cost;
     }
     let bars = teams
         .into_iter()
         .map(|(team, values)| Bar { label: team.to_owned(), end: format!("{} {currency}", money_fmt(values.iter().sum())), values: values.to_vec() })
         .collect();
     let mut t = Chart { series: &REASONS, bars, value: &|v| format!("{} {currency}", money_fmt(v)), title: "Idle cost by team and reason" }.svg();
-    let idle_cost: f64 = report.idle_reasons.iter().map(|r| r.cost).sum();
+    let idle_cost = report.idle_cost();
     t.push_str("<table>\n<thead><tr><th class=\"n\">#</th><th>team</th><th>state</th><th>reason</th><th class=\"n\">GPU-hours</th>");
     t.push_str("<th class=\"n\">cost</th><th class=\"n\">of idle cost</th><th>meaning</th></tr></thead>\n<tbody>\n");
     for r in &report.idle_reasons {
-        let share = if idle_cost > 0.0 { Some(r.cost / idle_cost) } else { None };
         t.push_str(&format!(
             "<tr><td class=\"n\">{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>\n",
             r.rank,
@@ -310,7 +306,7 @@ fn idle_section(report: &Report) -> String {
             esc(r.reason.as_str()),
             esc(&hours_fmt(r.gpu_hours)),
             esc(&money_fmt(r.cost)),
-            esc(&or_dash(share, percent_fmt)),
+            esc(&or_dash(r.share_of(idle_cost), percent_fmt)),
             esc(r.reason.meaning()),
         ));
     }
@@ -319,14 +315,13 @@ fn idle_section(report: &Report) -> String {
         t.push_str("<table>\n<thead><tr><th>node pool</th><th>GPU model</th><th class=\"n\">unallocated GPU-hours</th><th class=\"n\">stranded</th>");
         t.push_str("<th class=\"n\">stranded share</th><th class=\"n\">stranded cost</th><th class=\"n\">cordoned</th></tr></thead>\n<tbody>\n");
         for r in &report.stranded {
-            let share = if r.unallocated_gpu_hours > 0.0 { Some(r.stranded_gpu_hours / r.unallocated_gpu_hours) } else { None };
             t.push_str(&format!(
                 "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
                 esc(r.pool.as_deref().unwrap_or("-")),
                 esc(&r.model_name),
                 esc(&hours_fmt(r.unallocated_gpu_hours)),
                 esc(&hours_fmt(r.stranded_gpu_hours)),
-                esc(&or_dash(share, percent_fmt)),
+                esc(&or_dash(r.stranded_share(), percent_fmt)),
                 esc(&money_fmt(r.stranded_cost)),
                 esc(&hours_fmt(r.cordoned_gpu_hours)),
             ));
@@ -336,6 +331,8 @@ fn idle_section(report: &Report) -> String {
     t
 }
 
+/// Budgets: a table, and a chart of each team's spend and forecast in % of its budget, where
+/// a bar past 100 is a team heading over.
 fn budget_table(report: &Report) -> String {
     let mut t = String::from("<table>\n<thead><tr><th>team</th><th class=\"n\">budget</th><th class=\"n\">spent</th><th class=\"n\">used</th>");
     t.push_str("<th class=\"n\">forecast</th><th class=\"n\">forecast used</th><th class=\"n\">days of data</th><th>status</th></tr></thead>\n<tbody>\n");

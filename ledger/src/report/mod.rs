@@ -238,7 +238,26 @@ pub struct QueueWaitRow {
     pub eviction_reasons: String,
 }
 
+impl IdleReasonRow {
+    /// This row's share of `idle_cost` (the month's, [`Report::idle_cost`]); none without any.
+    pub fn share_of(&self, idle_cost: f64) -> Option<f64> {
+        (idle_cost > 0.0).then(|| self.cost / idle_cost)
+    }
+}
+
+impl StrandedRow {
+    /// The stranded part of the pool's unallocated hours; none without unallocated hours.
+    pub fn stranded_share(&self) -> Option<f64> {
+        (self.unallocated_gpu_hours > 0.0).then(|| self.stranded_gpu_hours / self.unallocated_gpu_hours)
+    }
+}
+
 impl Report {
+    /// The month's idle cost, every team and reason: what each idle row is a share of.
+    pub fn idle_cost(&self) -> f64 {
+        self.idle_reasons.iter().map(|r| r.cost).sum()
+    }
+
     /// The team rows' totals (for a footer line).
     pub fn total(&self) -> f64 {
         self.chargeback.iter().map(|r| r.total).sum()

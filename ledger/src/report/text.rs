@@ -212,13 +212,12 @@ const IDLE_ROWS_SHOWN: usize = 10;
 /// Why GPUs were idle: the costliest team, state and reason first, each row's share of the
 /// month's idle cost beside it.
 fn idle_grid(report: &Report, limit: usize) -> Grid {
-    let idle_cost: f64 = report.idle_reasons.iter().map(|r| r.cost).sum();
+    let idle_cost = report.idle_cost();
     let rows = report
         .idle_reasons
         .iter()
         .take(limit)
         .map(|r| {
-            let share = if idle_cost > 0.0 { Some(r.cost / idle_cost) } else { None };
             vec![
                 r.rank.to_string(),
                 r.team.clone(),
@@ -226,7 +225,7 @@ fn idle_grid(report: &Report, limit: usize) -> Grid {
                 r.reason.to_string(),
                 hours_fmt(r.gpu_hours),
                 money_fmt(r.cost),
-                or_dash(share, percent_fmt),
+                or_dash(r.share_of(idle_cost), percent_fmt),
                 r.reason.meaning().to_owned(),
             ]
         })
@@ -245,13 +244,12 @@ fn stranded_grid(report: &Report) -> Grid {
         .stranded
         .iter()
         .map(|r| {
-            let share = if r.unallocated_gpu_hours > 0.0 { Some(r.stranded_gpu_hours / r.unallocated_gpu_hours) } else { None };
             vec![
                 r.pool.clone().unwrap_or_else(|| "-".into()),
                 r.model_name.clone(),
                 hours_fmt(r.unallocated_gpu_hours),
                 hours_fmt(r.stranded_gpu_hours),
-                or_dash(share, percent_fmt),
+                or_dash(r.stranded_share(), percent_fmt),
                 money_fmt(r.stranded_cost),
                 hours_fmt(r.cordoned_gpu_hours),
             ]
