@@ -94,9 +94,11 @@ pub fn write_with<E: From<Error>>(path: &Path, fill: impl FnOnce(&mut AtomicFile
 }
 
 /// Removes the temporary files a killed writer left in the partition directories under `root`
-/// (`<root>/<table>/<partition>/`) and in `root` itself. Callers hold the store's lock.
+/// (`<root>/<table>/<partition>/`) and in `root` itself: those of processes that are gone.
+/// Another writer may be running (Delta commits keep writers apart, not a lock), so a
+/// temporary file of a live process is left alone.
 pub fn remove_stale_temporaries(root: &Path) -> Result<()> {
-    let is_tmp = |n: &str| n.starts_with('.') && n.ends_with(TMP_SUFFIX);
+    let is_tmp = |n: &str| n.starts_with('.') && n.ends_with(TMP_SUFFIX) && writer_is_gone(n);
     let mut dirs = vec![root.to_path_buf()];
     for table in read_dirs(root) {
         dirs.push(table.clone());
@@ -111,6 +113,17 @@ pub fn remove_stale_temporaries(root: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether the process that named the temporary file `.<name>.<pid>.tmp` has ended. Where
+/// processes cannot be looked up (no `/proc`), only our own files are taken for live.
+fn writer_is_gone(name: &str) -> bool {
+    let pid = name.strip_suffix(TMP_SUFFIX).and_then(|n| n.rsplit('.').next()).and_then(|p| p.parse::<u32>().ok());
+    match pid {
+        None => true,
+        Some(p) if p == std::process::id() => false,
+        Some(p) => Path::new("/proc").is_dir() && !Path::new("/proc").join(p.to_string()).exists(),
+    }
 }
 
 fn read_dirs(dir: &Path) -> Vec<PathBuf> {
@@ -176,15 +189,19 @@ mod tests {
     }
 
     #[test]
-    fn stale_temporaries_of_a_killed_writer_are_removed() {
+    fn stale_temporaries_of_a_killed_writer_are_removed_and_a_live_ones_kept() {
         let dir = tempfile::tempdir().unwrap();
         let part = dir.path().join("gpu_samples/date=2026-10-01");
         fs::create_dir_all(&part).unwrap();
-        fs::write(part.join(".part-1.parquet.77.tmp"), b"x").unwrap();
+        // Process ids above Linux's largest (2^22) belong to no process.
+        fs::write(part.join(".part-1.parquet.4000000000.tmp"), b"x").unwrap();
         fs::write(part.join("part-0.parquet"), b"y").unwrap();
-        fs::write(dir.path().join(".gpuledger-store.5.tmp"), b"z").unwrap();
+        fs::write(dir.path().join(".gpuledger-store.4000000001.tmp"), b"z").unwrap();
+        // A writer still running (this process) keeps its temporary file.
+        let live = format!(".part-2.parquet.{}.tmp", std::process::id());
+        fs::write(part.join(&live), b"w").unwrap();
         remove_stale_temporaries(dir.path()).unwrap();
-        assert_eq!(names(&part), vec!["part-0.parquet"]);
+        assert_eq!(names(&part), vec![live.clone(), "part-0.parquet".to_string()]);
         assert_eq!(names(dir.path()), vec!["gpu_samples"]);
     }
 }

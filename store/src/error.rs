@@ -27,6 +27,16 @@ pub enum Error {
         #[source]
         source: parquet::errors::ParquetError,
     },
+    /// A table's Delta log could not be read or committed to.
+    #[error("{}: {source}", path.display())]
+    Delta {
+        path: PathBuf,
+        #[source]
+        source: Box<deltalake_core::DeltaTableError>,
+    },
+    /// Another writer committed to the table after the version this commit was based on.
+    #[error("{}: another writer committed since version {read_version:?}; re-read and retry", path.display())]
+    Conflict { path: PathBuf, read_version: Option<u64> },
     /// The place is not (or cannot be) a store: not a directory, someone else's files, locked.
     #[error("{}: {reason}", path.display())]
     Refused { path: PathBuf, reason: String },
@@ -50,7 +60,7 @@ impl Error {
     /// The path or URL the error concerns, where it has one.
     pub fn path(&self) -> Option<PathBuf> {
         match self {
-            Error::Io { path, .. } | Error::Parquet { path, .. } | Error::Refused { path, .. } => Some(path.clone()),
+            Error::Io { path, .. } | Error::Parquet { path, .. } | Error::Refused { path, .. } | Error::Delta { path, .. } | Error::Conflict { path, .. } => Some(path.clone()),
             Error::Remote { url, .. } => Some(PathBuf::from(url)),
             Error::Location(_) | Error::Internal(_) => None,
         }

@@ -50,6 +50,31 @@ impl StoreLocation {
         }
     }
 
+    /// Files directly under the directory `rel` with their sizes, sorted by name; none if it
+    /// does not exist.
+    pub async fn list_sizes(&self, rel: &str) -> Result<Vec<(String, u64)>> {
+        match self {
+            StoreLocation::Local(root) => {
+                let dir = root.join(rel);
+                let mut out = Vec::new();
+                for name in list_local(&dir)? {
+                    let meta = std::fs::metadata(dir.join(&name)).map_err(|e| Error::io(dir.join(&name), e))?;
+                    if meta.is_file() {
+                        out.push((name, meta.len()));
+                    }
+                }
+                Ok(out)
+            }
+            StoreLocation::Remote(r) => {
+                let prefix = r.key(rel);
+                let listing = r.store.list_with_delimiter(Some(&prefix)).await.map_err(|e| remote_err(r, rel, e))?;
+                let mut out: Vec<(String, u64)> = listing.objects.iter().filter_map(|o| o.location.filename().map(|n| (n.to_string(), o.size))).collect();
+                out.sort();
+                Ok(out)
+            }
+        }
+    }
+
     /// Whether anything is under the directory `rel` (in object storage, where directories do
     /// not exist, whether any key starts with it).
     pub async fn has_dir(&self, rel: &str) -> Result<bool> {
@@ -145,27 +170,33 @@ pub fn list_local(dir: &Path) -> Result<Vec<String>> {
     Ok(names)
 }
 
+impl Drop for BlockingStore {
+    fn drop(&mut self) {
+        // A store may be dropped inside another runtime (an async caller's), where a runtime's
+        // blocking shutdown panics; nothing of ours is still running by then.
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
 /// The store operations for synchronous code.
 pub struct BlockingStore {
     location: StoreLocation,
-    /// The object-store client's runtime; none for a directory.
+    /// The runtime the async operations run on (an `Option` only so that `drop` can take it).
     rt: Option<tokio::runtime::Runtime>,
 }
 
 impl BlockingStore {
     pub fn new(location: &StoreLocation) -> Result<BlockingStore> {
-        let rt = match location {
-            StoreLocation::Local(_) => None,
-            StoreLocation::Remote(r) => Some(
-                tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .thread_name("store-io")
-                    .enable_all()
-                    .build()
-                    .map_err(|e| Error::Refused { path: PathBuf::from(r.url.as_str()), reason: format!("starting the object-store client: {e}") })?,
-            ),
-        };
-        Ok(BlockingStore { location: location.clone(), rt })
+        // Also for a directory: delta-rs reads and commits a table's log through tokio.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("store-io")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Refused { path: location.display(""), reason: format!("starting the store's I/O runtime: {e}") })?;
+        Ok(BlockingStore { location: location.clone(), rt: Some(rt) })
     }
 
     pub fn location(&self) -> &StoreLocation {
@@ -175,12 +206,11 @@ impl BlockingStore {
     /// Runs one of the location's async operations to completion, also from inside another
     /// runtime (a runtime cannot block on its own thread, so a scoped thread waits instead).
     pub(crate) fn run<T: Send>(&self, f: impl std::future::Future<Output = Result<T>> + Send) -> Result<T> {
-        match &self.rt {
-            None => futures::executor::block_on(f),
-            Some(rt) if tokio::runtime::Handle::try_current().is_ok() => {
-                std::thread::scope(|s| s.spawn(|| rt.block_on(f)).join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            }
-            Some(rt) => rt.block_on(f),
+        let Some(rt) = &self.rt else { return Err(Error::internal("the store's runtime is gone")) };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            std::thread::scope(|s| s.spawn(|| rt.block_on(f)).join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+        } else {
+            rt.block_on(f)
         }
     }
 
@@ -202,6 +232,18 @@ impl BlockingStore {
 
     pub fn is_empty(&self) -> Result<bool> {
         self.run(self.location.is_empty())
+    }
+
+    pub fn snapshot(&self, table_rel: &str) -> Result<crate::Snapshot> {
+        self.run(self.location.snapshot(table_rel))
+    }
+
+    pub fn ensure_table(&self, table_rel: &str, schema: &arrow::datatypes::Schema, partitioned: bool) -> Result<crate::Ensured> {
+        self.run(self.location.ensure_table(table_rel, schema, partitioned))
+    }
+
+    pub fn commit(&self, table_rel: &str, read_version: Option<u64>, adds: &[crate::DataFile], removes: &[crate::DataFile], kind: crate::CommitKind) -> Result<u64> {
+        self.run(self.location.commit(table_rel, read_version, adds, removes, kind))
     }
 }
 

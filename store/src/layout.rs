@@ -3,8 +3,8 @@
 //!
 //! ```text
 //! <store>/.gpuledger-store                      the marker: this prefix is a store
-//! <store>/.lock                                 held by the one local writer
-//! <store>/<table>/date=YYYY-MM-DD/part-*.parquet  raw tables, one directory per UTC day
+//! <store>/<table>/_delta_log/                   each raw table's Delta log (`delta`)
+//! <store>/<table>/date=YYYY-MM-DD/part-*.parquet  raw tables' files, one directory per UTC day
 //! <store>/ledger/<table>.parquet                the ledger's derived tables
 //! <store>/ledger/.work-<run>/                   a distributed run's intermediate tables
 //! <store>/.backfill/<key>/<start>-<end>         ranges a Prometheus backfill has finished
@@ -16,7 +16,8 @@ use gpuledger_schemas::PARTITION_KEY;
 /// The file (or object) at the root of every store that says it is one.
 pub const MARKER: &str = ".gpuledger-store";
 
-/// The lock file of a local store's writer.
+/// The lock file an older gpuledger kept for its one local writer (removed on sight: Delta
+/// commits keep concurrent writers apart now).
 pub const LOCK: &str = ".lock";
 
 /// The directory of the ledger's derived tables.

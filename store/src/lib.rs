@@ -16,6 +16,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod atomic;
+pub mod delta;
 mod error;
 mod files;
 pub mod layout;
@@ -23,6 +24,7 @@ mod location;
 mod parquet_file;
 
 pub use atomic::AtomicFile;
+pub use delta::{CommitKind, DataFile, Ensured, Snapshot, Vacuumed};
 pub use error::{Error, Result};
 pub use files::{BlockingStore, list_local};
 pub use location::{LocationError, RemoteStore, StoreLocation, build_store};

@@ -82,6 +82,20 @@ impl StoreLocation {
         }
     }
 
+    /// The object-store client and the key of `rel`: for a directory, the local file system
+    /// and the absolute path (object_store's local store renames a finished upload into place,
+    /// so a file written through it appears whole, as with [`crate::AtomicFile`]).
+    pub fn object(&self, rel: &str) -> Result<(Arc<dyn ObjectStore>, ObjectPath), LocationError> {
+        match self {
+            StoreLocation::Local(root) => {
+                let abs = std::path::absolute(root.join(rel)).map_err(|e| LocationError::Url { url: root.display().to_string(), reason: e.to_string() })?;
+                let key = ObjectPath::from_absolute_path(&abs).map_err(|e| LocationError::Url { url: abs.display().to_string(), reason: e.to_string() })?;
+                Ok((Arc::new(object_store::local::LocalFileSystem::new()), key))
+            }
+            StoreLocation::Remote(r) => Ok((Arc::clone(&r.store), r.key(rel))),
+        }
+    }
+
     /// A URL or path naming `rel` (a `/`-separated path inside the store) in messages and
     /// for DataFusion's listing tables; a directory keeps a trailing `/` if `rel` has one.
     pub fn join(&self, rel: &str) -> String {
