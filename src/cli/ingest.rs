@@ -111,6 +111,8 @@ pub(super) fn store_json(store: &StoreStats, diagnostics: &Diagnostics) -> serde
         "rows_written": store.rows_written,
         "duplicates_skipped": store.duplicates,
         "files_written": store.files_written,
+        "commits": store.commits,
+        "commit_retries": store.commit_retries,
         "bytes_written": store.bytes_written,
         "rejected": diagnostics.errors.len(),
         "rejected_by_reason": diagnostics.error_counts(),
@@ -132,7 +134,7 @@ pub(super) fn push_store_lines(out: &mut String, store: &StoreStats, diagnostics
     for (table, n) in &store.duplicates {
         out.push_str(&format!("  {:<width$}{table:<20} {n} already stored, skipped\n", "rows"));
     }
-    out.push_str(&format!("  {:<width$}{} files, {:.1} MiB\n", "store", store.files_written, store.bytes_written as f64 / 1048576.0));
+    out.push_str(&format!("  {:<width$}{} files in {} commits, {:.1} MiB\n", "store", store.files_written, store.commits, store.bytes_written as f64 / 1048576.0));
     let counts = diagnostics.error_counts();
     if counts.is_empty() {
         out.push_str("  rejected: none\n");

@@ -35,6 +35,8 @@ pub struct CollectorConfig {
     pub flush_rows: usize,
     /// Relative paths are resolved against the store by [`CollectorConfig::wal_path`].
     pub wal_dir: PathBuf,
+    /// How often closed days stored in many files are compacted (`None`: never, `"off"`).
+    pub compact_interval: Option<Duration>,
 }
 
 impl Default for CollectorConfig {
@@ -52,6 +54,7 @@ impl Default for CollectorConfig {
             flush_interval: Duration::from_secs(300),
             flush_rows: 1_000_000,
             wal_dir: PathBuf::from("wal"),
+            compact_interval: Some(Duration::from_secs(3600)),
         }
     }
 }
@@ -144,6 +147,13 @@ impl CollectorConfig {
                 c.wal_dir = PathBuf::from(v.get_ref().trim());
             }
         }
+        if let Some(v) = &raw.compact_interval {
+            if v.get_ref().trim() == "off" {
+                c.compact_interval = None;
+            } else if let Some(d) = duration(v, "compact_interval", Duration::from_secs(1)) {
+                c.compact_interval = Some(d);
+            }
+        }
         if !c.kubernetes && c.dcgm_endpoints.is_empty() {
             let span = raw.kubernetes.as_ref().map_or(0..0, Spanned::span);
             err(span, "kubernetes", "kubernetes = false leaves nothing to collect: list dcgm_endpoints".into());
@@ -183,6 +193,7 @@ struct RawCollector {
     flush_interval: Option<Spanned<String>>,
     flush_rows: Option<Spanned<i64>>,
     wal_dir: Option<Spanned<String>>,
+    compact_interval: Option<Spanned<String>>,
 }
 
 // The duration spelling is shared with the server's `[serve]` section.
@@ -222,6 +233,14 @@ mod tests {
         assert_eq!(CollectorConfig::default().wal_path(&local), PathBuf::from("/store/wal"));
         let remote = StoreLocation::parse("memory://wal-test/p").unwrap();
         assert_eq!(CollectorConfig::default().wal_path(&remote), PathBuf::from("wal"));
+    }
+
+    #[test]
+    fn compaction_runs_hourly_unless_set_or_turned_off() {
+        assert_eq!(CollectorConfig::default().compact_interval, Some(Duration::from_secs(3600)));
+        assert_eq!(parse("[collector]\ncompact_interval = \"15m\"\n").unwrap().compact_interval, Some(Duration::from_secs(900)));
+        assert_eq!(parse("[collector]\ncompact_interval = \"off\"\n").unwrap().compact_interval, None);
+        assert_error("[collector]\ncompact_interval = \"never\"\n", 2, "collector.compact_interval", &["not a duration"]);
     }
 
     #[test]

@@ -91,7 +91,7 @@ pub async fn run(cfg: CollectorConfig, store: &StoreLocation, shutdown: impl std
     let m = Arc::clone(&metrics);
     let (flush_interval, flush_rows, kubernetes) = (cfg.flush_interval, cfg.flush_rows, cfg.kubernetes);
     let (writer, positions, mut heads) = tokio::task::spawn_blocking(move || -> Result<_, LiveError> {
-        let store = crate::store::Store::open(&location, crate::store::StoreOptions::default())?;
+        let mut store = crate::store::Store::open(&location, crate::store::StoreOptions::default())?;
         let heads = if kubernetes { store.object_heads()? } else { Default::default() };
         let (writer, positions) = Writer::open(store, &wal_dir, m, flush_interval, flush_rows)?;
         Ok((writer, positions, heads))

@@ -3,20 +3,20 @@
 //! Layout (DESIGN.md, "The store"): `<root>/<table>/date=YYYY-MM-DD/part-<run>-<n>.parquet`,
 //! zstd-compressed, rows sorted by the table's `sort_by`, timestamps `Timestamp(ms, "UTC")`.
 //!
-//! Guarantees:
-//! - **Atomic files.** Each file is written under a hidden temporary name in its partition
-//!   directory, fsynced, then renamed; readers (and a crash) never see half a file. Temporary
-//!   files left by a crash are removed by the next writer.
+//! Guarantees, on a directory and in object storage alike:
+//! - **Atomic commits.** Each table is a Delta table (`gpuledger_store::delta`). A flush writes
+//!   its files (whole: a temporary name then a rename locally, one PUT or multipart upload in
+//!   object storage), then commits them to the table's log in one commit. Readers see the rows
+//!   of a commit all at once or not at all; files of a writer that died before committing are
+//!   in no version (VACUUM removes them).
 //! - **No duplicates.** A row whose key (the table's `key` columns) is already stored, or appears
 //!   twice in the input, is skipped. Keys are hashed to 128 bits (xxh3) and the hashes of the
-//!   partitions a run touches are loaded from the files already there, so re-ingesting the same
+//!   partitions a run touches are loaded from the files the log lists, so re-ingesting the same
 //!   input, or rerunning an ingest a crash interrupted, writes nothing twice and loses nothing.
-//! - **One writer.** An exclusive lock on `<root>/.lock` keeps two writers apart.
-//!
-//! A store in object storage (`s3://bucket/prefix`, see `gpuledger_store::StoreLocation`) has the
-//! same layout and the first two guarantees: an object appears whole when its PUT (or
-//! multipart upload) completes, so there is no temporary name. Object stores have no locks:
-//! keeping to one writer per prefix is the operator's part there (README, "Object storage").
+//! - **Concurrent writers.** Commits are put-if-absent, so two writers cannot both commit one
+//!   version. The one that loses reads the winner's new files, drops the rows they already
+//!   hold and commits again ([`Store::commit_written`]): two ingests of overlapping input into
+//!   one store store each row once.
 
 mod heads;
 mod keys;
@@ -31,8 +31,8 @@ use arrow::compute::{concat_batches, take_record_batch};
 use arrow::datatypes::TimestampMillisecondType;
 use chrono::{DateTime, NaiveDate};
 use gpuledger_schemas::{DedupScope, Table};
-use gpuledger_store::layout::{self, LOCK, MARKER, partition_rel};
-use gpuledger_store::{BlockingStore, StoreLocation};
+use gpuledger_store::layout::{self, LOCK, MARKER};
+use gpuledger_store::{BlockingStore, CommitKind, DataFile, Snapshot, StoreLocation};
 
 use crate::error::{Error, Result};
 use crate::tables::TableBatch;
@@ -65,32 +65,35 @@ pub struct StoreStats {
     pub duplicates: BTreeMap<&'static str, u64>,
     pub files_written: u64,
     pub bytes_written: u64,
+    /// Commits to the tables' logs (one per table and flush).
+    pub commits: u64,
+    /// Commits tried again because another writer committed to the table first.
+    pub commit_retries: u64,
 }
 
 /// An open store, writable by this process only.
 pub struct Store {
     files: BlockingStore,
-    /// A local store's writer lock, held while the store is open.
-    _lock: Option<File>,
     options: StoreOptions,
     run_id: String,
     file_seq: u64,
     /// Per table: buffered batches, their rows and their bytes.
     buffers: HashMap<&'static str, (&'static Table, Vec<RecordBatch>, usize, usize)>,
     keys: HashMap<(&'static str, Option<String>), KeySet>,
+    /// Per table: the files of its log as this writer last read or committed them.
+    snapshots: HashMap<&'static str, Snapshot>,
     pub stats: StoreStats,
 }
 
 impl Store {
     /// Opens (creating if needed) the store at `location` for writing.
     pub fn open(location: &StoreLocation, options: StoreOptions) -> Result<Store> {
-        let lock = match location {
-            StoreLocation::Local(root) => Some(Self::open_local(root)?),
-            StoreLocation::Remote(_) => None,
-        };
+        if let StoreLocation::Local(root) = location {
+            Self::open_local(root)?;
+        }
         let files = BlockingStore::new(location)?;
         // A prefix that holds objects but no marker is someone else's: refused, as for a directory.
-        if lock.is_none() && !files.has_file(MARKER)? {
+        if location.local().is_none() && !files.has_file(MARKER)? {
             if !files.is_empty()? {
                 return Err(Error::Store {
                     path: location.display(""),
@@ -99,14 +102,20 @@ impl Store {
             }
             files.write_whole(MARKER, layout::marker_contents().into_bytes())?;
         }
-        Ok(Store { files, _lock: lock, options, run_id: layout::run_id(), file_seq: 0, buffers: HashMap::new(), keys: HashMap::new(), stats: StoreStats::default() })
+        Ok(Store { files, options, run_id: layout::run_id(), file_seq: 0, buffers: HashMap::new(), keys: HashMap::new(), snapshots: HashMap::new(), stats: StoreStats::default() })
     }
 
-    /// Creates or checks a local store and takes its writer lock.
-    fn open_local(root: &Path) -> Result<File> {
+    /// Creates or checks a local store.
+    fn open_local(root: &Path) -> Result<()> {
         if root.exists() {
+            // Empty, or only another writer's marker being written (two writers creating one
+            // store). The marker is looked for after the listing: a writer writes it before
+            // anything else, so a listing that shows more was taken after the marker was there.
+            let empty = fs::read_dir(root).map_err(|e| Error::io(root, e))?.flatten().all(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name == MARKER || (name.starts_with(&format!(".{MARKER}.")) && name.ends_with(gpuledger_store::atomic::TMP_SUFFIX))
+            });
             let is_store = root.join(MARKER).exists();
-            let empty = fs::read_dir(root).map_err(|e| Error::io(root, e))?.next().is_none();
             if !is_store && !empty {
                 return Err(Error::Store {
                     path: root.to_path_buf(),
@@ -119,17 +128,10 @@ impl Store {
         if !marker.exists() {
             gpuledger_store::atomic::write_file(&marker, layout::marker_contents().as_bytes())?;
         }
-        let lock_path = root.join(LOCK);
-        let lock = File::options().create(true).truncate(false).write(true).open(&lock_path).map_err(|e| Error::io(&lock_path, e))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(fs::TryLockError::WouldBlock) => {
-                return Err(Error::Store { path: root.to_path_buf(), reason: "another gpuledger process is writing this store".into() });
-            }
-            Err(fs::TryLockError::Error(e)) => return Err(Error::io(&lock_path, e)),
-        }
+        // A lock file of an older gpuledger means nothing now: Delta commits keep writers apart.
+        let _ = fs::remove_file(root.join(LOCK));
         gpuledger_store::atomic::remove_stale_temporaries(root)?;
-        Ok(lock)
+        Ok(())
     }
 
     pub fn location(&self) -> &StoreLocation {
@@ -219,6 +221,7 @@ impl Store {
     /// file name and the duplicate check: `None` names the file after this run and checks the
     /// keys stored on disk; `Some(name)` uses that name and checks within `all` only.
     fn write_partitions(&mut self, table: &'static Table, all: &RecordBatch, named: Option<&str>) -> Result<()> {
+        let mut written: Vec<DataFile> = Vec::new();
         for (day, indices) in partition_rows(table, all)? {
             let date = day_to_date(day);
             let file_name = match named {
@@ -228,14 +231,17 @@ impl Store {
                     format!("part-{}-{:05}.parquet", self.run_id, self.file_seq)
                 }
             };
-            let rel = format!("{}/{file_name}", partition_rel(table.name, &date));
+            let path = format!("{}={date}/{file_name}", gpuledger_schemas::PARTITION_KEY);
+            let rel = format!("{}/{path}", table.name);
             // One day in the batch (the live collector's case): no copy.
             let part = if indices.len() == all.num_rows() {
                 all.clone()
             } else {
                 take_record_batch(all, &UInt32Array::from(indices)).map_err(|source| Error::Arrow { table: table.name, source })?
             };
-            if named.is_some() && self.exists(&rel)? {
+            // A file of this name in the log was committed by an earlier attempt; one that is
+            // only on disk was written by an attempt that died before committing: written again.
+            if named.is_some() && self.snapshot(table)?.files.iter().any(|f| f.path == path) {
                 *self.stats.duplicates.entry(table.name).or_default() += part.num_rows() as u64;
                 continue;
             }
@@ -267,24 +273,130 @@ impl Store {
             self.stats.files_written += 1;
             self.stats.bytes_written += bytes;
             *self.stats.rows_written.entry(table.name).or_default() += kept as u64;
+            written.push(DataFile { path, date: Some(date), size: bytes, rows: Some(kept as u64) });
+        }
+        self.commit_written(table, written, named.is_some())
+    }
+
+    /// Commits the files just written for `table` in one commit: readers see all of this write
+    /// or none of it. If another writer committed to the table since this writer read it, its
+    /// new files are read, the rows they already hold are dropped from ours (files rewritten
+    /// without them; the first versions stay uncommitted, for VACUUM) and the commit is tried
+    /// again on top of theirs, so two writers of overlapping input store each row once.
+    fn commit_written(&mut self, table: &'static Table, mut written: Vec<DataFile>, named: bool) -> Result<()> {
+        let mut attempt = 0u32;
+        while !written.is_empty() {
+            let read_version = self.snapshot(table)?.version;
+            match self.files.commit(table.name, read_version, &written, &[], CommitKind::Append) {
+                Ok(version) => {
+                    let snapshot = self.snapshots.entry(table.name).or_default();
+                    snapshot.version = Some(version);
+                    snapshot.files.append(&mut written);
+                    self.stats.commits += 1;
+                }
+                Err(gpuledger_store::Error::Conflict { .. }) if attempt < 100 => {
+                    attempt += 1;
+                    self.stats.commit_retries += 1;
+                    let latest = self.files.snapshot(table.name)?;
+                    let known: std::collections::HashSet<&str> = self.snapshots.get(table.name).map(|s| s.files.iter().map(|f| f.path.as_str()).collect()).unwrap_or_default();
+                    let theirs: Vec<DataFile> = latest.files.iter().filter(|f| !known.contains(f.path.as_str())).cloned().collect();
+                    tracing::debug!(table = table.name, files = theirs.len(), attempt, "another writer committed first: deduplicating against its files");
+                    self.snapshots.insert(table.name, latest);
+                    written = self.without_rows_of(table, &theirs, written, named)?;
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         Ok(())
     }
 
-    fn exists(&self, rel: &str) -> Result<bool> {
-        Ok(self.files.has_file(rel)?)
+    /// `written` (files of this writer, not committed) without the rows whose keys `theirs`
+    /// (files another writer committed) hold; the key sets learn `theirs` too. A writer of
+    /// named files (the WAL) drops a file another writer committed under the same name.
+    fn without_rows_of(&mut self, table: &'static Table, theirs: &[DataFile], written: Vec<DataFile>, named: bool) -> Result<Vec<DataFile>> {
+        if named {
+            let taken: std::collections::HashSet<&str> = theirs.iter().map(|f| f.path.as_str()).collect();
+            return Ok(written.into_iter().filter(|f| !taken.contains(f.path.as_str())).collect());
+        }
+        let mut kept = Vec::new();
+        for mine in written {
+            // Their rows that could duplicate mine: the same day, or any day for a table deduplicated as a whole.
+            let scope = match table.dedup {
+                DedupScope::Partition => mine.date.clone(),
+                DedupScope::Table => None,
+            };
+            let relevant: Vec<String> = theirs.iter().filter(|f| scope.is_none() || f.date == scope).map(|f| format!("{}/{}", table.name, f.path)).collect();
+            if relevant.is_empty() {
+                kept.push(mine);
+                continue;
+            }
+            let mut other = KeySet::empty();
+            for file in &relevant {
+                self.read_parquet(file, |reader| other.load(table, reader))?;
+            }
+            // Later writes of this run must know their rows too.
+            if let Some(mut set) = self.keys.remove(&(table.name, scope.clone())) {
+                for file in &relevant {
+                    self.read_parquet(file, |reader| set.load(table, reader))?;
+                }
+                self.keys.insert((table.name, scope.clone()), set);
+            }
+            let rel = format!("{}/{}", table.name, mine.path);
+            let batches: Vec<RecordBatch> = self.read_parquet(&rel, |source| {
+                let columns: Vec<&str> = table.columns.iter().map(|c| c.name).collect();
+                source.read_columns(&columns)?.collect::<std::result::Result<Vec<_>, _>>().map_err(|source| Error::Arrow { table: table.name, source })
+            })?;
+            let all = concat_batches(&table.arrow_schema(), &batches).map_err(|source| Error::Arrow { table: table.name, source })?;
+            let fresh = other.insert_new(table, &all)?;
+            let dropped = all.num_rows() - fresh.true_count();
+            if dropped == 0 {
+                kept.push(mine);
+                continue;
+            }
+            *self.stats.duplicates.entry(table.name).or_default() += dropped as u64;
+            if let Some(n) = self.stats.rows_written.get_mut(table.name) {
+                *n -= dropped as u64;
+            }
+            if dropped == all.num_rows() {
+                continue;
+            }
+            let rest = arrow::compute::filter_record_batch(&all, &fresh).map_err(|source| Error::Arrow { table: table.name, source })?;
+            self.file_seq += 1;
+            let date = mine.date.clone().unwrap_or_default();
+            let path = format!("{}={date}/part-{}-{:05}.parquet", gpuledger_schemas::PARTITION_KEY, self.run_id, self.file_seq);
+            let size = gpuledger_store::write_table_file(&self.files, table, &format!("{}/{path}", table.name), &rest)?;
+            self.stats.files_written += 1;
+            self.stats.bytes_written += size;
+            kept.push(DataFile { path, date: mine.date, size, rows: Some(rest.num_rows() as u64) });
+        }
+        Ok(kept)
+    }
+
+    /// The table's files as this writer knows them: its log, read on first use (which makes
+    /// the table a Delta table if it is not one yet, taking in files an older gpuledger wrote).
+    fn snapshot(&mut self, table: &'static Table) -> Result<&Snapshot> {
+        if !self.snapshots.contains_key(table.name) {
+            let ensured = self.files.ensure_table(table.name, &table.arrow_schema(), true)?;
+            if ensured.created && ensured.converted_files > 0 {
+                tracing::info!(table = table.name, files = ensured.converted_files, "converted the table to a Delta table: its existing files are now its first version");
+            }
+            if !ensured.added_columns.is_empty() {
+                tracing::info!(table = table.name, columns = ?ensured.added_columns, "added the columns of this gpuledger version to the table's log");
+            }
+            let snapshot = self.files.snapshot(table.name)?;
+            self.snapshots.insert(table.name, snapshot);
+        }
+        let path = self.display(table.name);
+        self.snapshots.get(table.name).ok_or_else(|| Error::Store { path, reason: "snapshot vanished (bug)".into() })
     }
 
     /// The key hashes of a partition (or a whole table), loaded from the store on first use.
     fn keyset(&mut self, table: &'static Table, scope: Option<String>) -> Result<&mut KeySet> {
         let k = (table.name, scope);
         if !self.keys.contains_key(&k) {
-            let dirs = match &k.1 {
-                Some(date) => vec![partition_rel(table.name, date)],
-                None => self.partition_rels(table.name)?,
-            };
+            let files = self.committed_files(table, k.1.as_deref())?;
             let mut set = KeySet::empty();
-            for file in self.parquet_files(&dirs)? {
+            for file in files {
                 self.read_parquet(&file, |reader| set.load(table, reader))?;
             }
             self.keys.insert(k.clone(), set);
@@ -293,22 +405,10 @@ impl Store {
         self.keys.get_mut(&k).ok_or_else(|| Error::Store { path, reason: "key set vanished (bug)".into() })
     }
 
-    /// `<table>/date=…` of every day partition of a table.
-    fn partition_rels(&self, table: &str) -> Result<Vec<String>> {
-        Ok(self.list_names(table)?.into_iter().filter(|n| layout::partition_date(n).is_some()).map(|n| format!("{table}/{n}")).collect())
-    }
-
-    /// Visible `.parquet` files under the partitions `dirs`, as store paths.
-    fn parquet_files(&self, dirs: &[String]) -> Result<Vec<String>> {
-        let mut out = Vec::new();
-        for dir in dirs {
-            for name in self.list_names(dir)? {
-                if layout::is_data_file(&name) {
-                    out.push(format!("{dir}/{name}"));
-                }
-            }
-        }
-        Ok(out)
+    /// Store paths of the table's committed files (of one day, if `date` is given). Files on
+    /// disk that no commit lists (a crashed writer's) hold no rows of the table.
+    fn committed_files(&mut self, table: &'static Table, date: Option<&str>) -> Result<Vec<String>> {
+        Ok(self.snapshot(table)?.files.iter().filter(|f| date.is_none() || f.date.as_deref() == date).map(|f| format!("{}/{}", table.name, f.path)).collect())
     }
 
     /// Opens one stored Parquet file and hands a reader builder to `f`.
@@ -325,10 +425,10 @@ impl Store {
     }
 
     /// The last stored version of every Kubernetes object (see [`heads`]).
-    pub fn object_heads(&self) -> Result<HashMap<String, HashMap<String, ObjectHead>>> {
-        let dirs = self.partition_rels(gpuledger_schemas::K8S_OBJECTS.name)?;
+    pub fn object_heads(&mut self) -> Result<HashMap<String, HashMap<String, ObjectHead>>> {
+        let files = self.committed_files(&gpuledger_schemas::K8S_OBJECTS, None)?;
         let mut heads = HashMap::new();
-        for file in self.parquet_files(&dirs)? {
+        for file in files {
             self.read_parquet(&file, |source| heads::read_heads(source, &mut heads))?;
         }
         Ok(heads)
@@ -553,8 +653,8 @@ mod tests {
         assert_eq!((second.files_written, second.duplicates.values().sum::<u64>()), (0, 50));
         let store = Store::open(&location, StoreOptions::default()).unwrap();
         let days = store.list_names("gpu_samples").unwrap();
-        assert_eq!(days, vec!["date=2026-09-21".to_string()]);
-        let files = store.list_names(&format!("gpu_samples/{}", days[0])).unwrap();
+        assert_eq!(days, vec!["_delta_log".to_string(), "date=2026-09-21".to_string()]);
+        let files = store.list_names(&format!("gpu_samples/{}", days[1])).unwrap();
         assert!(files.len() == 1 && files[0].starts_with("part-") && files[0].ends_with(".parquet"), "{files:?}");
         assert_eq!(store.list_names("").unwrap(), vec![MARKER.to_string(), "gpu_samples".to_string()]);
 
@@ -566,10 +666,25 @@ mod tests {
     }
 
     #[test]
-    fn a_second_writer_is_refused() {
+    fn two_writers_of_the_same_rows_store_them_once() {
+        // Both read the table at the same version (empty), both write the same rows; the second
+        // to commit finds the first's commit, drops the rows it holds and commits nothing.
         let dir = tempfile::tempdir().unwrap();
-        let _first = Store::open(&StoreLocation::Local(dir.path().to_path_buf()), StoreOptions::default()).unwrap();
-        let err = Store::open(&StoreLocation::Local(dir.path().to_path_buf()), StoreOptions::default()).err().unwrap();
-        assert!(err.to_string().contains("another gpuledger process"), "{err}");
+        for location in [StoreLocation::parse("memory://store-unit-test/two-writers").unwrap(), StoreLocation::Local(dir.path().to_path_buf())] {
+            let mut a = Store::open(&location, StoreOptions::default()).unwrap();
+            let mut b = Store::open(&location, StoreOptions::default()).unwrap();
+            // Each loads the (empty) key set before either commits.
+            a.snapshot(&gpuledger_schemas::GPU_SAMPLES).unwrap();
+            b.snapshot(&gpuledger_schemas::GPU_SAMPLES).unwrap();
+            a.append((&gpuledger_schemas::GPU_SAMPLES, samples(40, 0))).unwrap();
+            b.append((&gpuledger_schemas::GPU_SAMPLES, samples(40, 0))).unwrap();
+            b.append((&gpuledger_schemas::GPU_SAMPLES, samples(10, 5))).unwrap();
+            let sa = a.finish().unwrap();
+            let sb = b.finish().unwrap();
+            assert_eq!(sa.rows_written.values().sum::<u64>(), 40);
+            assert_eq!((sb.rows_written.values().sum::<u64>(), sb.duplicates.values().sum::<u64>(), sb.commit_retries), (10, 40, 1), "{sb:?}");
+            let snapshot = BlockingStore::new(&location).unwrap().snapshot("gpu_samples").unwrap();
+            assert_eq!(snapshot.rows(), Some(50), "{snapshot:?}");
+        }
     }
 }
