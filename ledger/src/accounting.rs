@@ -631,15 +631,12 @@ impl Drop for Timer {
     }
 }
 
-/// The `date=` partitions of `gpu_samples`, oldest first.
+/// The days `gpu_samples` holds rows of (its log's partitions), oldest first.
 async fn sample_days(location: &StoreLocation) -> Result<Vec<String>> {
-    let mut days: Vec<String> = location.list_names("gpu_samples")
-        .await?
-        .into_iter()
-        .filter_map(|name| gpuledger_store::layout::partition_date(&name).filter(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").is_ok()).map(str::to_string))
-        .collect();
-    days.sort();
-    Ok(days)
+    let snapshot = location.snapshot("gpu_samples").await?;
+    let days: std::collections::BTreeSet<String> =
+        snapshot.files.into_iter().filter_map(|f| f.date).filter(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").is_ok()).collect();
+    Ok(days.into_iter().collect())
 }
 
 /// Column `i` of `batches` as strings (any string-like or numeric type, via a cast).

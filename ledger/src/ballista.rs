@@ -115,7 +115,10 @@ fn client_config() -> SessionConfig {
     // Ballista 55's adaptive planner re-walks the whole stage graph on every task event; with
     // the accounting's plans (dozens of stages) the scheduler spent its time there, minutes on
     // a two-day store. The static planner plans the same stages once.
-    SessionConfig::new_with_ballista().with_information_schema(true).with_ballista_adaptive_query_planner(false)
+    SessionConfig::new_with_ballista()
+        .with_information_schema(true)
+        .with_ballista_adaptive_query_planner(false)
+        .with_ballista_logical_extension_codec(Arc::new(crate::snapshot::StoreCodec::default()))
 }
 
 fn ballista_err(what: &str, e: impl std::fmt::Display) -> Error {
@@ -131,7 +134,8 @@ pub async fn run_scheduler(listen: SocketAddr) -> Result<()> {
         .with_port(listen.port())
         .with_override_config_producer(Arc::new(|| SessionConfig::new_with_ballista().with_information_schema(true)))
         .with_override_session_builder(Arc::new(scheduler_session));
-    let config = SchedulerConfig { bind_host: listen.ip().to_string(), ..config };
+    // Raw tables travel in a plan as the files of their snapshot (`snapshot::StoreCodec`).
+    let config = SchedulerConfig { bind_host: listen.ip().to_string(), override_logical_codec: Some(Arc::new(crate::snapshot::StoreCodec::default())), ..config };
     let cluster = BallistaCluster::new_from_config(&config).await.map_err(|e| ballista_err("starting the scheduler", e))?;
     ballista_scheduler::scheduler_process::start_server(cluster, listen, Arc::new(config)).await.map_err(|e| ballista_err("scheduler", e))
 }

@@ -13,6 +13,7 @@
 
 pub mod accounting;
 pub mod ballista;
+pub mod compact;
 pub mod config;
 pub mod decode;
 pub mod derived;
@@ -22,20 +23,17 @@ pub mod error;
 pub mod output;
 pub mod report;
 pub mod run;
+pub mod snapshot;
 pub mod store;
 pub mod types;
 pub mod udf;
 
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
-use datafusion::datasource::MemTable;
-use datafusion::datasource::file_format::parquet::ParquetFormat;
-use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
 use datafusion::prelude::SessionContext;
 use gpuledger_store::StoreLocation;
-use gpuledger_schemas::{PARTITION_KEY, TABLES, Table};
+use gpuledger_schemas::{TABLES, Table};
 
 pub use error::{Error, Result};
 
@@ -72,21 +70,17 @@ impl Ledger {
         Ok(ctx)
     }
 
-    /// Registers what appeared in the store since the session was opened: a table directory
-    /// that did not exist (it was an empty table) and derived tables a `gpuledger ledger` run
-    /// wrote since. New files of an existing table need nothing: a scan lists the directory.
-    /// Returns how many tables were (re)registered.
+    /// Registers what changed in the store since the session was opened: a raw table whose
+    /// log has a newer version (new rows were committed, or a compaction swapped its files)
+    /// and derived tables a `gpuledger ledger` run wrote since. Between two refreshes every
+    /// query reads the same snapshot. Returns how many tables were (re)registered.
     pub async fn refresh(&self) -> Result<usize> {
         let mut registered = 0;
         for table in TABLES {
-            let is_empty_placeholder = self
-                .ctx
-                .table_provider(table.name)
-                .await
-                .map(|p| p.is::<MemTable>())
-                .unwrap_or(true);
-            if is_empty_placeholder && self.location.has_dir(table.name).await? {
-                register(&self.ctx, &self.location, table).await?;
+            let current = self.ctx.table_provider(table.name).await.ok().and_then(|p| p.downcast_ref::<snapshot::SnapshotTable>().map(|t| t.version()));
+            let snapshot = self.location.snapshot(table.name).await?;
+            if current.flatten() != snapshot.version {
+                register_snapshot(&self.ctx, &self.location, table, &snapshot)?;
                 registered += 1;
             }
         }
@@ -136,25 +130,14 @@ pub(crate) fn first_line(sql: &str) -> String {
 }
 
 async fn register(ctx: &SessionContext, location: &StoreLocation, table: &'static Table) -> Result<()> {
-    let file_schema = table.arrow_schema();
-    let result = if location.has_dir(table.name).await? {
-        let url = ListingTableUrl::parse(location.join(&format!("{}/", table.name))).map_err(|source| Error::Register { table: table.name, source })?;
-        // Every file is written sorted by the table's sort columns (ascending, nulls first):
-        // told so, DataFusion merges the files of a day instead of sorting them again for the
-        // windows that follow a GPU's samples in time.
-        let order: Vec<datafusion::logical_expr::SortExpr> = table.sort_by.iter().map(|c| datafusion::prelude::col(*c).sort(true, true)).collect();
-        let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
-            .with_file_extension(".parquet")
-            .with_table_partition_cols(vec![(PARTITION_KEY.to_string(), DataType::Utf8)])
-            .with_file_sort_order(if order.is_empty() { vec![] } else { vec![order] });
-        let config = ListingTableConfig::new(url).with_listing_options(options).with_schema(file_schema);
-        let listing = ListingTable::try_new(config).map_err(|source| Error::Register { table: table.name, source })?;
-        ctx.register_table(table.name, Arc::new(listing))
-    } else {
-        let mut fields: Vec<Field> = file_schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-        fields.push(Field::new(PARTITION_KEY, DataType::Utf8, false));
-        let empty = MemTable::try_new(Arc::new(Schema::new(fields)), vec![vec![]]).map_err(|source| Error::Register { table: table.name, source })?;
-        ctx.register_table(table.name, Arc::new(empty))
-    };
-    result.map(|_| ()).map_err(|source| Error::Register { table: table.name, source })
+    let snapshot = location.snapshot(table.name).await?;
+    register_snapshot(ctx, location, table, &snapshot)
+}
+
+/// Registers `table` as the files of `snapshot` (no files: an empty table with the same
+/// columns, so queries over a table never written return no rows instead of failing).
+fn register_snapshot(ctx: &SessionContext, location: &StoreLocation, table: &'static Table, snapshot: &gpuledger_store::Snapshot) -> Result<()> {
+    // A refresh replaces the table's provider: the session keeps the newer version from then on.
+    ctx.deregister_table(table.name).map_err(|source| Error::Register { table: table.name, source })?;
+    ctx.register_table(table.name, Arc::new(snapshot::SnapshotTable::new(location, table, snapshot))).map(|_| ()).map_err(|source| Error::Register { table: table.name, source })
 }

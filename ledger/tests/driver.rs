@@ -65,7 +65,9 @@ fn samples() -> Vec<Sample> {
 }
 
 /// Writes the samples as the store's `gpu_samples` day partitions.
-fn write_store(root: &std::path::Path) {
+/// Writes the samples as day files, as an older gpuledger left them, then makes the table a
+/// Delta table of those files (`gpuledger store upgrade`).
+async fn write_store(root: &std::path::Path) {
     let schema = gpuledger_schemas::TABLES.iter().find(|t| t.name == "gpu_samples").unwrap().arrow_schema();
     let mut by_day: std::collections::BTreeMap<String, Vec<Sample>> = Default::default();
     for s in samples() {
@@ -98,6 +100,7 @@ fn write_store(root: &std::path::Path) {
         w.write(&batch).unwrap();
         w.close().unwrap();
     }
+    gpuledger_store::delta::upgrade(&StoreLocation::Local(root.to_path_buf())).await.unwrap();
 }
 
 const STATES: &str = "SELECT date, day, node, COALESCE(run, '-') AS run, state, ROUND(SUM(gpu_hours) * 3600, 3) AS seconds \
@@ -119,7 +122,7 @@ async fn rows(a: &Accounting, sql: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_day_by_day_ledger_equals_one_pass_over_the_store() {
     let tmp = tempfile::tempdir().unwrap();
-    write_store(tmp.path());
+    write_store(tmp.path()).await;
     let location = StoreLocation::Local(tmp.path().to_path_buf());
     let config = Config::with_default_price(1.0);
 
@@ -162,7 +165,7 @@ fn columns(schema: &arrow::datatypes::Schema, with_nullability: bool) -> Vec<Str
 #[tokio::test(flavor = "multi_thread")]
 async fn every_derived_table_has_its_declared_schema() {
     let tmp = tempfile::tempdir().unwrap();
-    write_store(tmp.path());
+    write_store(tmp.path()).await;
     let location = StoreLocation::Local(tmp.path().to_path_buf());
     let config = Config::with_default_price(1.0);
     let declared: Vec<&str> = gpuledger_schemas::DERIVED_TABLES.iter().map(|t| t.name).collect();

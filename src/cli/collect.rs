@@ -16,6 +16,9 @@ use gpuledger_collector::live::{self, CollectorConfig};
 /// flush_interval. After a crash, a restart replays the WAL into the store and resumes the
 /// watches where they were: nothing is lost or stored twice. SIGTERM flushes and exits 0.
 ///
+/// Closed days (before today, UTC) are compacted in the background every compact_interval (1h;
+/// "off" disables it), as `gpuledger compact` does.
+///
 /// Kubernetes access comes from $KUBECONFIG, ~/.kube/config, or the pod's service account.
 /// Settings are the [collector] section of the config file (see examples/gpuledger.toml);
 /// /metrics, /healthz and /readyz are served on its `listen` address (127.0.0.1:9464).
@@ -42,11 +45,46 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         cfg.listen = l;
     }
     let rt = super::runtime()?;
-    let summary = rt.block_on(live::run(cfg, &args.store, shutdown_signal())).with_context(|| format!("collecting into {}", args.store))?;
+    let compactor = cfg.compact_interval.map(|every| rt.spawn(compact_closed_days(args.store.clone(), every)));
+    let summary = rt.block_on(live::run(cfg, &args.store, shutdown_signal())).with_context(|| format!("collecting into {}", args.store));
+    if let Some(c) = compactor {
+        c.abort();
+    }
+    let summary = summary?;
     let rows: u64 = summary.writer.rows_written.values().sum();
     let per_table: Vec<String> = summary.writer.rows_written.iter().map(|(t, n)| format!("{t} {n}")).collect();
     tracing::info!(seconds = summary.elapsed.as_secs_f64(), rows, tables = %per_table.join(", "), "stopped: rows written to the store");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Compacts the closed days (before today, UTC) that the collector's flushes left in many files,
+/// now and then every `every`. A day that gets late rows after its compaction is compacted
+/// again on the next pass. Failures are logged, not fatal: collecting matters more.
+async fn compact_closed_days(store: StoreLocation, every: std::time::Duration) {
+    use gpuledger_ledger::compact;
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let today = chrono::Utc::now().date_naive();
+        let days = match compact::plan(&store, today, None).await {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(error = %e, "compaction: reading the tables' logs failed");
+                continue;
+            }
+        };
+        let (mut before, mut after) = (0, 0);
+        for day in &days {
+            match compact::compact_day(&store, day, compact::DEFAULT_TARGET_SIZE).await {
+                Ok(d) => (before, after) = (before + d.files_before, after + d.files_after),
+                Err(e) => tracing::warn!(table = day.table.name, date = %day.date, error = %e, "compaction of a day failed; the next pass tries again"),
+            }
+        }
+        if !days.is_empty() {
+            tracing::info!(days = days.len(), files_before = before, files_after = after, "compacted closed days");
+        }
+    }
 }
 
 /// Resolves at the first SIGTERM or SIGINT.

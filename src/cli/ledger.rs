@@ -81,6 +81,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let engine = args.engine()?;
     let started = Instant::now();
     super::runtime()?.block_on(async {
+        upgrade_store(&args.store).await?;
         let (mut accounting, memory) = run_accounting(&args.store, &config, &RunOptions::default(), &engine, args.progress).await?;
         write_derived(&accounting, &args.store, started).await?;
         accounting.clean_up().await?;
@@ -99,6 +100,17 @@ pub async fn write_derived(accounting: &Accounting, store: &StoreLocation, start
     eprintln!("ledger: {} days of samples accounted in {:.1} s; tables written to {}:", accounting.days.len(), started.elapsed().as_secs_f64(), store.join("ledger/"));
     for t in written {
         eprintln!("  {:<24} {:>9} rows {:>10.1} KiB", t.name, t.rows, t.bytes as f64 / 1024.0);
+    }
+    Ok(())
+}
+
+/// A store an older gpuledger wrote (raw tables without Delta logs) is converted on a writer's
+/// first use, with a line saying so; nothing is rewritten.
+pub async fn upgrade_store(store: &StoreLocation) -> anyhow::Result<()> {
+    for (table, e) in gpuledger_store::delta::upgrade(store).await.with_context(|| format!("upgrading {store}"))? {
+        if e.created && e.converted_files > 0 {
+            eprintln!("gpuledger: {table}: converted to a Delta table (its {} files are its first version)", e.converted_files);
+        }
     }
     Ok(())
 }

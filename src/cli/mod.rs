@@ -7,6 +7,7 @@ mod config;
 mod demo;
 mod ingest;
 mod ledger;
+mod maintain;
 mod progress;
 mod query;
 mod report;
@@ -35,6 +36,8 @@ Examples:
   gpuledger schema gpu_samples
   gpuledger collect --config gpuledger.toml --store ./store   live: watches + DCGM scrapes
   gpuledger serve --store ./store --config gpuledger.toml      SQL (PostgreSQL wire) + HTTP API
+  gpuledger compact --store ./store                   merge closed days' small files
+  gpuledger vacuum --store ./store --retain 7d        delete files no recent version needs
   gpuledger backfill --prometheus http://prometheus:9090 --from 2026-10-01T00:00:00Z --to 2026-10-31T23:59:30Z --store ./store
 
 Logs (collect, serve and the ledger's step timings) go to stderr. GPULEDGER_LOG picks
@@ -64,6 +67,7 @@ enum Command {
     #[command(subcommand)]
     Ballista(ballista::Command),
     Collect(collect::Args),
+    Compact(maintain::CompactArgs),
     Ingest(ingest::Args),
     Query(query::Args),
     Ledger(ledger::Args),
@@ -71,6 +75,9 @@ enum Command {
     Schema(schema::Args),
     Serve(serve::Args),
     Simulate(simulate::Args),
+    #[command(subcommand)]
+    Store(maintain::StoreCommand),
+    Vacuum(maintain::VacuumArgs),
     Demo(demo::Args),
 }
 
@@ -80,6 +87,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Backfill(a) => backfill::run(a),
         Command::Ballista(c) => ballista::run(c),
         Command::Collect(a) => collect::run(a),
+        Command::Compact(a) => maintain::compact(a),
         Command::Ingest(a) => ingest::run(a),
         Command::Query(a) => query::run(a),
         Command::Ledger(a) => ledger::run(a),
@@ -87,6 +95,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Schema(a) => schema::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Simulate(a) => simulate::run(a),
+        Command::Store(c) => maintain::store(c),
+        Command::Vacuum(a) => maintain::vacuum(a),
         Command::Demo(a) => demo::run(a),
     }
 }

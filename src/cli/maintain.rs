@@ -1,0 +1,179 @@
+//! `gpuledger compact`, `gpuledger vacuum` and `gpuledger store ...`: keeping a store's Delta
+//! tables few-filed and its disk use bounded, and bringing an older store up to date.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use chrono::NaiveDate;
+use gpuledger_collector::ingest::Progress;
+use gpuledger_store::StoreLocation;
+
+use super::progress::{ProgressMode, Reporter};
+
+/// Rewrite each closed day of each raw table, stored in many small files (the live collector
+/// commits one per table per flush), as a few large files in the table's sort order, swapped in
+/// by one commit per table and day. Readers running meanwhile see the old files or the new ones,
+/// never both; writers may keep committing. The old files stay for readers that started before,
+/// until `gpuledger vacuum` deletes them.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  gpuledger compact --store ./store                      every day before today (UTC)
+  gpuledger compact --store s3://bucket/fleet --before 2026-11-01 --table gpu_samples
+  gpuledger vacuum --store ./store --retain 7d           then free the space")]
+pub struct CompactArgs {
+    /// Store: a directory, or an object-store URL (s3://bucket/prefix, gs://..., az://...).
+    #[arg(long, env = "GPULEDGER_STORE", value_parser = super::store_location)]
+    store: StoreLocation,
+    /// Compact the days before this one (YYYY-MM-DD). Default: today (UTC), so every closed day.
+    #[arg(long)]
+    before: Option<NaiveDate>,
+    /// Only these tables (repeatable). Default: every raw table.
+    #[arg(long = "table")]
+    tables: Vec<String>,
+    /// Size of the files written (e.g. 256MiB); a day larger than this becomes several files.
+    #[arg(long, value_parser = super::byte_size, default_value = "256MiB")]
+    target_size: u64,
+    /// Progress: a bar on a terminal, lines otherwise.
+    #[arg(long, value_enum, default_value = "auto")]
+    progress: ProgressMode,
+}
+
+pub fn compact(args: CompactArgs) -> anyhow::Result<ExitCode> {
+    use gpuledger_ledger::compact;
+    let before = args.before.unwrap_or_else(|| chrono::Utc::now().date_naive());
+    let tables = (!args.tables.is_empty()).then_some(args.tables.as_slice());
+    if let Some(t) = tables {
+        for name in t {
+            if !gpuledger_schemas::TABLES.iter().any(|x| x.name == name) {
+                anyhow::bail!("--table {name}: no such raw table (see `gpuledger schema`)");
+            }
+        }
+    }
+    let started = Instant::now();
+    let done = super::runtime()?.block_on(async {
+        let days = compact::plan(&args.store, before, tables).await?;
+        let reporter = Reporter::new(args.progress);
+        reporter.start(days.len() as u64, days.iter().map(|d| d.bytes()).sum());
+        let mut done = Vec::new();
+        for day in &days {
+            done.push(compact::compact_day(&args.store, day, args.target_size).await?);
+            reporter.advance(day.bytes());
+        }
+        reporter.finish();
+        anyhow::Ok(done)
+    })?;
+    let before_files: usize = done.iter().map(|d| d.files_before).sum();
+    let after_files: usize = done.iter().map(|d| d.files_after).sum();
+    let mib = |b: u64| b as f64 / 1048576.0;
+    println!(
+        "compacted {} table-days before {before} in {:.1}s: {before_files} files ({:.1} MiB) -> {after_files} files ({:.1} MiB)",
+        done.len(),
+        started.elapsed().as_secs_f64(),
+        mib(done.iter().map(|d| d.bytes_before).sum()),
+        mib(done.iter().map(|d| d.bytes_after).sum()),
+    );
+    let mut per_table: std::collections::BTreeMap<&str, (usize, usize, usize, u64)> = Default::default();
+    for d in &done {
+        let e = per_table.entry(d.table).or_default();
+        *e = (e.0 + 1, e.1 + d.files_before, e.2 + d.files_after, e.3 + d.rows);
+    }
+    for (table, (days, files_before, files_after, rows)) in per_table {
+        println!("  {table:<20} {days} days, {files_before} -> {files_after} files, {rows} rows");
+    }
+    if !done.is_empty() {
+        println!("the replaced files stay until `gpuledger vacuum --store {} --retain 7d` (readers that started earlier still read them)", args.store);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Delete the files no table version younger than --retain needs: files replaced by a
+/// compaction (or by the ledger rewriting a derived table) more than --retain ago, and files a
+/// crashed writer left uncommitted that are older than --retain. A reader that started before
+/// a compaction reads the replaced files: keep --retain longer than any query or ledger run.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  gpuledger vacuum --store ./store --retain 7d
+  gpuledger vacuum --store s3://bucket/fleet --retain 1d --dry-run")]
+pub struct VacuumArgs {
+    /// Store: a directory, or an object-store URL.
+    #[arg(long, env = "GPULEDGER_STORE", value_parser = super::store_location)]
+    store: StoreLocation,
+    /// Keep what a version younger than this needs (30m, 12h, 7d).
+    #[arg(long, value_parser = gpuledger_schemas::units::parse_duration, default_value = "7d")]
+    retain: Duration,
+    /// Only say what would be deleted.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+pub fn vacuum(args: VacuumArgs) -> anyhow::Result<ExitCode> {
+    let rows = super::runtime()?.block_on(async {
+        let mut rows = Vec::new();
+        for table in gpuledger_schemas::TABLES {
+            if args.store.is_delta_table(table.name).await? {
+                rows.push((table.name, args.store.vacuum(table.name, args.retain, args.dry_run).await?));
+            }
+        }
+        anyhow::Ok(rows)
+    })?;
+    let total: usize = rows.iter().map(|(_, v)| v.files_deleted).sum();
+    let verb = if args.dry_run { "would delete" } else { "deleted" };
+    println!("vacuum {verb} {total} files older than {}", gpuledger_schemas::units::format_duration(args.retain));
+    for (table, v) in rows.iter().filter(|(_, v)| v.files_deleted > 0) {
+        println!("  {table:<20} {} files", v.files_deleted);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The store itself: its format version and its tables' logs.
+#[derive(Debug, clap::Subcommand)]
+pub enum StoreCommand {
+    Upgrade(UpgradeArgs),
+    Status(StatusArgs),
+}
+
+/// Make a store written by an older gpuledger current: each raw table becomes a Delta table
+/// whose first version is the files already there (none is rewritten), and tables get the
+/// columns this version added. Any writer does this on first use; readers refuse an old store
+/// until it is done. Safe to run twice, and while readers run.
+#[derive(Debug, clap::Args)]
+pub struct UpgradeArgs {
+    #[arg(long, env = "GPULEDGER_STORE", value_parser = super::store_location)]
+    store: StoreLocation,
+}
+
+/// Files, bytes, rows and log version of each raw table, as a reader would see them now.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    #[arg(long, env = "GPULEDGER_STORE", value_parser = super::store_location)]
+    store: StoreLocation,
+}
+
+pub fn store(command: StoreCommand) -> anyhow::Result<ExitCode> {
+    let rt = super::runtime()?;
+    match command {
+        StoreCommand::Upgrade(a) => {
+            let done = rt.block_on(gpuledger_store::delta::upgrade(&a.store))?;
+            for (table, e) in &done {
+                let what = match (e.created, e.added_columns.is_empty()) {
+                    (true, _) => format!("now a Delta table of its {} files", e.converted_files),
+                    (false, false) => format!("added columns {}", e.added_columns.join(", ")),
+                    (false, true) => "up to date".to_string(),
+                };
+                println!("  {table:<20} {what}");
+            }
+            println!("store {} is current ({} tables)", a.store, done.len());
+        }
+        StoreCommand::Status(a) => {
+            println!("{:<20} {:>8} {:>8} {:>12} {:>14} {:>6}", "table", "version", "files", "MiB", "rows", "days");
+            for table in gpuledger_schemas::TABLES {
+                let s = rt.block_on(a.store.snapshot(table.name))?;
+                let Some(version) = s.version else { continue };
+                let days: std::collections::BTreeSet<_> = s.files.iter().filter_map(|f| f.date.as_deref()).collect();
+                let rows = s.rows().map_or("?".to_string(), |r| r.to_string());
+                println!("{:<20} {version:>8} {:>8} {:>12.1} {rows:>14} {:>6}", table.name, s.files.len(), s.bytes() as f64 / 1048576.0, days.len());
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
