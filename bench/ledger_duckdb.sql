@@ -9,7 +9,7 @@ WITH s AS (
     SELECT hostname, uuid, mig_instance, namespace, pod, engine_active, gpu_util,
            COALESCE(mig_sevenths(mig_profile), 7) AS sevenths, epoch_ms(ts) AS t,
            LEAD(epoch_ms(ts)) OVER (PARTITION BY hostname, uuid, mig_instance ORDER BY ts) AS t_next
-    FROM read_parquet('@STORE@/gpu_samples/*/*.parquet', hive_partitioning = true)
+    FROM read_parquet('@STORE@/gpu_samples/date=*/*.parquet', hive_partitioning = true)
 ), m AS (
     SELECT *, COALESCE(MEDIAN(CASE WHEN t_next > t THEN t_next - t END) OVER (PARTITION BY hostname, uuid, mig_instance), 30000) AS iv FROM s
 ), c AS (

@@ -200,7 +200,11 @@ fn store_layout_is_hive_partitioned_parquet() {
     let cap = simulate(dir.path(), "8", "2");
     let store = dir.path().join("store");
     ingest(&[&cap], &store);
-    let files = walk(&store.join("gpu_samples"));
+    let all = walk(&store.join("gpu_samples"));
+    // The table's log lists its files; everything else is Parquet in day partitions.
+    let log: Vec<_> = all.iter().filter(|p| p.parent().unwrap().ends_with("_delta_log")).collect();
+    assert!(log.iter().any(|p| p.file_name().unwrap() == "00000000000000000000.json"), "no first commit in {log:?}");
+    let files: Vec<_> = all.iter().filter(|p| !p.parent().unwrap().ends_with("_delta_log")).collect();
     assert!(!files.is_empty());
     for f in &files {
         let rel = f.strip_prefix(store.join("gpu_samples")).unwrap().to_string_lossy().into_owned();

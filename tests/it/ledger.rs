@@ -864,7 +864,7 @@ cost = con.execute(f"SELECT sum(cost) FROM '{d}priced_state_hours.parquet' WHERE
 # Energy straight from the raw samples, per physical GPU (MIG instances repeat their GPU's
 # counter): the counter's rise to the next reading within max_gap (2.5 x the 60 s scrape), a
 # drop read as a reset, else the power reading times one scrape interval.
-raw = sys.argv[1] + "/gpu_samples/*/*.parquet"
+raw = sys.argv[1] + "/gpu_samples/date=*/*.parquet"
 raw_kwh = con.execute(f"""
     WITH g AS (SELECT hostname, uuid, epoch_ms(ts) AS t, min(energy_mj) AS e, max(power_w) AS p
                FROM read_parquet('{raw}', hive_partitioning = true) GROUP BY ALL),

@@ -4,6 +4,7 @@
 mod backfill;
 mod cli;
 mod dashboards;
+mod delta;
 mod deploy;
 mod fleet;
 mod focus;

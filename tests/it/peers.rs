@@ -1,48 +1,93 @@
-//! Peer readers: DuckDB (PyPI `duckdb`) reads every table of the store without gpuledger, and
-//! its counts match `gpuledger query`.
+//! Peer readers: the Python `deltalake` package and DuckDB (PyPI) read every table of the store
+//! without gpuledger, before and after compaction and VACUUM, and their counts match
+//! `gpuledger query`.
 
 use std::process::Command;
 
 use tempfile::TempDir;
 
-use crate::util::{count, ingest, run};
+use crate::util::{count, run};
 
 #[test]
-fn duckdb_reads_every_table_with_the_same_counts() {
-    let probe = Command::new("python3").args(["-c", "import duckdb"]).output();
-    assert!(
-        probe.as_ref().is_ok_and(|o| o.status.success()),
-        "DuckDB is needed for this test: python3 -m pip install duckdb (.ci/run does)"
-    );
+fn delta_readers_and_duckdb_read_every_table_with_the_same_counts() {
+    for module in ["duckdb", "deltalake"] {
+        let probe = Command::new("python3").args(["-c", &format!("import {module}")]).output();
+        assert!(probe.as_ref().is_ok_and(|o| o.status.success()), "{module} is needed for this test: python3 -m pip install {module} (.ci/run does)");
+    }
     let dir = TempDir::new().unwrap();
     let cap = dir.path().join("capture");
-    run(&["simulate", "--out", &cap.display().to_string(), "--gpus", "8", "--days", "1", "--scrape-interval", "60s"], 0);
+    run(&["simulate", "--out", &cap.display().to_string(), "--gpus", "8", "--days", "2", "--scrape-interval", "60s"], 0);
     let store = dir.path().join("store");
-    ingest(&[&cap], &store);
+    // Small flushes: many files per day, so that compaction has something to do.
+    run(&["ingest", "--progress", "off", "--flush-rows", "2000", "--store", &store.display().to_string(), &cap.display().to_string()], 0);
+    let names: Vec<&str> = gpuledger_schemas::TABLES.iter().map(|t| t.name).collect();
+    let ours: Vec<i64> = names.iter().map(|t| count(&store, &format!("SELECT count(*) AS n FROM {t}"))).collect();
+    assert!(ours.iter().filter(|n| **n > 0).count() >= 8, "the simulated capture should fill most tables: {ours:?}");
+
+    let check = |stage: &str, glob_counts_more: bool| {
+        let peers = peer_counts(&store, &names);
+        for (t, n) in names.iter().zip(&ours) {
+            let p = &peers[*t];
+            assert_eq!(p["delta"].as_i64(), Some(*n), "{stage}: deltalake reads {t}: {p}");
+            assert_eq!(p["duckdb_snapshot"].as_i64(), Some(*n), "{stage}: DuckDB over the snapshot's files reads {t}: {p}");
+            let glob = p["duckdb_glob"].as_i64().unwrap();
+            if glob_counts_more {
+                assert!(glob >= *n, "{stage}: {t}: {p}");
+            } else {
+                assert_eq!(glob, *n, "{stage}: a plain glob over {t}: {p}");
+            }
+            assert_eq!(p["unsorted_files"].as_i64(), Some(0), "{stage}: every file of {t} is in the table's sort order: {p}");
+        }
+        peers
+    };
+    check("after ingest", false);
+    run(&["compact", "--store", &store.display().to_string(), "--before", "2100-01-01", "--progress", "off"], 0);
+    // Until VACUUM, the replaced files are still there: a plain glob counts them again.
+    let peers = check("after compact", true);
+    assert!(peers["gpu_samples"]["duckdb_glob"].as_i64().unwrap() > ours[names.iter().position(|t| *t == "gpu_samples").unwrap()], "{peers}");
+    run(&["vacuum", "--store", &store.display().to_string(), "--retain", "1ms"], 0);
+    check("after vacuum", false);
+}
+
+/// Per table: rows as the Python `deltalake` package reads the table, as DuckDB reads the
+/// files of the table's current version, and as DuckDB reads a plain glob of its directory;
+/// and how many of those files are not sorted by the table's sort columns.
+fn peer_counts(store: &std::path::Path, names: &[&str]) -> serde_json::Value {
     let script = r#"
 import duckdb, json, os, sys
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
 root = sys.argv[1]
+sorts = json.loads(sys.argv[2])
 out = {}
-for t in sys.argv[2:]:
+for t, sort_by in sorts.items():
     d = os.path.join(root, t)
-    if not os.path.isdir(d):
-        out[t] = 0
+    if not os.path.isdir(os.path.join(d, "_delta_log")):
+        out[t] = {"delta": 0, "duckdb_snapshot": 0, "duckdb_glob": 0, "unsorted_files": 0}
         continue
-    q = f"SELECT count(*), count(DISTINCT date) FROM read_parquet('{d}/*/*.parquet', hive_partitioning = true)"
-    out[t] = duckdb.execute(q).fetchone()[0]
+    dt = DeltaTable(d)
+    delta = dt.to_pyarrow_dataset().count_rows()
+    files = dt.file_uris()
+    snap = duckdb.execute("SELECT count(*) FROM read_parquet(?, hive_partitioning = true)", [files]).fetchone()[0] if files else 0
+    glob = duckdb.execute(f"SELECT count(*) FROM read_parquet('{d}/date=*/*.parquet', hive_partitioning = true)").fetchone()[0]
+    unsorted = 0
+    for f in files:
+        tbl = pq.read_table(f)
+        if tbl.num_rows == 0 or not sort_by:
+            continue
+        order = pc.sort_indices(tbl, sort_keys=[(c, "ascending") for c in sort_by], null_placement="at_start")
+        # Rows already in order, up to ties: the sorted keys equal the stored keys.
+        for c in sort_by:
+            if not tbl.column(c).equals(pc.take(tbl.column(c), order)):
+                unsorted += 1
+                break
+    out[t] = {"delta": delta, "duckdb_snapshot": snap, "duckdb_glob": glob, "unsorted_files": unsorted}
 print(json.dumps(out))
 "#;
-    let names: Vec<&str> = gpuledger_schemas::TABLES.iter().map(|t| t.name).collect();
-    let out = Command::new("python3").arg("-c").arg(script).arg(&store).args(&names).output().unwrap();
+    let sorts: serde_json::Map<String, serde_json::Value> =
+        gpuledger_schemas::TABLES.iter().filter(|t| names.contains(&t.name)).map(|t| (t.name.to_string(), serde_json::json!(t.sort_by))).collect();
+    let out = Command::new("python3").arg("-c").arg(script).arg(store).arg(serde_json::Value::Object(sorts).to_string()).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let duck: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mut nonempty = 0;
-    for t in &names {
-        let ours = count(&store, &format!("SELECT count(*) AS n FROM {t}"));
-        assert_eq!(duck[t].as_i64(), Some(ours), "table {t}");
-        if ours > 0 {
-            nonempty += 1;
-        }
-    }
-    assert!(nonempty >= 8, "the simulated capture should fill most tables, filled {nonempty}");
+    serde_json::from_slice(&out.stdout).unwrap()
 }

@@ -255,24 +255,19 @@ fn new_files_and_a_new_ledger_show_up_without_a_restart() {
     assert!(err.contains("chargeback_monthly"), "{err}");
     let before: u64 = server.psql_csv("SELECT count(*) FROM pods").unwrap()[1][0].parse().unwrap();
 
-    // A new part file in an existing partition (as ingest or the collector write them).
-    let day = std::fs::read_dir(store.join("pods")).unwrap().next().unwrap().unwrap().path();
-    let parts: Vec<_> = std::fs::read_dir(&day).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "parquet")).collect();
-    // One file in the day, so the day's count is the file's count.
-    assert_eq!(parts.len(), 1, "{parts:?}");
-    let part = &parts[0];
-    // The partition directory is `date=YYYY-MM-DD`; the column holds the date alone.
-    let date = day.file_name().unwrap().to_string_lossy().trim_start_matches("date=").to_owned();
-    let part_rows: u64 = local_csv(&store, &format!("SELECT count(*) FROM pods WHERE date = '{date}'"))[1][0].parse().unwrap();
-    // Counting the partition by its directory name found 0 rows, so the test waited for the
-    // count it had before the copy: it passed only while the first poll came within the
-    // server's listing cache (500 ms) and failed whenever a loaded machine was slower.
-    assert!(part_rows > 0, "no pods on {date}");
-    // Written as the store's writers do: whole under a name no reader lists, then renamed, so
-    // the server can never list it half written.
-    let staged = day.join("part-zz-new.parquet.tmp");
-    std::fs::copy(part, &staged).unwrap();
-    std::fs::rename(&staged, day.join("part-zz-new.parquet")).unwrap();
+    // A Parquet file dropped into a partition without a commit (what a writer that crashed
+    // before committing leaves) is not part of the table: no reader counts it.
+    let day = std::fs::read_dir(store.join("pods")).unwrap().map(|e| e.unwrap().path()).find(|p| p.file_name().unwrap().to_string_lossy().starts_with("date=")).unwrap();
+    let part = std::fs::read_dir(&day).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|x| x == "parquet")).unwrap();
+    std::fs::copy(&part, day.join("part-zz-uncommitted.parquet")).unwrap();
+    // New rows committed while serving (as ingest or the collector commit them): another
+    // simulated cluster's two days, so none of its pods is already stored.
+    let cap = tmp.path().join("more");
+    run(&["simulate", "--out", &cap.display().to_string(), "--gpus", "4", "--days", "1", "--seed", "99", "--start", "2026-11-05T00:00:00Z", "--scrape-interval", "60s"], 0);
+    let out = run(&["ingest", "--progress", "off", "--format", "json", "--store", &store.display().to_string(), &cap.display().to_string()], 0);
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let part_rows = summary["rows_written"]["pods"].as_u64().unwrap();
+    assert!(part_rows > 0, "{summary}");
     // Each poll's answer and how long it took, to tell a slow server from a stale one if the
     // file never shows up.
     let mut polls: Vec<(std::time::Duration, String)> = Vec::new();
@@ -287,7 +282,7 @@ fn new_files_and_a_new_ledger_show_up_without_a_restart() {
     let shown: Vec<_> = polls.iter().take(5).chain(polls.iter().skip(5.max(polls.len().saturating_sub(5)))).collect();
     assert!(
         seen,
-        "the new file ({part_rows} rows, {before} before) never showed up in {} polls; first and last (took, answer): {shown:?}; now: {:?}; server log:\n{}",
+        "the new commit ({part_rows} rows, {before} before) never showed up in {} polls; first and last (took, answer): {shown:?}; now: {:?}; server log:\n{}",
         polls.len(),
         server.psql_csv("SELECT count(*) FROM pods"),
         server.log()

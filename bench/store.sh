@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Store benchmark (README, "Benchmarks", "Store"): a month of data stored the way the live
+# collector stores it (a commit of a few hundred rows per table every 5 minutes), then side by
+# side in one run, before and after `gpuledger compact`:
+#   files per table (`gpuledger store status`), three queries (best of 3 wall times each) and
+#   one `gpuledger ledger` run; plus the compaction's own time and the ingest's peak RSS.
+# Knobs: GPUS (16), DAYS (30), FLUSH_ROWS (rows per commit of gpu_samples: GPUS x 10, five
+# minutes of 30 s samples), BENCH_DIR (bench-data/store), BIN, SKIP_BUILD.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. bench/common.sh
+GPUS=${GPUS:-16}
+DAYS=${DAYS:-30}
+FLUSH_ROWS=${FLUSH_ROWS:-$((GPUS * 10))}
+bench_setup store bench-data/store
+S="$W/store"
+
+rm -rf "$W/capture" "$S"
+say "simulating $GPUS GPUs x $DAYS days at 30 s..."
+"$BIN" simulate --out "$W/capture" --gpus "$GPUS" --days "$DAYS" --seed 11 >&2
+say "ingesting with a commit every $FLUSH_ROWS rows (the collector's 5-minute flushes)..."
+/usr/bin/time -f '%e %M' -o "$W/ingest.time" "$BIN" ingest "$W/capture" --store "$S" --progress off --threads 1 --flush-rows "$FLUSH_ROWS" --format json > "$W/ingest.json"
+rm -rf "$W/capture"
+DAY=$("$BIN" query --store "$S" --format csv "SELECT min(date) AS d FROM gpu_samples" | tail -1)
+
+queries=(
+  "month: samples per day|SELECT date, count(*) AS n, avg(gpu_util) AS util FROM gpu_samples GROUP BY date ORDER BY date"
+  "one day: power per GPU|SELECT uuid, max(power_w) AS p FROM gpu_samples WHERE date = '$DAY' GROUP BY uuid"
+  "pods: phases|SELECT phase, count(*) AS n FROM pods GROUP BY phase"
+)
+
+# Best of three wall times of a command, in seconds.
+best_of_3() {
+  local best=""
+  for _ in 1 2 3; do
+    local t0 t1
+    t0=$(date +%s.%N)
+    "$@" > /dev/null
+    t1=$(date +%s.%N)
+    best=$(python3 -c "t=$t1-$t0; b='$best'; print(min(t, float(b)) if b else t)")
+  done
+  echo "$best"
+}
+
+measure() {
+  local stage=$1
+  "$BIN" store status --store "$S" > "$W/status.$stage"
+  for q in "${queries[@]}"; do
+    echo "${q%%|*}|$(best_of_3 "$BIN" query --store "$S" --format csv "${q#*|}")" >> "$W/queries.$stage"
+  done
+  /usr/bin/time -f '%e %M' -o "$W/ledger.$stage" "$BIN" ledger --store "$S" --config examples/gpuledger.toml --progress off 2> "$W/ledger.$stage.log"
+  "$BIN" query --store "$S" --format csv "SELECT month, team, round(total, 6) AS total FROM chargeback_monthly ORDER BY 1, 2" > "$W/chargeback.$stage"
+}
+
+rm -f "$W"/queries.* "$W"/status.* "$W"/ledger.*
+say "measuring before compaction..."
+measure before
+say "compacting..."
+/usr/bin/time -f '%e %M' -o "$W/compact.time" "$BIN" compact --store "$S" --before 2100-01-01 --progress off > "$W/compact.out"
+say "measuring after compaction (before VACUUM: the replaced files are still on disk)..."
+measure after
+"$BIN" vacuum --store "$S" --retain 1ms > "$W/vacuum.out"
+
+python3 - "$W" "$GPUS" "$DAYS" <<'PY'
+import json, sys
+w, gpus, days = sys.argv[1], sys.argv[2], sys.argv[3]
+def status(stage):
+    rows = [l.split() for l in open(f"{w}/status.{stage}").read().splitlines()[1:]]
+    return {r[0]: (int(r[2]), float(r[3])) for r in rows}
+def queries(stage):
+    return [l.rsplit("|", 1) for l in open(f"{w}/queries.{stage}").read().splitlines()]
+def timing(path):
+    s, kb = open(path).read().split()
+    return float(s), int(kb) / 1024
+ing = json.load(open(f"{w}/ingest.json"))
+t, rss = timing(f"{w}/ingest.time")
+print(f"store bench: {gpus} GPUs x {days} days; ingest {t:.1f} s, peak RSS {rss:.0f} MiB, {ing['files_written']} files in {ing['commits']} commits")
+b, a = status("before"), status("after")
+print(f"{'table':<20} {'files before':>12} {'files after':>11} {'MiB before':>10} {'MiB after':>9}")
+for table in sorted(b):
+    print(f"{table:<20} {b[table][0]:>12} {a.get(table, (0, 0))[0]:>11} {b[table][1]:>10.1f} {a.get(table, (0, 0))[1]:>9.1f}")
+t, _ = timing(f"{w}/compact.time")
+print(f"compact: {t:.1f} s; {open(f'{w}/compact.out').readline().strip()}")
+print(f"{'query (best of 3)':<28} {'before s':>9} {'after s':>8} {'ratio':>6}")
+for (name, tb), (_, ta) in zip(queries("before"), queries("after")):
+    print(f"{name:<28} {float(tb):>9.2f} {float(ta):>8.2f} {float(tb) / float(ta):>6.1f}")
+lb, mb = timing(f"{w}/ledger.before")
+la, ma = timing(f"{w}/ledger.after")
+print(f"{'gpuledger ledger':<28} {lb:>9.1f} {la:>8.1f} {lb / la:>6.1f}   (peak RSS {mb:.0f} / {ma:.0f} MiB)")
+same = open(f"{w}/chargeback.before").read() == open(f"{w}/chargeback.after").read()
+print(f"chargeback identical before and after compaction: {same}")
+print(open(f"{w}/vacuum.out").readline().strip())
+sys.exit(0 if same else 1)
+PY
