@@ -1,25 +1,42 @@
 #!/usr/bin/env bash
-# Store benchmark (README, "Benchmarks", "Store"): a month of data stored the way the live
-# collector stores it (a commit of a few hundred rows per table every 5 minutes), then side by
-# side in one run, before and after `gpuledger compact`:
-#   files per table (`gpuledger store status`), three queries (best of 3 wall times each) and
-#   one `gpuledger ledger` run; plus the compaction's own time and the ingest's peak RSS.
-# Knobs: GPUS (16), DAYS (30), FLUSH_ROWS (rows per commit of gpu_samples: GPUS x 10, five
-# minutes of 30 s samples), BENCH_DIR (bench-data/store), BIN, SKIP_BUILD.
+# Store benchmark (README, "Benchmarks", "Store"): data stored the way the live collector stores
+# it (a commit per 5 minutes of samples), then side by side in one run, before and after
+# `gpuledger compact`: files per table (`gpuledger store status`), three queries (best of 3 wall
+# times each) and one `gpuledger ledger` run; plus the compaction's own time.
+# The simulator writes a file per node and day; each is cut into 5-minute files first, so that
+# the ingest commits what a collector's flushes would (a commit per node and 5 minutes).
+# Knobs: GPUS (8), DAYS (7), BENCH_DIR (bench-data/store), BIN, SKIP_BUILD.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/common.sh
-GPUS=${GPUS:-16}
-DAYS=${DAYS:-30}
-FLUSH_ROWS=${FLUSH_ROWS:-$((GPUS * 10))}
+GPUS=${GPUS:-8}
+DAYS=${DAYS:-7}
 bench_setup store bench-data/store
 S="$W/store"
 
 rm -rf "$W/capture" "$S"
 say "simulating $GPUS GPUs x $DAYS days at 30 s..."
 "$BIN" simulate --out "$W/capture" --gpus "$GPUS" --days "$DAYS" --seed 11 >&2
-say "ingesting with a commit every $FLUSH_ROWS rows (the collector's 5-minute flushes)..."
-/usr/bin/time -f '%e %M' -o "$W/ingest.time" "$BIN" ingest "$W/capture" --store "$S" --progress off --threads 1 --flush-rows "$FLUSH_ROWS" --format json > "$W/ingest.json"
+say "cutting each node's day into 5-minute files..."
+python3 - "$W/capture/dcgm" <<'PY'
+import os, sys
+root = sys.argv[1]
+for node in sorted(os.listdir(root)):
+    for day in sorted(os.listdir(os.path.join(root, node))):
+        path = os.path.join(root, node, day)
+        out = {}
+        with open(path) as f:
+            for line in f:
+                window = int(line.rsplit(None, 1)[-1]) // 300_000
+                if window not in out:
+                    out[window] = open(os.path.join(root, node, f"{window * 300_000}.prom"), "w")
+                out[window].write(line)
+        for o in out.values():
+            o.close()
+        os.remove(path)
+PY
+say "ingesting, a commit per file..."
+/usr/bin/time -f '%e %M' -o "$W/ingest.time" "$BIN" ingest "$W/capture" --store "$S" --progress off --threads 1 --flush-rows 1 --format json > "$W/ingest.json"
 rm -rf "$W/capture"
 DAY=$("$BIN" query --store "$S" --format csv "SELECT min(date) AS d FROM gpu_samples" | tail -1)
 

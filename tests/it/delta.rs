@@ -67,10 +67,24 @@ fn simulate(out: &Path, gpus: &str, seed: &str, start: &str) -> PathBuf {
     out.to_path_buf()
 }
 
-/// Ingests with small flushes: many small files and commits, as the live collector leaves them.
-fn ingest_small_flushes(cap: &Path, store: &Path) -> Value {
-    let out = run(&["ingest", "--format", "json", "--progress", "off", "--flush-rows", "400", "--threads", "1", "--store", &store.display().to_string(), &cap.display().to_string()], 0);
-    serde_json::from_slice(&out.stdout).unwrap()
+/// A store of 4 GPUs x 2 days ingested in small flushes (many small files and commits, as the
+/// live collector leaves them), a runtime to read it with, and what a reader sees of it.
+struct SmallFlushStore {
+    path: PathBuf,
+    location: gpuledger_store::StoreLocation,
+    rt: tokio::runtime::Runtime,
+    totals: Totals,
+}
+
+fn small_flush_store(dir: &Path) -> SmallFlushStore {
+    let cap = simulate(&dir.join("a"), "4", "7", "2026-10-30T00:00:00Z");
+    let path = dir.join("store");
+    run(&["ingest", "--progress", "off", "--flush-rows", "400", "--threads", "1", "--store", &path.display().to_string(), &cap.display().to_string()], 0);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let location = gpuledger_store::StoreLocation::Local(path.clone());
+    let totals = rt.block_on(totals(&location));
+    assert!(totals.samples > 0 && totals.pods > 0, "{totals:?}");
+    SmallFlushStore { path, location, rt, totals }
 }
 
 /// Files per table and log version, from `gpuledger store status`.
@@ -100,14 +114,8 @@ fn files_on_disk(table_dir: &Path) -> usize {
 #[test]
 fn readers_see_every_row_once_while_compact_and_an_ingest_commit() {
     let dir = TempDir::new().unwrap();
-    let first = simulate(&dir.path().join("a"), "4", "7", "2026-10-30T00:00:00Z");
+    let SmallFlushStore { path: store, location, rt, totals: before } = small_flush_store(dir.path());
     let second = simulate(&dir.path().join("b"), "2", "99", "2026-11-05T00:00:00Z");
-    let store = dir.path().join("store");
-    ingest_small_flushes(&first, &store);
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let location = gpuledger_store::StoreLocation::Local(store.clone());
-    let before = rt.block_on(totals(&location));
-    assert!(before.samples > 0 && before.pods > 0, "{before:?}");
     let files_before = status(&store);
     assert!(files_before["gpu_samples"].1 > 4, "small flushes should leave many files: {files_before:?}");
 
@@ -194,12 +202,7 @@ fn table_counts(store: &Path) -> Vec<(String, i64)> {
 fn compact_or_vacuum_killed_anywhere_then_rerun_gives_the_clean_result() {
     use std::os::unix::process::ExitStatusExt;
     let dir = TempDir::new().unwrap();
-    let cap = simulate(&dir.path().join("a"), "4", "7", "2026-10-30T00:00:00Z");
-    let store = dir.path().join("store");
-    ingest_small_flushes(&cap, &store);
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let location = gpuledger_store::StoreLocation::Local(store.clone());
-    let want = rt.block_on(totals(&location));
+    let SmallFlushStore { path: store, location, rt, totals: want } = small_flush_store(dir.path());
     let log_entries = |t: &str| std::fs::read_dir(store.join(t).join("_delta_log")).map(|d| d.count()).unwrap_or(0);
 
     // Kill compaction once it has written its first new file, then once it has committed

@@ -94,7 +94,9 @@ impl Store {
         let files = BlockingStore::new(location)?;
         // A prefix that holds objects but no marker is someone else's: refused, as for a directory.
         if location.local().is_none() && !files.has_file(MARKER)? {
-            if !files.is_empty()? {
+            // Objects but no marker: someone else's, unless another writer is creating the store
+            // right now (it writes the marker before anything else, so look again after the listing).
+            if !files.is_empty()? && !files.has_file(MARKER)? {
                 return Err(Error::Store {
                     path: location.display(""),
                     reason: format!("holds objects but no {MARKER} marker: not a gpuledger store, refusing to write into it"),
