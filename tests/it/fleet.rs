@@ -116,7 +116,7 @@ fn two_ingests_at_once_into_one_s3_prefix_store_each_row_once() {
     // second PUT of the same log entry is refused with 412.
     let tmp = tempfile::tempdir().unwrap();
     let moto = Moto::start(&tmp.path().join("moto.log"));
-    let capture = simulate(tmp.path(), 4, 2, "60s", "2026-10-30T12:00:00Z");
+    let capture = simulate(tmp.path(), 2, 2, "60s", "2026-10-30T12:00:00Z");
     let cap = capture.display().to_string();
     let local_store = tmp.path().join("store").display().to_string();
     local(&["ingest", &cap, "--store", &local_store, "--progress", "off"]);
