@@ -11,8 +11,9 @@ use tracing_subscriber::EnvFilter;
 pub const FILTER_ENV: &str = "GPULEDGER_LOG";
 
 /// The filter used when [`FILTER_ENV`] is unset: DataFusion, kube and hyper log a lot at
-/// `info`/`debug` that an operator does not need.
-pub const DEFAULT_FILTER: &str = "warn,gpuledger=info,gpuledger_collector=info,gpuledger_ledger=info,gpuledger_serve=info,gpuledger_store=info";
+/// `info`/`debug` that an operator does not need, and delta-rs warns of commits it retries over
+/// a concurrent commit, which is normal (compaction commits each day on top of the last).
+pub const DEFAULT_FILTER: &str = "warn,deltalake_core=error,gpuledger=info,gpuledger_collector=info,gpuledger_ledger=info,gpuledger_serve=info,gpuledger_store=info";
 
 /// How each event is written to stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
