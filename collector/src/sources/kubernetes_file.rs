@@ -11,7 +11,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::diag::{self, Diagnostics, Position};
+use crate::diag::{Diagnostics, Position};
 use crate::sources::{Loaded, Origin, Source};
 use crate::tables::k8s::K8sTables;
 
@@ -33,29 +33,46 @@ pub struct ObjectVersion {
 /// Reads every object version in `bytes` (the content of `path`). `fallback_ms` is the time used
 /// for an object that records no time of its own (the file's modification time).
 pub fn read_objects(path: &Path, bytes: &[u8], fallback_ms: i64, diags: &mut Diagnostics) -> Vec<ObjectVersion> {
-    let mut reader = Reader {
-        path,
-        fallback_ms,
-        out: Vec::new(),
-        last_watch_ms: None,
-        untimed: 0,
-    };
+    let mut out = Vec::new();
+    let mut emit = |v: ObjectVersion, _: &mut Diagnostics| out.push(v);
+    let mut reader = Reader::new(path, fallback_ms, &mut emit);
     match format_of(path, bytes) {
-        Format::Json => read_json_stream(bytes, &mut reader, diags),
+        Format::Json => {
+            // Reading a slice cannot fail.
+            let _ = read_json_stream(&mut &bytes[..], bytes.len().max(1), &mut reader, diags);
+        }
         Format::Yaml => read_yaml_documents(bytes, &mut reader, diags),
     }
-    if reader.untimed > 0 {
-        diags.warn(
-            path,
-            Position::File,
-            "time_from_mtime",
-            format!(
-                "{} object version(s) record no time of their own; the file's modification time was used as their observation time",
-                reader.untimed
-            ),
-        );
-    }
-    reader.out
+    reader.finish(diags);
+    out
+}
+
+/// Whether [`stream_objects`] can read a file: JSON (by its extension, else by `head`, its first
+/// bytes), which is read a window at a time. YAML is read whole.
+pub fn is_json(path: &Path, head: &[u8]) -> bool {
+    matches!(format_of(path, head), Format::Json)
+}
+
+/// Bytes a JSON stream is read ahead by. A value longer than the window grows it (a `List` is
+/// one value), so memory follows the largest value, not the file.
+pub const STREAM_WINDOW: usize = 1 << 20;
+
+/// Reads the JSON values of `input` (the content of `path`, see [`is_json`]) a window at a
+/// time, handing each object version to `emit` in stream order, so that a watch stream larger
+/// than memory is read in memory of the order of its largest object. The versions, their
+/// times and the diagnostics are those [`read_objects`] finds in the whole file. Fails only when
+/// `input` does: what was read before stays emitted.
+pub fn stream_objects(
+    path: &Path,
+    input: &mut dyn std::io::Read,
+    fallback_ms: i64,
+    diags: &mut Diagnostics,
+    emit: &mut dyn FnMut(ObjectVersion, &mut Diagnostics),
+) -> std::io::Result<()> {
+    let mut reader = Reader::new(path, fallback_ms, emit);
+    let read = read_json_stream(input, STREAM_WINDOW, &mut reader, diags);
+    reader.finish(diags);
+    read
 }
 
 /// `kubernetes_file`: the [`Source`] over [`read_objects`]; objects without a time of their
@@ -141,11 +158,35 @@ fn format_of(path: &Path, bytes: &[u8]) -> Format {
 struct Reader<'a> {
     path: &'a Path,
     fallback_ms: i64,
-    out: Vec<ObjectVersion>,
+    /// Takes each object version found.
+    emit: &'a mut dyn FnMut(ObjectVersion, &mut Diagnostics),
+    /// Versions emitted so far (the next one's `seq`).
+    emitted: i64,
     /// Observation time of the last watch event, so that a stream never goes back in time.
     last_watch_ms: Option<i64>,
     /// Versions that took `fallback_ms`.
     untimed: u64,
+}
+
+impl<'a> Reader<'a> {
+    fn new(path: &'a Path, fallback_ms: i64, emit: &'a mut dyn FnMut(ObjectVersion, &mut Diagnostics)) -> Self {
+        Reader { path, fallback_ms, emit, emitted: 0, last_watch_ms: None, untimed: 0 }
+    }
+
+    /// One warning for all the versions that had no time of their own.
+    fn finish(self, diags: &mut Diagnostics) {
+        if self.untimed > 0 {
+            diags.warn(
+                self.path,
+                Position::File,
+                "time_from_mtime",
+                format!(
+                    "{} object version(s) record no time of their own; the file's modification time was used as their observation time",
+                    self.untimed
+                ),
+            );
+        }
+    }
 }
 
 impl Reader<'_> {
@@ -301,13 +342,14 @@ impl Reader<'_> {
             }
             self.last_watch_ms = Some(observed);
         }
-        let seq = i64::try_from(self.out.len()).unwrap_or(i64::MAX);
-        self.out.push(ObjectVersion {
+        let version = ObjectVersion {
             observed_at_ms: observed,
-            seq,
+            seq: self.emitted,
             event_type,
             object: Value::Object(obj),
-        });
+        };
+        self.emitted += 1;
+        (self.emit)(version, diags);
     }
 }
 
@@ -382,80 +424,140 @@ fn walk_times(v: &Value, latest: &mut Option<i64>) {
     }
 }
 
-/// Zero or more concatenated JSON values, pretty-printed or one per line.
-fn read_json_stream(bytes: &[u8], reader: &mut Reader<'_>, diags: &mut Diagnostics) {
+/// Zero or more concatenated JSON values, pretty-printed or one per line, read from `input`
+/// `window` bytes at a time (see [`Window`]).
+fn read_json_stream(input: &mut dyn std::io::Read, window: usize, reader: &mut Reader<'_>, diags: &mut Diagnostics) -> std::io::Result<()> {
+    let mut w = Window::new(input, window);
+    while w.buf.len() < BOM.len() && !w.eof {
+        w.read_more()?;
+    }
     // A byte-order mark is skipped, not stripped, so that offsets stay those of the file.
-    let mut pos = if bytes.starts_with(BOM) { BOM.len() } else { 0 };
-    let mut lines = LineCounter::default();
+    let mut pos = if w.buf.starts_with(BOM) { BOM.len() } else { 0 };
     loop {
-        pos = skip_whitespace(bytes, pos);
-        let Some(rest) = bytes.get(pos..).filter(|r| !r.is_empty()) else {
-            break;
-        };
-        let start_line = lines.line_at(bytes, pos);
+        pos = skip_whitespace(&w.buf, pos);
+        if pos == w.buf.len() {
+            if w.eof {
+                break;
+            }
+            pos = w.refill(pos)?;
+            continue;
+        }
+        let start_line = w.line_at(pos);
         let at = Position::Byte {
-            offset: pos as u64,
+            offset: w.offset(pos),
             line: start_line,
         };
+        let rest = w.buf.get(pos..).unwrap_or_default();
         let mut stream = serde_json::Deserializer::from_slice(rest).into_iter::<Value>();
         match stream.next() {
             None => break,
             Some(Ok(value)) => {
                 let end = pos + stream.byte_offset();
+                // A value that ends with the window may go on past it (a number: `12|34`).
+                if end == w.buf.len() && !w.eof {
+                    pos = w.refill(pos)?;
+                    continue;
+                }
                 reader.value(value, at, diags);
                 if end <= pos {
                     break;
                 }
                 pos = end;
             }
-            Some(Err(e)) if e.is_eof() => {
-                diags.error(
-                    reader.path,
-                    at,
-                    "truncated_json",
-                    format!("the stream ends inside the value that starts here ({})", without_position(&e)),
-                );
-                break;
-            }
             Some(Err(e)) => {
                 let err_at = pos + offset_in(rest, e.line(), e.column());
+                // A value the window cuts short is an EOF error (serde_json says so for every
+                // cut the tests make); a syntax error this close to the window's end is parsed
+                // again in a longer window all the same, in case one is not: it costs only time.
+                if !w.eof && (e.is_eof() || err_at + 64 >= w.buf.len()) {
+                    pos = w.refill(pos)?;
+                    continue;
+                }
+                if e.is_eof() {
+                    diags.error(
+                        reader.path,
+                        at,
+                        "truncated_json",
+                        format!("the stream ends inside the value that starts here ({})", without_position(&e)),
+                    );
+                    break;
+                }
                 diags.error(
                     reader.path,
                     Position::Byte {
-                        offset: err_at as u64,
-                        line: lines.line_at(bytes, err_at),
+                        offset: w.offset(err_at),
+                        line: w.line_at(err_at),
                     },
                     "invalid_json",
                     format!("{} (in the value starting at line {start_line})", without_position(&e)),
                 );
-                match next_object_line(bytes, err_at.max(pos), pos) {
+                match resume(&mut w, err_at, pos)? {
                     Some(next) => pos = next,
                     None => break,
                 }
             }
         }
     }
+    Ok(())
 }
 
-/// Line numbers for offsets that only move forward, without rescanning the file from its start
-/// for every value of a long stream.
-#[derive(Default)]
-struct LineCounter {
-    offset: usize,
-    /// Newlines before `offset`.
+/// The part of a stream in memory: `buf` holds the bytes from file offset `base` on. Bytes
+/// before a value being parsed are dropped as the window moves; a value that does not fit makes
+/// the next read as large as the window, so a long value is parsed a bounded number of times.
+struct Window<'r> {
+    input: &'r mut dyn std::io::Read,
+    buf: Vec<u8>,
+    base: u64,
+    eof: bool,
+    /// Bytes read at least per read.
+    chunk: usize,
+    /// Newlines up to `lines_at` in `buf`, counting those already dropped, so that line numbers
+    /// cost one pass over the stream.
+    lines_at: usize,
     newlines: u64,
 }
 
-impl LineCounter {
-    fn line_at(&mut self, bytes: &[u8], offset: usize) -> u64 {
-        let offset = offset.min(bytes.len());
-        if offset < self.offset {
-            return diag::line_of(bytes, offset);
+impl<'r> Window<'r> {
+    fn new(input: &'r mut dyn std::io::Read, chunk: usize) -> Self {
+        Window { input, buf: Vec::new(), base: 0, eof: false, chunk: chunk.max(1), lines_at: 0, newlines: 0 }
+    }
+
+    /// The file offset of `buf[i]`.
+    fn offset(&self, i: usize) -> u64 {
+        self.base + i as u64
+    }
+
+    /// The 1-based line of `buf[i]`.
+    fn line_at(&mut self, i: usize) -> u64 {
+        let i = i.min(self.buf.len());
+        if i >= self.lines_at {
+            self.newlines += memchr::memchr_iter(b'\n', self.buf.get(self.lines_at..i).unwrap_or_default()).count() as u64;
+            self.lines_at = i;
+            return self.newlines + 1;
         }
-        let gap = bytes.get(self.offset..offset).unwrap_or_default();
-        self.newlines += memchr::memchr_iter(b'\n', gap).count() as u64;
-        self.offset = offset;
-        self.newlines + 1
+        let between = memchr::memchr_iter(b'\n', self.buf.get(i..self.lines_at).unwrap_or_default()).count() as u64;
+        self.newlines - between + 1
+    }
+
+    /// Appends at least one read's worth of input (`eof` once there is none left).
+    fn read_more(&mut self) -> std::io::Result<()> {
+        let want = self.chunk.max(self.buf.len()) as u64;
+        let got = std::io::Read::read_to_end(&mut std::io::Read::take(&mut *self.input, want), &mut self.buf)?;
+        if got == 0 {
+            self.eof = true;
+        }
+        Ok(())
+    }
+
+    /// Drops `buf[..keep_from]` and reads more; returns where `buf[keep_from]` now is (0).
+    fn refill(&mut self, keep_from: usize) -> std::io::Result<usize> {
+        let keep_from = keep_from.min(self.buf.len());
+        self.line_at(keep_from);
+        self.buf.drain(..keep_from);
+        self.lines_at -= keep_from;
+        self.base += keep_from as u64;
+        self.read_more()?;
+        Ok(0)
     }
 }
 
@@ -485,28 +587,73 @@ fn offset_in(slice: &[u8], line: usize, column: usize) -> usize {
     (line_start + column.saturating_sub(1)).min(slice.len())
 }
 
-/// Where to resume after a syntax error at `from`: the first line at or after it whose first
-/// non-blank byte is `{` (a truncated object is often followed directly by the next one).
-fn next_object_line(bytes: &[u8], from: usize, value_start: usize) -> Option<usize> {
-    let from = from.min(bytes.len());
-    let line_start = memchr::memrchr(b'\n', bytes.get(..from)?).map_or(0, |i| i + 1);
-    let blank_before = bytes
-        .get(line_start..from)
-        .is_some_and(|s| s.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r')));
-    if from > value_start && blank_before && bytes.get(from) == Some(&b'{') {
-        return Some(from);
+/// Where to resume after a syntax error at `err_at` in the value starting at `value_start`:
+/// the first line after the error's whose first non-blank byte is `{`, reading on as far as
+/// needed, or the error itself when it is such a `{` (a truncated object is often followed
+/// directly by the next one). `None` at the end of the stream.
+fn resume(w: &mut Window<'_>, err_at: usize, value_start: usize) -> std::io::Result<Option<usize>> {
+    let err_at = err_at.min(w.buf.len());
+    let line_start = memchr::memrchr(b'\n', w.buf.get(..err_at).unwrap_or_default()).map_or(0, |i| i + 1);
+    let blank_before = w.buf.get(line_start..err_at).is_some_and(|s| s.iter().all(|b| is_blank(*b)));
+    if err_at > value_start && blank_before && w.buf.get(err_at) == Some(&b'{') {
+        return Ok(Some(err_at));
     }
-    let tail = bytes.get(from..)?;
-    for nl in memchr::memchr_iter(b'\n', tail) {
-        let mut j = from + nl + 1;
-        while bytes.get(j).is_some_and(|b| matches!(b, b' ' | b'\t' | b'\r')) {
+    let mut scan = scan_lines(&w.buf, err_at, false);
+    loop {
+        scan = match scan {
+            LineScan::Found(at) => return Ok(Some(at)),
+            _ if w.eof => return Ok(None),
+            LineScan::Open(line) => {
+                w.refill(line)?;
+                scan_lines(&w.buf, 0, true)
+            }
+            LineScan::Searching => {
+                let end = w.buf.len();
+                w.refill(end)?;
+                scan_lines(&w.buf, 0, false)
+            }
+        };
+    }
+}
+
+fn is_blank(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\r')
+}
+
+/// What a look for a line opening an object found in the window.
+enum LineScan {
+    /// The `{` of such a line.
+    Found(usize),
+    /// A line (its start) whose first non-blank byte is past the window.
+    Open(usize),
+    /// No such line; the window ends inside a line that is not one.
+    Searching,
+}
+
+/// Looks for a line whose first non-blank byte is `{` among the lines that start after `from`
+/// (and the one at `from`, if `at_line_start`).
+fn scan_lines(bytes: &[u8], from: usize, at_line_start: bool) -> LineScan {
+    let check = |start: usize| -> Option<LineScan> {
+        let mut j = start;
+        while bytes.get(j).is_some_and(|b| is_blank(*b)) {
             j += 1;
         }
-        if bytes.get(j) == Some(&b'{') {
-            return Some(j);
+        match bytes.get(j) {
+            None => Some(LineScan::Open(start)),
+            Some(b'{') => Some(LineScan::Found(j)),
+            Some(_) => None,
+        }
+    };
+    if at_line_start && let Some(found) = check(from) {
+        return found;
+    }
+    let tail = bytes.get(from..).unwrap_or_default();
+    for nl in memchr::memchr_iter(b'\n', tail) {
+        if let Some(found) = check(from + nl + 1) {
+            return found;
         }
     }
-    None
+    LineScan::Searching
 }
 
 /// Multi-document YAML, cut on `---` / `...` lines first so that one bad document is reported
@@ -1206,6 +1353,83 @@ metadata:
         assert!(d.is_clean());
     }
 
+    /// Hands out at most three bytes per read, as a pipe might.
+    struct Trickle<'a>(&'a [u8]);
+
+    impl std::io::Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = buf.len().min(self.0.len()).min(3);
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    /// `bytes` read as a JSON stream through a window of `window` bytes.
+    fn read_windowed(path: &Path, bytes: &[u8], window: usize) -> (Vec<ObjectVersion>, Diagnostics) {
+        let mut out = Vec::new();
+        let mut diags = Diagnostics::new();
+        let mut emit = |v: ObjectVersion, _: &mut Diagnostics| out.push(v);
+        let mut reader = Reader::new(path, MTIME, &mut emit);
+        read_json_stream(&mut Trickle(bytes), window, &mut reader, &mut diags).unwrap();
+        reader.finish(&mut diags);
+        (out, diags)
+    }
+
+    /// The window a stream is read through changes nothing: the same versions, errors (with
+    /// their offsets and lines) and warnings as reading the whole input at once.
+    fn assert_window_changes_nothing(name: &str, bytes: &[u8], windows: &[usize]) {
+        let path = Path::new(name);
+        let mut whole_diags = Diagnostics::new();
+        let whole = read_objects(path, bytes, MTIME, &mut whole_diags);
+        for &window in windows {
+            let (out, diags) = read_windowed(path, bytes, window);
+            assert_eq!(out, whole, "{name}: versions through a {window}-byte window");
+            assert_eq!(diags.errors, whole_diags.errors, "{name}: errors through a {window}-byte window");
+            assert_eq!(diags.warnings, whole_diags.warnings, "{name}: warnings through a {window}-byte window");
+            assert_eq!(diags.skipped, whole_diags.skipped, "{name}: skips through a {window}-byte window");
+        }
+    }
+
+    #[test]
+    fn a_window_reads_what_the_whole_file_holds() {
+        let mut long = String::new();
+        for i in 1..=400 {
+            long.push_str(&match i % 50 {
+                // A broken object, a value cut by the next line, a number at the top level.
+                7 => "  {\"type\":\"MODIFIED\",\"object\":{]}\n".to_owned(),
+                19 => "{\"type\":\"ADDED\",\"object\":{\"apiVersion\":\"v1\",\"kind\":\"Pod\"\n".to_owned(),
+                31 => "1234567890123\n".to_owned(),
+                // Numbers and literals a window can cut anywhere (`1.|25`, `2e|10`, `tr|ue`).
+                43 => format!("{{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{{\"name\":\"d{i}\"}},\"x\":[1.25,2e10,-3.5E-2,0.0,true,false,null]}}\n"),
+                _ => format!(
+                    "{{\"type\":\"MODIFIED\",\"object\":{{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{{\"name\":\"n{i}\",\"creationTimestamp\":\"2026-11-0{}T00:00:00Z\"}}}}}}\n",
+                    1 + i % 9
+                ),
+            });
+        }
+        let (out, d) = read_text("long.jsonl", &long);
+        assert_eq!(out.len(), 400 - 3 * 8, "every good line is one version");
+        assert_eq!(d.errors.len(), 3 * 8, "{:?}", error_types(&d));
+        assert_window_changes_nothing("long.jsonl", long.as_bytes(), &[1, 2, 5, 17, 64, 333, 4096]);
+        // A long stretch of garbage between two objects, and a value much longer than the window.
+        let mut garbage = String::from("{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"a\"}}\n{x\n");
+        garbage.push_str(&"not json at all, ".repeat(500));
+        garbage.push_str("\n  \n   {\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"b\",\"annotations\":{\"x\":\"");
+        garbage.push_str(&"y".repeat(20_000));
+        garbage.push_str("\"}}}\n");
+        let (out, d) = read_text("garbage.json", &garbage);
+        assert_eq!(names(&out), ["a", "b"]);
+        assert_eq!(error_types(&d), ["invalid_json"]);
+        assert_window_changes_nothing("garbage.json", garbage.as_bytes(), &[1, 3, 100, 1000]);
+        for rel in [
+            "k8s-pods-nodes-watch/watch-stream-pods-ndjson-2016-pending-to-running.jsonl",
+        ] {
+            let bytes = std::fs::read(PathBuf::from(REAL).join(rel)).unwrap();
+            assert_window_changes_nothing(rel, &bytes, &[1, 7, 256, 65536]);
+        }
+    }
+
     /// Cut and corrupted versions of every fixture, read as JSON and as YAML: the reader must
     /// return (whatever it finds), never panic.
     #[test]
@@ -1257,11 +1481,16 @@ metadata:
                 }
             }
         }
-        for input in &inputs {
+        for (k, input) in inputs.iter().enumerate() {
             for name in ["x.json", "x.yaml", "x"] {
                 let mut d = Diagnostics::new();
                 let out = read_objects(Path::new(name), input, MTIME, &mut d);
                 assert!(out.iter().enumerate().all(|(i, v)| v.seq == i as i64));
+            }
+            // Damaged input read through a window finds what the whole input holds (one window
+            // size per input, to keep the test quick).
+            if is_json(Path::new("x"), input) {
+                assert_window_changes_nothing("x.json", input, &[[1, 2, 9, 100][k % 4]]);
             }
         }
     }
