@@ -61,6 +61,8 @@ pub struct TextRecords {
     samples: Vec<Sample>,
     pub lines: u64,
     pub rejected: u64,
+    /// Samples that took the file's modification time.
+    used_mtime: u64,
 }
 
 impl TextRecords {
@@ -104,7 +106,15 @@ impl DcgmText {
 
     /// The text's records, samples without a time of their own taking `time`.
     pub fn parse_text(&mut self, path: &Path, bytes: &[u8], time: ScrapeTime, diags: &mut Diagnostics) -> TextRecords {
-        let mut out = TextRecords { samples: std::mem::take(&mut self.spare), lines: 0, rejected: 0 };
+        let records = self.parse_lines(path, bytes, 0, time, diags);
+        warn_mtime(path, records.used_mtime, diags);
+        records
+    }
+
+    /// [`DcgmText::parse_text`] of lines that follow `lines_before` lines of their file, without
+    /// the warning about modification times (the caller gives it once per file).
+    fn parse_lines(&mut self, path: &Path, bytes: &[u8], lines_before: u64, time: ScrapeTime, diags: &mut Diagnostics) -> TextRecords {
+        let mut out = TextRecords { samples: std::mem::take(&mut self.spare), lines: 0, rejected: 0, used_mtime: 0 };
         out.samples.clear();
         let mut used_mtime = 0u64;
         for item in self.reader.records(bytes) {
@@ -113,7 +123,7 @@ impl DcgmText {
                 Ok(rec) => rec,
                 Err(bad) => {
                     out.rejected += 1;
-                    diags.error(path, Position::Line(bad.line), bad.kind.as_str(), format!("{}: {}", bad.reason, bad.excerpt));
+                    diags.error(path, Position::Line(lines_before + bad.line), bad.kind.as_str(), format!("{}: {}", bad.reason, bad.excerpt));
                     continue;
                 }
             };
@@ -126,7 +136,7 @@ impl DcgmText {
                 }
                 (None, ScrapeTime::Unknown) => {
                     out.rejected += 1;
-                    diags.error(path, Position::Line(rec.line), "missing_timestamp", "sample has no timestamp and the file's time is unknown");
+                    diags.error(path, Position::Line(lines_before + rec.line), "missing_timestamp", "sample has no timestamp and the file's time is unknown");
                     continue;
                 }
             };
@@ -141,15 +151,84 @@ impl DcgmText {
             };
             out.samples.push(Sample { metric, labels: rec.labels, ts_ms, value: rec.value });
         }
-        if used_mtime > 0 {
-            diags.warn(
-                path,
-                Position::File,
-                "time_from_mtime",
-                format!("{used_mtime} samples have no timestamp and the file name is not a time: used the file's modification time"),
-            );
-        }
+        out.used_mtime = used_mtime;
         out
+    }
+
+    /// A capture file read from `input` a chunk of whole lines at a time, each chunk's samples
+    /// loaded into `tables` before the next is read, so that memory holds the file's rows (about
+    /// a tenth of its text) but never its text. `read_so_far` is told the bytes read after each
+    /// chunk. Finds what [`Source::read`] finds in the whole file, diagnostics included. Fails
+    /// only when `input` does: what was read before stays loaded.
+    ///
+    /// The rows are not handed on before the end of the file: a GPU's row at one time gathers
+    /// its metrics from lines anywhere in the file (`/federate` groups lines by metric), and a
+    /// row split in two would be stored half, the other half taken for a duplicate.
+    pub fn read_file(
+        &mut self,
+        input: &mut dyn std::io::Read,
+        origin: &Origin<'_>,
+        chunk: usize,
+        tables: &mut SampleTables,
+        diags: &mut Diagnostics,
+        read_so_far: &mut dyn FnMut(u64),
+    ) -> std::io::Result<Loaded> {
+        let path = origin.path;
+        let time = self.time_of(origin);
+        let mut buf = Vec::new();
+        let (mut eof, mut lines_before, mut consumed) = (false, 0u64, 0u64);
+        let (mut rejected, mut used_mtime, mut loaded) = (0u64, 0u64, Loaded::default());
+        // The errors of a file not one line of which has parsed yet: if none ever does, the
+        // file gets one error instead (see `Source::parse`).
+        let (mut held, mut parsed_any) = (Diagnostics::new(), false);
+        while !(eof && buf.is_empty()) {
+            if !eof && std::io::Read::read_to_end(&mut std::io::Read::take(&mut *input, chunk.max(1) as u64), &mut buf)? == 0 {
+                eof = true;
+            }
+            let cut = match memchr::memrchr(b'\n', &buf) {
+                _ if eof => buf.len(),
+                Some(i) => i + 1,
+                // A line longer than a chunk: read on.
+                None => continue,
+            };
+            let text = buf.get(..cut).unwrap_or_default();
+            let mut chunk_diags = Diagnostics::new();
+            let records = self.parse_lines(path, text, lines_before, time, &mut chunk_diags);
+            rejected += records.rejected;
+            used_mtime += records.used_mtime;
+            if !parsed_any && records.samples() > 0 {
+                parsed_any = true;
+                diags.merge(std::mem::take(&mut held));
+            }
+            if parsed_any {
+                diags.merge(chunk_diags);
+            } else {
+                held.merge(chunk_diags);
+            }
+            let blank_before = tables.counts.blank;
+            loaded.samples += self.load_text(records, tables);
+            loaded.blank += tables.counts.blank - blank_before;
+            lines_before += memchr::memchr_iter(b'\n', text).count() as u64;
+            consumed += cut as u64;
+            buf.drain(..cut);
+            read_so_far(consumed);
+        }
+        if !parsed_any && rejected > 0 {
+            diags.error(path, Position::File, "unrecognised_format", not_exposition(rejected, &held));
+        }
+        warn_mtime(path, used_mtime, diags);
+        Ok(loaded)
+    }
+
+    /// The time of samples without their own (see [`ScrapeTime`]).
+    fn time_of(&self, origin: &Origin<'_>) -> ScrapeTime {
+        match self.kind {
+            Kind::File => match time_from_file_name(origin.path) {
+                Some(t) => ScrapeTime::FileName(t),
+                None => origin.modified_ms.map_or(ScrapeTime::Unknown, ScrapeTime::Modified),
+            },
+            Kind::Scrape => origin.fetched_ms.map_or(ScrapeTime::Unknown, ScrapeTime::Scraped),
+        }
     }
 
     /// Adds the records' samples to `tables`; returns how many.
@@ -204,13 +283,7 @@ impl Source for DcgmText {
     }
 
     fn parse(&mut self, bytes: &[u8], origin: &Origin<'_>, diags: &mut Diagnostics) -> TextRecords {
-        let time = match self.kind {
-            Kind::File => match time_from_file_name(origin.path) {
-                Some(t) => ScrapeTime::FileName(t),
-                None => origin.modified_ms.map_or(ScrapeTime::Unknown, ScrapeTime::Modified),
-            },
-            Kind::Scrape => origin.fetched_ms.map_or(ScrapeTime::Unknown, ScrapeTime::Scraped),
-        };
+        let time = self.time_of(origin);
         if self.kind == Kind::Scrape {
             return self.parse_text(origin.path, bytes, time, diags);
         }
@@ -219,8 +292,7 @@ impl Source for DcgmText {
         if records.samples.is_empty() && records.rejected > 0 {
             // Nothing in the file parsed: it is not exposition text at all (a kubectl table
             // saved as .txt, say). One error for the file says more than one per line.
-            let first = file_diags.errors.first().map(|d| d.to_string()).unwrap_or_default();
-            diags.error(origin.path, Position::File, "unrecognised_format", format!("not Prometheus text exposition ({} lines rejected; first: {first})", records.rejected));
+            diags.error(origin.path, Position::File, "unrecognised_format", not_exposition(records.rejected, &file_diags));
         } else {
             diags.merge(file_diags);
         }
@@ -231,6 +303,24 @@ impl Source for DcgmText {
         let before = tables.counts.blank;
         let samples = self.load_text(records, tables);
         Loaded { samples, blank: tables.counts.blank - before, ..Loaded::default() }
+    }
+}
+
+/// The error of a file none of whose lines parsed, quoting the first line's error.
+fn not_exposition(rejected: u64, line_errors: &Diagnostics) -> String {
+    let first = line_errors.errors.first().map(|d| d.to_string()).unwrap_or_default();
+    format!("not Prometheus text exposition ({rejected} lines rejected; first: {first})")
+}
+
+/// One warning for the samples of a file that took its modification time.
+fn warn_mtime(path: &Path, used_mtime: u64, diags: &mut Diagnostics) {
+    if used_mtime > 0 {
+        diags.warn(
+            path,
+            Position::File,
+            "time_from_mtime",
+            format!("{used_mtime} samples have no timestamp and the file name is not a time: used the file's modification time"),
+        );
     }
 }
 
@@ -247,6 +337,7 @@ pub fn time_from_file_name(path: &Path) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
     use arrow::array::{Array, AsArray};
     use arrow::datatypes::{Float64Type, TimestampMillisecondType};
 
@@ -273,6 +364,56 @@ mod tests {
         let mut d = Diagnostics::new();
         let s = read_text(Path::new("x.prom"), text.as_bytes(), t, &mut tables, &mut d);
         (tables, d, s)
+    }
+
+    /// A capture file read whole (parse, then load) and chunk by chunk: the same rows, counts
+    /// and diagnostics, wherever the chunks end.
+    fn assert_chunks_change_nothing(name: &str, bytes: &[u8], modified_ms: Option<i64>) {
+        let path = Path::new(name);
+        let origin = Origin::file(path, modified_ms);
+        let (mut whole_tables, mut whole_diags) = (SampleTables::new(), Diagnostics::new());
+        let whole = DcgmText::file().read(bytes, &origin, &mut whole_tables, &mut whole_diags);
+        let named = |batches: Vec<crate::tables::TableBatch>| -> Vec<(&'static str, arrow::array::RecordBatch)> { batches.into_iter().map(|(t, b)| (t.name, b)).collect() };
+        let whole_batches = named(whole_tables.take_batches().unwrap());
+        for chunk in [1, 2, 7, 100, 4096] {
+            let (mut tables, mut diags, mut told) = (SampleTables::new(), Diagnostics::new(), Vec::new());
+            let loaded = DcgmText::file().read_file(&mut &bytes[..], &origin, chunk, &mut tables, &mut diags, &mut |n| told.push(n)).unwrap();
+            assert_eq!(loaded, whole, "{name}, {chunk}-byte chunks");
+            assert_eq!(named(tables.take_batches().unwrap()), whole_batches, "{name}, {chunk}-byte chunks");
+            assert_eq!(diags.errors, whole_diags.errors, "{name}, {chunk}-byte chunks");
+            assert_eq!(diags.warnings, whole_diags.warnings, "{name}, {chunk}-byte chunks");
+            assert_eq!(told.last().copied().unwrap_or(0), bytes.len() as u64);
+        }
+    }
+
+    #[test]
+    fn a_file_read_in_chunks_is_the_file_read_whole() {
+        let real = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/real/dcgm-metrics"));
+        let mut read = 0;
+        for entry in std::fs::read_dir(&real).into_iter().flatten().flatten() {
+            let bytes = std::fs::read(entry.path()).unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".txt") || name.ends_with(".prom") {
+                assert_chunks_change_nothing(&name, &bytes, Some(1_700_000_000_000));
+                read += 1;
+            }
+        }
+        assert!(read > 0, "no fixture read from {}", real.display());
+        // Broken lines, samples with and without their own time (the modification time is
+        // warned about once), a long line, no final newline.
+        let mut text = String::from("# HELP DCGM_FI_DEV_GPU_UTIL util\n");
+        for t in 0..40 {
+            text.push_str(&format!("DCGM_FI_DEV_GPU_UTIL{{gpu=\"0\",UUID=\"GPU-a\",Hostname=\"n1\"}} {t} {}\n", 1_700_000_000_000i64 + t * 30_000));
+            text.push_str(&format!("DCGM_FI_DEV_GPU_TEMP{{gpu=\"0\",UUID=\"GPU-a\",Hostname=\"n1\"}} {}\n", 40 + t));
+            if t % 9 == 4 {
+                text.push_str("DCGM_FI_DEV_POWER_USAGE{gpu=\"0\" 12\n");
+            }
+        }
+        text.push_str(&format!("x{{a=\"{}\"}} 1", "y".repeat(300)));
+        assert_chunks_change_nothing("capture.prom", text.as_bytes(), Some(1_700_000_000_000));
+        // Not exposition text at all: one error for the file, chunked or not.
+        assert_chunks_change_nothing("table.txt", b"NAME READY STATUS\npod-a 1/1 Running\n", Some(5));
+        assert_chunks_change_nothing("empty.prom", b"", None);
     }
 
     #[test]
