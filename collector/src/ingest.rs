@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::diag::{Diagnostics, Position};
 use crate::error::{Error, Result};
+use crate::sources::kubernetes_file::{self, ObjectVersion};
 use crate::sources::{DcgmText, KubernetesFile, Loaded, Origin, PrometheusApi, Source, prometheus_api};
 use crate::store::{Store, StoreOptions, StoreStats};
 use crate::tables::TableBatch;
@@ -87,9 +88,15 @@ pub struct IngestSummary {
     pub diagnostics: Diagnostics,
     pub store: StoreStats,
     pub elapsed: Duration,
+    /// The most memory the process held, when the platform tells (Linux).
+    pub peak_rss_bytes: Option<u64>,
 }
 
-/// Lists the files under `paths` (directories recursively; hidden entries skipped), sorted.
+/// Lists the files under `paths` (directories recursively; hidden entries skipped), in the
+/// order they are read: by file name, then by path. Capture file names carry their time (the
+/// simulator's `dcgm/<node>/<day>.prom`, per-scrape `<unix-ms>.prom`, `<day>/...`), so this reads
+/// a day of every node before the next day, and the writer needs only the recent days' keys in
+/// memory to recognise rows it already has (see `Store`).
 pub fn list_inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in paths {
@@ -102,6 +109,7 @@ pub fn list_inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     }
     out.sort();
     out.dedup();
+    out.sort_by(|a, b| a.file_name().cmp(&b.file_name()).then_with(|| a.cmp(b)));
     Ok(out)
 }
 
@@ -141,12 +149,38 @@ pub fn classify(path: &Path, head: &[u8], skip: &[SkipFile]) -> std::result::Res
 /// What a worker hands the writer.
 enum Message {
     Batches(Vec<TableBatch>),
-    File { format: std::result::Result<Format, String>, bytes: u64, diags: Diagnostics, objects: BTreeMap<String, u64>, samples: u64, blank: u64, rejected: u64 },
+    /// Bytes of a file still being read (a long watch stream), for the progress bar.
+    Progress(u64),
+    File {
+        format: std::result::Result<Format, String>,
+        bytes: u64,
+        /// Of `bytes`, those already told as [`Message::Progress`].
+        told: u64,
+        diags: Diagnostics,
+        objects: BTreeMap<String, u64>,
+        samples: u64,
+        blank: u64,
+        rejected: u64,
+    },
     Failed(Error),
 }
 
 /// Rows a worker gathers before handing a batch to the writer.
 const WORKER_BATCH_ROWS: usize = 256 * 1024;
+
+/// Input bytes a worker reads before handing its rows over, so that the rows parsed but not
+/// yet written stay bounded when objects are large or one file is longer than memory.
+const WORKER_BATCH_BYTES: u64 = 32 << 20;
+
+/// Batches between the workers and the writer: room to keep parsing while the writer sorts
+/// and compresses a flush, each batch at most about [`WORKER_BATCH_BYTES`] of input.
+const IN_FLIGHT: usize = 4;
+
+/// Bytes of exposition text parsed at a time.
+const TEXT_CHUNK: usize = 4 << 20;
+
+/// Bytes read of a file before its format is decided (the sniff of `.json` needs the start).
+const HEAD_BYTES: u64 = 64 << 10;
 
 /// Reads every file under `paths` into the store at `store`.
 pub fn ingest(paths: &[PathBuf], store: &gpuledger_store::StoreLocation, options: &IngestOptions, progress: &dyn Progress) -> Result<IngestSummary> {
@@ -158,15 +192,14 @@ pub fn ingest(paths: &[PathBuf], store: &gpuledger_store::StoreLocation, options
     let mut summary = IngestSummary::default();
     let next = AtomicUsize::new(0);
     let threads = options.threads.max(1).min(files.len().max(1));
-    // Room for the workers to keep parsing while the writer sorts and compresses a flush.
-    let (tx, rx) = mpsc::sync_channel::<Message>(16);
+    let (tx, rx) = mpsc::sync_channel::<Message>(IN_FLIGHT);
     let mut first_error: Option<Error> = None;
     std::thread::scope(|scope| {
         for _ in 0..threads {
             let tx = tx.clone();
             let (files, next) = (&files, &next);
             let skip = &options.skip;
-            scope.spawn(move || worker(files, skip, next, &tx));
+            scope.spawn(move || Worker::new(&tx).run(files, skip, next));
         }
         drop(tx);
         for msg in rx {
@@ -183,8 +216,9 @@ pub fn ingest(paths: &[PathBuf], store: &gpuledger_store::StoreLocation, options
                         }
                     }
                 }
-                Message::File { format, bytes, diags, objects, samples, blank, rejected } => {
-                    progress.advance(bytes);
+                Message::Progress(bytes) => progress.advance(bytes),
+                Message::File { format, bytes, told, diags, objects, samples, blank, rejected } => {
+                    progress.advance(bytes.saturating_sub(told));
                     summary.bytes_read += bytes;
                     match format {
                         Ok(f) => *summary.files.entry(f).or_default() += 1,
@@ -213,7 +247,16 @@ pub fn ingest(paths: &[PathBuf], store: &gpuledger_store::StoreLocation, options
     summary.store = store.finish()?;
     progress.finish();
     summary.elapsed = started.elapsed();
+    summary.peak_rss_bytes = peak_rss_bytes();
     Ok(summary)
+}
+
+/// The most memory this process has held (Linux `VmHWM`); `None` elsewhere.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.trim_start_matches("VmHWM:").trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// A worker's sources, kept for all its files (the text source remembers label sets).
@@ -223,70 +266,195 @@ struct Sources {
     k8s: KubernetesFile,
 }
 
-fn worker(files: &[PathBuf], skip: &[SkipFile], next: &AtomicUsize, tx: &mpsc::SyncSender<Message>) {
-    let mut samples = SampleTables::new();
-    let mut k8s = K8sTables::new();
-    let mut sources = Sources { dcgm: DcgmText::file(), api: PrometheusApi::query(), k8s: KubernetesFile };
-    // One read buffer per worker: a fresh allocation per file cost page faults on every file.
-    let mut buf = Vec::new();
-    loop {
-        let i = next.fetch_add(1, Ordering::SeqCst);
-        let Some(path) = files.get(i) else { break };
-        let msg = match read_one(path, skip, &mut buf, &mut sources, &mut samples, &mut k8s) {
-            Ok(m) => m,
-            Err(e) => Message::Failed(e),
-        };
-        if tx.send(msg).is_err() {
-            return;
-        }
-        let full = samples.rows() >= WORKER_BATCH_ROWS || k8s.len() >= WORKER_BATCH_ROWS / 8;
-        if let Err(e) = if full { hand_over(&mut samples, &mut k8s, tx) } else { Ok(()) } {
-            let _ = tx.send(Message::Failed(e));
-            return;
-        }
-    }
-    if let Err(e) = hand_over(&mut samples, &mut k8s, tx) {
-        let _ = tx.send(Message::Failed(e));
-    }
+/// One parser thread: takes the next file, reads it into its tables, hands the rows to the
+/// writer when enough have gathered.
+struct Worker<'a> {
+    tx: &'a mpsc::SyncSender<Message>,
+    sources: Sources,
+    samples: SampleTables,
+    k8s: K8sTables,
+    /// One read buffer per worker: a fresh allocation per file cost page faults on every file.
+    buf: Vec<u8>,
+    /// Input bytes read into the tables since they were last handed over.
+    pending: u64,
 }
 
-fn hand_over(samples: &mut SampleTables, k8s: &mut K8sTables, tx: &mpsc::SyncSender<Message>) -> Result<()> {
-    let mut batches = samples.take_batches()?;
-    if !k8s.is_empty() {
-        batches.extend(std::mem::take(k8s).finish()?);
+impl<'a> Worker<'a> {
+    fn new(tx: &'a mpsc::SyncSender<Message>) -> Self {
+        let sources = Sources { dcgm: DcgmText::file(), api: PrometheusApi::query(), k8s: KubernetesFile };
+        Worker { tx, sources, samples: SampleTables::new(), k8s: K8sTables::new(), buf: Vec::new(), pending: 0 }
     }
-    if !batches.is_empty() {
-        let _ = tx.send(Message::Batches(batches));
-    }
-    Ok(())
-}
 
-/// Reads one file into the worker's tables.
-fn read_one(path: &Path, skip: &[SkipFile], buf: &mut Vec<u8>, sources: &mut Sources, samples: &mut SampleTables, k8s: &mut K8sTables) -> Result<Message> {
-    let mut diags = Diagnostics::new();
-    buf.clear();
-    let read = std::fs::File::open(path).and_then(|mut f| std::io::Read::read_to_end(&mut f, buf));
-    let bytes: &[u8] = match read {
-        Ok(_) => buf,
-        Err(e) => {
+    fn run(mut self, files: &[PathBuf], skip: &[SkipFile], next: &AtomicUsize) {
+        loop {
+            let i = next.fetch_add(1, Ordering::SeqCst);
+            let Some(path) = files.get(i) else { break };
+            let msg = match self.read_one(path, skip) {
+                Ok(m) => m,
+                Err(e) => Message::Failed(e),
+            };
+            if self.tx.send(msg).is_err() {
+                return;
+            }
+            let full = self.samples.rows() >= WORKER_BATCH_ROWS || self.k8s.len() >= WORKER_BATCH_ROWS / 8 || self.pending >= WORKER_BATCH_BYTES;
+            if let Err(e) = if full { self.hand_over() } else { Ok(()) } {
+                let _ = self.tx.send(Message::Failed(e));
+                return;
+            }
+        }
+        if let Err(e) = self.hand_over() {
+            let _ = self.tx.send(Message::Failed(e));
+        }
+    }
+
+    fn hand_over(&mut self) -> Result<()> {
+        let mut batches = self.samples.take_batches()?;
+        batches.extend(self.k8s.take_batches()?);
+        self.pending = 0;
+        if !batches.is_empty() {
+            let _ = self.tx.send(Message::Batches(batches));
+        }
+        Ok(())
+    }
+
+    /// Reads one file into the worker's tables: a JSON file of Kubernetes objects a window at a
+    /// time (a watch stream can be larger than memory), exposition text a chunk at a time,
+    /// anything else (YAML, Prometheus API answers) whole.
+    fn read_one(&mut self, path: &Path, skip: &[SkipFile]) -> Result<Message> {
+        let mut diags = Diagnostics::new();
+        self.buf.clear();
+        let opened = std::fs::File::open(path).and_then(|mut f| {
+            std::io::Read::read_to_end(&mut std::io::Read::take(&mut f, HEAD_BYTES), &mut self.buf)?;
+            Ok(f)
+        });
+        let mut file = match opened {
+            Ok(f) => f,
             // One unreadable file (permissions, vanished) must not stop the others.
-            diags.error(path, Position::File, "unreadable_file", format!("cannot read: {e}"));
-            let objects = BTreeMap::new();
-            return Ok(Message::File { format: Err("unreadable".into()), bytes: 0, diags, objects, samples: 0, blank: 0, rejected: 1 });
+            Err(e) => return Ok(unreadable(path, &e, diags)),
+        };
+        let format = classify(path, &self.buf, skip);
+        let origin = Origin::file(path, mtime_ms(path));
+        if format == Ok(Format::Kubernetes) && kubernetes_file::is_json(path, &self.buf) {
+            return Ok(self.stream_objects(path, file, &origin, diags));
         }
-    };
-    let len = bytes.len() as u64;
-    let format = classify(path, bytes, skip);
-    let origin = Origin::file(path, mtime_ms(path));
-    let loaded = match format {
-        Ok(Format::PrometheusText) => sources.dcgm.read(bytes, &origin, samples, &mut diags),
-        Ok(Format::PrometheusApi) => sources.api.read(bytes, &origin, samples, &mut diags),
-        Ok(Format::Kubernetes) => sources.k8s.read(bytes, &origin, k8s, &mut diags),
-        Err(_) => Loaded::default(),
-    };
-    // Every rejected line, point or object is one error of this file's.
-    let rejected = diags.errors.len() as u64;
-    Ok(Message::File { format, bytes: len, diags, objects: loaded.objects, samples: loaded.samples, blank: loaded.blank, rejected })
+        if format == Ok(Format::PrometheusText) {
+            return Ok(self.read_text(path, file, &origin, diags));
+        }
+        if let Err(reason) = format {
+            // Not read, only counted (its size keeps the progress bar's total).
+            let bytes = file.metadata().map_or(self.buf.len() as u64, |m| m.len());
+            return Ok(Message::File { format: Err(reason), bytes, told: 0, diags, objects: BTreeMap::new(), samples: 0, blank: 0, rejected: 0 });
+        }
+        if let Err(e) = std::io::Read::read_to_end(&mut file, &mut self.buf) {
+            return Ok(unreadable(path, &e, diags));
+        }
+        let bytes: &[u8] = &self.buf;
+        let len = bytes.len() as u64;
+        self.pending += len;
+        let loaded = match format {
+            Ok(Format::PrometheusApi) => self.sources.api.read(bytes, &origin, &mut self.samples, &mut diags),
+            Ok(Format::Kubernetes) => self.sources.k8s.read(bytes, &origin, &mut self.k8s, &mut diags),
+            // Read above.
+            Ok(Format::PrometheusText) | Err(_) => Loaded::default(),
+        };
+        // Every rejected line, point or object is one error of this file's.
+        let rejected = diags.errors.len() as u64;
+        Ok(Message::File { format, bytes: len, told: 0, diags, objects: loaded.objects, samples: loaded.samples, blank: loaded.blank, rejected })
+    }
+
+    /// Exposition text, its head already in `buf`, read a chunk at a time (see
+    /// [`DcgmText::read_file`]).
+    fn read_text(&mut self, path: &Path, file: std::fs::File, origin: &Origin<'_>, mut diags: Diagnostics) -> Message {
+        let head = std::mem::take(&mut self.buf);
+        let read = std::cell::Cell::new(0u64);
+        let mut input = Counted { inner: std::io::Read::chain(&head[..], file), read: &read };
+        let mut told = 0u64;
+        let loaded = {
+            let tx = self.tx;
+            let mut tell = |so_far: u64| {
+                if so_far - told >= WORKER_BATCH_BYTES {
+                    let _ = tx.send(Message::Progress(so_far - told));
+                    told = so_far;
+                }
+            };
+            self.sources.dcgm.read_file(&mut input, origin, TEXT_CHUNK, &mut self.samples, &mut diags, &mut tell)
+        };
+        self.buf = head;
+        let len = read.get();
+        self.pending += len;
+        let loaded = loaded.unwrap_or_else(|e| {
+            diags.error(path, Position::File, "unreadable_file", format!("cannot read past byte {len}: {e}"));
+            Loaded::default()
+        });
+        let rejected = diags.errors.len() as u64;
+        Message::File { format: Ok(Format::PrometheusText), bytes: len, told, diags, objects: loaded.objects, samples: loaded.samples, blank: loaded.blank, rejected }
+    }
+
+    /// A JSON file of Kubernetes objects, its head already in `buf`: the rows are handed over
+    /// every [`WORKER_BATCH_BYTES`] of input, so the file is never whole in memory.
+    fn stream_objects(&mut self, path: &Path, file: std::fs::File, origin: &Origin<'_>, mut diags: Diagnostics) -> Message {
+        let before = self.k8s.kinds.clone();
+        let head = std::mem::take(&mut self.buf);
+        let read = std::cell::Cell::new(0u64);
+        let mut input = Counted { inner: std::io::Read::chain(&head[..], file), read: &read };
+        // Bytes of this file whose rows were handed over (and told to the progress bar).
+        let mut handed = 0u64;
+        let mut failed: Option<Error> = None;
+        let streamed = {
+            let mut emit = |v: ObjectVersion, diags: &mut Diagnostics| {
+                self.k8s.push(path, &v, diags);
+                let unsent = read.get() - handed;
+                if unsent >= WORKER_BATCH_BYTES || self.k8s.len() >= WORKER_BATCH_ROWS / 8 {
+                    handed += unsent;
+                    let _ = self.tx.send(Message::Progress(unsent));
+                    if let Err(e) = self.hand_over() {
+                        failed.get_or_insert(e);
+                    }
+                }
+            };
+            kubernetes_file::stream_objects(path, &mut input, origin.modified_ms.unwrap_or(0), &mut diags, &mut emit)
+        };
+        self.buf = head;
+        let len = read.get();
+        self.pending += len - handed;
+        if let Err(e) = streamed {
+            diags.error(path, Position::File, "unreadable_file", format!("cannot read past byte {len}: {e}"));
+        }
+        if let Some(e) = failed {
+            return Message::Failed(e);
+        }
+        let objects = self
+            .k8s
+            .kinds
+            .iter()
+            .filter_map(|(k, n)| {
+                let delta = n - before.get(k).copied().unwrap_or(0);
+                (delta > 0).then(|| (k.clone(), delta))
+            })
+            .collect();
+        let rejected = diags.errors.len() as u64;
+        Message::File { format: Ok(Format::Kubernetes), bytes: len, told: handed, diags, objects, samples: 0, blank: 0, rejected }
+    }
+}
+
+/// The message for a file that could not be read.
+fn unreadable(path: &Path, e: &std::io::Error, mut diags: Diagnostics) -> Message {
+    diags.error(path, Position::File, "unreadable_file", format!("cannot read: {e}"));
+    Message::File { format: Err("unreadable".into()), bytes: 0, told: 0, diags, objects: BTreeMap::new(), samples: 0, blank: 0, rejected: 1 }
+}
+
+/// Counts the bytes read through it.
+struct Counted<'c, R> {
+    inner: R,
+    read: &'c std::cell::Cell<u64>,
+}
+
+impl<R: std::io::Read> std::io::Read for Counted<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.set(self.read.get() + n as u64);
+        Ok(n)
+    }
 }
 
 fn mtime_ms(path: &Path) -> Option<i64> {
@@ -298,6 +466,69 @@ fn mtime_ms(path: &Path) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Remembers every advance of the progress bar.
+    #[derive(Default)]
+    struct Advances(std::sync::Mutex<Vec<u64>>);
+
+    impl Progress for Advances {
+        fn advance(&self, bytes: u64) {
+            self.0.lock().unwrap().push(bytes);
+        }
+    }
+
+    #[test]
+    fn a_long_watch_stream_is_handed_to_the_writer_while_it_is_read() {
+        // More versions than a worker holds before handing rows over: the writer gets them
+        // while the file is still being read, and nothing is lost or doubled on the way.
+        let dir = tempfile::tempdir().unwrap();
+        let capture = dir.path().join("capture");
+        std::fs::create_dir(&capture).unwrap();
+        let versions = WORKER_BATCH_ROWS / 8 * 3 + 1234;
+        let mut text = String::new();
+        for i in 0..versions {
+            text.push_str(&format!(
+                "{{\"type\":\"MODIFIED\",\"object\":{{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{{\"name\":\"ns-{}\",\"uid\":\"u-{}\",\"resourceVersion\":\"{i}\",\"creationTimestamp\":\"2026-11-02T{:02}:{:02}:00Z\"}}}}}}\n",
+                i % 1000,
+                i % 1000,
+                i / 60 % 24,
+                i % 60
+            ));
+        }
+        let watch = capture.join("namespaces.jsonl");
+        std::fs::write(&watch, &text).unwrap();
+        let store = gpuledger_store::StoreLocation::Local(dir.path().join("store"));
+        let options = IngestOptions { threads: 1, ..IngestOptions::default() };
+        let progress = Advances::default();
+        let first = ingest(std::slice::from_ref(&capture), &store, &options, &progress).unwrap();
+        let advances = progress.0.into_inner().unwrap();
+        assert!(advances.len() >= 4, "told while reading, not only at the end: {advances:?}");
+        assert_eq!(advances.iter().sum::<u64>(), text.len() as u64);
+        assert_eq!(first.bytes_read, text.len() as u64);
+        assert_eq!(first.objects.get("Namespace"), Some(&(versions as u64)), "{:?}", first.objects);
+        assert_eq!(first.store.rows_written.get("k8s_objects"), Some(&(versions as u64)));
+        assert!(first.diagnostics.is_clean(), "{:?}", first.diagnostics.errors);
+        if cfg!(target_os = "linux") {
+            assert!(first.peak_rss_bytes.is_some_and(|b| b > 1 << 20), "{:?}", first.peak_rss_bytes);
+        }
+        // Read again: every version is known.
+        let again = ingest(&[capture], &store, &options, &Advances::default()).unwrap();
+        assert_eq!(again.store.rows_written.get("k8s_objects"), None);
+        assert_eq!(again.store.duplicates.get("k8s_objects"), Some(&(versions as u64)));
+    }
+
+    #[test]
+    fn inputs_are_read_a_day_of_every_node_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        for rel in ["dcgm/node-b/2026-11-02.prom", "dcgm/node-a/2026-11-02.prom", "dcgm/node-b/2026-11-01.prom", "dcgm/node-a/2026-11-01.prom", "k8s/pods.jsonl"] {
+            let path = dir.path().join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, "").unwrap();
+        }
+        let listed = list_inputs(&[dir.path().to_path_buf()]).unwrap();
+        let rel: Vec<String> = listed.iter().map(|p| p.strip_prefix(dir.path()).unwrap().display().to_string()).collect();
+        assert_eq!(rel, ["dcgm/node-a/2026-11-01.prom", "dcgm/node-b/2026-11-01.prom", "dcgm/node-a/2026-11-02.prom", "dcgm/node-b/2026-11-02.prom", "k8s/pods.jsonl"]);
+    }
 
     #[test]
     fn classify_by_extension_and_sniff() {

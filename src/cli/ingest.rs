@@ -173,6 +173,9 @@ pub fn summary_text(s: &IngestSummary) -> String {
     for (why, n) in &s.diagnostics.skipped {
         out.push_str(&format!("  skipped: {why} {n}\n"));
     }
+    if let Some(peak) = s.peak_rss_bytes {
+        out.push_str(&format!("  memory peak {:.0} MiB\n", peak as f64 / 1048576.0));
+    }
     out
 }
 
@@ -189,6 +192,7 @@ pub fn summary_json(s: &IngestSummary) -> serde_json::Value {
         ("objects".to_string(), json!(s.objects)),
         ("skipped".to_string(), json!(s.diagnostics.skipped)),
         ("elapsed_seconds".to_string(), json!(s.elapsed.as_secs_f64())),
+        ("peak_rss_bytes".to_string(), json!(s.peak_rss_bytes)),
     ]);
     serde_json::Value::Object(m)
 }

@@ -185,6 +185,16 @@ impl K8sTables {
         self.len() == 0
     }
 
+    /// Builds the batches of the rows pushed so far and empties the tables; the counts by
+    /// kind go on, so that a caller can hand rows over in the middle of a long input.
+    pub fn take_batches(&mut self) -> Result<Vec<TableBatch>> {
+        if self.is_empty() {
+            return Ok(Vec::new());
+        }
+        let kinds = std::mem::take(&mut self.kinds);
+        std::mem::replace(self, K8sTables { kinds, ..K8sTables::new() }).finish()
+    }
+
     /// Builds the batches (tables with no rows are left out).
     pub fn finish(self) -> Result<Vec<TableBatch>> {
         let all = [
