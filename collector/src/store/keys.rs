@@ -23,6 +23,11 @@ impl KeySet {
         KeySet { hashes: FxHashSet::default() }
     }
 
+    /// Keys held.
+    pub fn held(&self) -> usize {
+        self.hashes.len()
+    }
+
     /// Adds the keys of the rows of one stored file.
     pub(crate) fn load(&mut self, table: &'static Table, source: ParquetSource) -> Result<()> {
         let name = source.name.clone();

@@ -40,6 +40,9 @@ use keys::KeySet;
 
 pub use heads::ObjectHead;
 
+/// A table, and the day its key set covers (none: the whole table, see [`DedupScope`]).
+type KeyScope = (&'static str, Option<String>);
+
 /// Tuning knobs of the writer.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
@@ -49,11 +52,17 @@ pub struct StoreOptions {
     /// concatenated string columns under arrow's 2 GiB offset limit: two million Kubernetes
     /// object versions (whole JSON documents) passed it and failed the ingest.
     pub flush_bytes: usize,
+    /// Keys of per-day key sets held at once (16-40 bytes each; 8 million is about four days of
+    /// a 256-GPU cluster's samples). Input read in time order (see `ingest::list_inputs`) only
+    /// needs the last few days; an older day's set is read back from the store when needed.
+    pub day_keys_held: usize,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        StoreOptions { flush_rows: 2_000_000, flush_bytes: 512 << 20 }
+        // 128 MiB buffered is about 400 MiB at a flush (the rows, their concatenation, the sorted
+        // copy); the files are merged later by compaction, so small flushes cost little.
+        StoreOptions { flush_rows: 2_000_000, flush_bytes: 128 << 20, day_keys_held: 8_000_000 }
     }
 }
 
@@ -79,7 +88,10 @@ pub struct Store {
     file_seq: u64,
     /// Per table: buffered batches, their rows and their bytes.
     buffers: HashMap<&'static str, (&'static Table, Vec<RecordBatch>, usize, usize)>,
-    keys: HashMap<(&'static str, Option<String>), KeySet>,
+    /// Key sets by table and day (no day: the whole table), each with when it was last used.
+    keys: HashMap<KeyScope, (KeySet, u64)>,
+    /// Counts key set uses, for the least recently used one.
+    key_clock: u64,
     /// Per table: the files of its log as this writer last read or committed them.
     snapshots: HashMap<&'static str, Snapshot>,
     pub stats: StoreStats,
@@ -104,7 +116,7 @@ impl Store {
             }
             files.write_whole(MARKER, layout::marker_contents().into_bytes())?;
         }
-        Ok(Store { files, options, run_id: layout::run_id(), file_seq: 0, buffers: HashMap::new(), keys: HashMap::new(), snapshots: HashMap::new(), stats: StoreStats::default() })
+        Ok(Store { files, options, run_id: layout::run_id(), file_seq: 0, buffers: HashMap::new(), keys: HashMap::new(), key_clock: 0, snapshots: HashMap::new(), stats: StoreStats::default() })
     }
 
     /// Creates or checks a local store.
@@ -337,11 +349,11 @@ impl Store {
                 self.read_parquet(file, |reader| other.load(table, reader))?;
             }
             // Later writes of this run must know their rows too.
-            if let Some(mut set) = self.keys.remove(&(table.name, scope.clone())) {
+            if let Some((mut set, used)) = self.keys.remove(&(table.name, scope.clone())) {
                 for file in &relevant {
                     self.read_parquet(file, |reader| set.load(table, reader))?;
                 }
-                self.keys.insert((table.name, scope.clone()), set);
+                self.keys.insert((table.name, scope.clone()), (set, used));
             }
             let rel = format!("{}/{}", table.name, mine.path);
             let batches: Vec<RecordBatch> = self.read_parquet(&rel, |source| {
@@ -395,16 +407,36 @@ impl Store {
     /// The key hashes of a partition (or a whole table), loaded from the store on first use.
     fn keyset(&mut self, table: &'static Table, scope: Option<String>) -> Result<&mut KeySet> {
         let k = (table.name, scope);
+        self.drop_old_keysets(&k);
         if !self.keys.contains_key(&k) {
             let files = self.committed_files(table, k.1.as_deref())?;
             let mut set = KeySet::empty();
             for file in files {
                 self.read_parquet(&file, |reader| set.load(table, reader))?;
             }
-            self.keys.insert(k.clone(), set);
+            self.keys.insert(k.clone(), (set, 0));
         }
+        self.key_clock += 1;
         let path = self.display("");
-        self.keys.get_mut(&k).ok_or_else(|| Error::Store { path, reason: "key set vanished (bug)".into() })
+        let (set, used) = self.keys.get_mut(&k).ok_or_else(|| Error::Store { path, reason: "key set vanished (bug)".into() })?;
+        *used = self.key_clock;
+        Ok(set)
+    }
+
+    /// Drops the least recently used days' key sets (never `keep`) while the days' sets hold
+    /// more than [`StoreOptions::day_keys_held`] keys. A dropped day's keys are read back from its committed
+    /// files if that day comes again; everything this writer wrote is committed by then.
+    fn drop_old_keysets(&mut self, keep: &KeyScope) {
+        loop {
+            let held: usize = self.keys.iter().filter(|(k, _)| k.1.is_some()).map(|(_, (set, _))| set.held()).sum();
+            if held <= self.options.day_keys_held {
+                return;
+            }
+            let oldest = self.keys.iter().filter(|(k, _)| k.1.is_some() && *k != keep).min_by_key(|(_, (_, used))| *used).map(|(k, _)| k.clone());
+            let Some(oldest) = oldest else { return };
+            tracing::debug!(table = oldest.0, date = ?oldest.1, held, "dropping the key set of a day not written lately");
+            self.keys.remove(&oldest);
+        }
     }
 
     /// Store paths of the table's committed files (of one day, if `date` is given). Files on
@@ -626,7 +658,7 @@ mod tests {
     fn buffers_are_flushed_by_bytes_as_well_as_rows() {
         let write = |flush_bytes: usize| {
             let dir = tempfile::tempdir().unwrap();
-            let mut store = Store::open(&StoreLocation::Local(dir.path().to_path_buf()), StoreOptions { flush_rows: usize::MAX, flush_bytes }).unwrap();
+            let mut store = Store::open(&StoreLocation::Local(dir.path().to_path_buf()), StoreOptions { flush_rows: usize::MAX, flush_bytes, ..StoreOptions::default() }).unwrap();
             for k in 0..3 {
                 store.append((&gpuledger_schemas::GPU_SAMPLES, samples(200, k * 1000))).unwrap();
             }
@@ -638,6 +670,34 @@ mod tests {
         assert_eq!(write(one_batch), (3, 600));
         // Under the limit everything waits for the final flush: one file.
         assert_eq!(write(usize::MAX), (1, 600));
+    }
+
+    #[test]
+    fn old_days_key_sets_are_dropped_and_read_back() {
+        // Room for the keys of two days (30 rows each): writing five days drops the older
+        // days' sets; writing every day again must still find each row stored.
+        let dir = tempfile::tempdir().unwrap();
+        let location = StoreLocation::Local(dir.path().to_path_buf());
+        let options = StoreOptions { flush_rows: 1, day_keys_held: 60, ..StoreOptions::default() };
+        let day = 86_400_000;
+        let mut store = Store::open(&location, options.clone()).unwrap();
+        for d in 0..5 {
+            store.append((&gpuledger_schemas::GPU_SAMPLES, samples(30, d * day))).unwrap();
+            let held: usize = store.keys.iter().filter(|(k, _)| k.1.is_some()).map(|(_, (s, _))| s.held()).sum();
+            // The day being written, and at most what the limit allows of the others.
+            assert!(held <= 60 + 30, "day {d}: {held} keys held");
+        }
+        assert!(store.keys.len() < 5, "old days dropped: {}", store.keys.len());
+        // Again, newest first, then the oldest twice: every row is known, none written.
+        for d in [4, 3, 2, 1, 0, 0] {
+            store.append((&gpuledger_schemas::GPU_SAMPLES, samples(30, d * day))).unwrap();
+        }
+        // A few rows of a dropped day are new.
+        store.append((&gpuledger_schemas::GPU_SAMPLES, samples(33, 4 * day))).unwrap();
+        let stats = store.finish().unwrap();
+        assert_eq!(stats.rows_written.values().sum::<u64>(), 150 + 3, "{stats:?}");
+        assert_eq!(stats.duplicates.values().sum::<u64>(), 180 + 30, "{stats:?}");
+        assert_eq!(BlockingStore::new(&location).unwrap().snapshot("gpu_samples").unwrap().rows(), Some(153));
     }
 
     #[test]
