@@ -52,6 +52,10 @@ pub struct Args {
     /// Write a table out once this many rows are buffered (lower it to bound memory).
     #[arg(long, default_value_t = 2_000_000)]
     pub flush_rows: usize,
+    /// ... or once its buffered rows take this much memory (e.g. 64MiB). A flush holds about
+    /// three times this at once (the rows, joined, sorted).
+    #[arg(long, value_parser = super::byte_size, default_value = "128MiB")]
+    pub flush_bytes: u64,
     /// Print every rejected item (default: the first 20).
     #[arg(short, long)]
     pub verbose: bool,
@@ -72,7 +76,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 pub fn ingest_with(args: &Args) -> anyhow::Result<IngestSummary> {
-    let mut options = IngestOptions { store: StoreOptions { flush_rows: args.flush_rows.max(1), ..StoreOptions::default() }, ..IngestOptions::default() };
+    let mut options = IngestOptions { store: StoreOptions { flush_rows: args.flush_rows.max(1), flush_bytes: usize::try_from(args.flush_bytes).unwrap_or(usize::MAX).max(1), ..StoreOptions::default() }, ..IngestOptions::default() };
     if let Some(t) = args.threads {
         options.threads = t.max(1);
     }

@@ -134,11 +134,15 @@ fn readers_see_every_row_once_while_compact_and_an_ingest_commit() {
     // The replaced files are still on disk for readers that started earlier, until VACUUM.
     assert!(files_on_disk(&store.join("gpu_samples")) > 2);
 
-    // A second ingest commits new rows, one commit per table (its input fits one flush): for
+    // A second ingest commits new rows, one commit per table (its input fits one flush of
+    // 1 GiB; the default 128 MiB would flush its metric samples twice): for
     // each table, every answer is the old rows or the new ones, never part of a commit. (A
     // commit is one table's: a reader may see the new pods before the new samples.)
     let mut summary = Value::Null;
-    let seen = read_while(&store, || summary = ingest(&[&second], &store));
+    let seen = read_while(&store, || {
+        let args = ["ingest", "--format", "json", "--progress", "off", "--flush-bytes", "1GiB", "--store", &store.display().to_string(), &second.display().to_string()];
+        summary = serde_json::from_slice(&run(&args, 0).stdout).expect("summary is JSON");
+    });
     let after = rt.block_on(totals(&location));
     assert_eq!(summary["commits"].as_u64(), summary["rows_written"].as_object().map(|m| m.len() as u64), "one commit per table written: {summary}");
     assert_eq!(after.samples - before.samples, summary["rows_written"]["gpu_samples"].as_i64().unwrap(), "{summary}");
