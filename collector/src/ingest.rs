@@ -423,15 +423,7 @@ impl<'a> Worker<'a> {
         if let Some(e) = failed {
             return Message::Failed(e);
         }
-        let objects = self
-            .k8s
-            .kinds
-            .iter()
-            .filter_map(|(k, n)| {
-                let delta = n - before.get(k).copied().unwrap_or(0);
-                (delta > 0).then(|| (k.clone(), delta))
-            })
-            .collect();
+        let objects = self.k8s.kinds_since(&before);
         let rejected = diags.errors.len() as u64;
         Message::File { format: Ok(Format::Kubernetes), bytes: len, told: handed, diags, objects, samples: 0, blank: 0, rejected }
     }

@@ -97,14 +97,7 @@ impl Source for KubernetesFile {
         for v in &records {
             tables.push(origin.path, v, diags);
         }
-        let objects = tables
-            .kinds
-            .iter()
-            .filter_map(|(k, n)| {
-                let delta = n - before.get(k).copied().unwrap_or(0);
-                (delta > 0).then(|| (k.clone(), delta))
-            })
-            .collect();
+        let objects = tables.kinds_since(&before);
         Loaded { objects, ..Loaded::default() }
     }
 }

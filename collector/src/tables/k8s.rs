@@ -185,6 +185,17 @@ impl K8sTables {
         self.len() == 0
     }
 
+    /// Object versions pushed by kind since the counts were `before` (a clone of [`K8sTables::kinds`]).
+    pub fn kinds_since(&self, before: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+        self.kinds
+            .iter()
+            .filter_map(|(k, n)| {
+                let delta = n - before.get(k).copied().unwrap_or(0);
+                (delta > 0).then(|| (k.clone(), delta))
+            })
+            .collect()
+    }
+
     /// Builds the batches of the rows pushed so far and empties the tables; the counts by
     /// kind go on, so that a caller can hand rows over in the middle of a long input.
     pub fn take_batches(&mut self) -> Result<Vec<TableBatch>> {
