@@ -47,6 +47,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         format: ingest::SummaryFormat::Text,
         threads: None,
         flush_rows: 2_000_000,
+        flush_bytes: 128 << 20,
         verbose: false,
     };
     let summary = ingest::ingest_with(&ingest_args)?;
