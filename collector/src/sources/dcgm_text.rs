@@ -156,8 +156,8 @@ impl DcgmText {
     }
 
     /// A capture file read from `input` a chunk of whole lines at a time, each chunk's samples
-    /// loaded into `tables` before the next is read, so that memory holds the file's rows (about
-    /// a tenth of its text) but never its text. `read_so_far` is told the bytes read after each
+    /// loaded into `tables` before the next is read, so that memory holds the file's rows (for
+    /// DCGM text, one per GPU and time) but never its text. `read_so_far` is told the bytes read after each
     /// chunk. Finds what [`Source::read`] finds in the whole file, diagnostics included. Fails
     /// only when `input` does: what was read before stays loaded.
     ///
