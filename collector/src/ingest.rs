@@ -107,9 +107,8 @@ pub fn list_inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
             out.push(p.clone());
         }
     }
-    out.sort();
-    out.dedup();
     out.sort_by(|a, b| a.file_name().cmp(&b.file_name()).then_with(|| a.cmp(b)));
+    out.dedup();
     Ok(out)
 }
 
@@ -296,8 +295,7 @@ impl<'a> Worker<'a> {
             if self.tx.send(msg).is_err() {
                 return;
             }
-            let full = self.samples.rows() >= WORKER_BATCH_ROWS || self.k8s.len() >= WORKER_BATCH_ROWS / 8 || self.pending >= WORKER_BATCH_BYTES;
-            if let Err(e) = if full { self.hand_over() } else { Ok(()) } {
+            if let Err(e) = if self.full() { self.hand_over() } else { Ok(()) } {
                 let _ = self.tx.send(Message::Failed(e));
                 return;
             }
@@ -305,6 +303,11 @@ impl<'a> Worker<'a> {
         if let Err(e) = self.hand_over() {
             let _ = self.tx.send(Message::Failed(e));
         }
+    }
+
+    /// Whether the rows gathered are enough to hand over.
+    fn full(&self) -> bool {
+        self.samples.rows() >= WORKER_BATCH_ROWS || self.k8s.len() >= WORKER_BATCH_ROWS / 8 || self.pending >= WORKER_BATCH_BYTES
     }
 
     fn hand_over(&mut self) -> Result<()> {
@@ -391,22 +394,23 @@ impl<'a> Worker<'a> {
     }
 
     /// A JSON file of Kubernetes objects, its head already in `buf`: the rows are handed over
-    /// every [`WORKER_BATCH_BYTES`] of input, so the file is never whole in memory.
+    /// as soon as the worker is [full](Worker::full), so the file is never whole in memory.
     fn stream_objects(&mut self, path: &Path, file: std::fs::File, origin: &Origin<'_>, mut diags: Diagnostics) -> Message {
         let before = self.k8s.kinds.clone();
         let head = std::mem::take(&mut self.buf);
         let read = std::cell::Cell::new(0u64);
         let mut input = Counted { inner: std::io::Read::chain(&head[..], file), read: &read };
-        // Bytes of this file whose rows were handed over (and told to the progress bar).
-        let mut handed = 0u64;
+        // Bytes of this file counted into `pending`, and those told to the progress bar.
+        let (mut counted, mut told) = (0u64, 0u64);
         let mut failed: Option<Error> = None;
         let streamed = {
             let mut emit = |v: ObjectVersion, diags: &mut Diagnostics| {
                 self.k8s.push(path, &v, diags);
-                let unsent = read.get() - handed;
-                if unsent >= WORKER_BATCH_BYTES || self.k8s.len() >= WORKER_BATCH_ROWS / 8 {
-                    handed += unsent;
-                    let _ = self.tx.send(Message::Progress(unsent));
+                self.pending += read.get() - counted;
+                counted = read.get();
+                if self.full() {
+                    let _ = self.tx.send(Message::Progress(counted - told));
+                    told = counted;
                     if let Err(e) = self.hand_over() {
                         failed.get_or_insert(e);
                     }
@@ -416,7 +420,7 @@ impl<'a> Worker<'a> {
         };
         self.buf = head;
         let len = read.get();
-        self.pending += len - handed;
+        self.pending += len - counted;
         if let Err(e) = streamed {
             diags.error(path, Position::File, "unreadable_file", format!("cannot read past byte {len}: {e}"));
         }
@@ -425,7 +429,7 @@ impl<'a> Worker<'a> {
         }
         let objects = self.k8s.kinds_since(&before);
         let rejected = diags.errors.len() as u64;
-        Message::File { format: Ok(Format::Kubernetes), bytes: len, told: handed, diags, objects, samples: 0, blank: 0, rejected }
+        Message::File { format: Ok(Format::Kubernetes), bytes: len, told, diags, objects, samples: 0, blank: 0, rejected }
     }
 }
 

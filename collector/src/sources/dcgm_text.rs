@@ -116,7 +116,6 @@ impl DcgmText {
     fn parse_lines(&mut self, path: &Path, bytes: &[u8], lines_before: u64, time: ScrapeTime, diags: &mut Diagnostics) -> TextRecords {
         let mut out = TextRecords { samples: std::mem::take(&mut self.spare), lines: 0, rejected: 0, used_mtime: 0 };
         out.samples.clear();
-        let mut used_mtime = 0u64;
         for item in self.reader.records(bytes) {
             out.lines += 1;
             let rec = match item {
@@ -131,7 +130,7 @@ impl DcgmText {
                 (Some(ts), _) => ts,
                 (None, ScrapeTime::FileName(t) | ScrapeTime::Scraped(t)) => t,
                 (None, ScrapeTime::Modified(t)) => {
-                    used_mtime += 1;
+                    out.used_mtime += 1;
                     t
                 }
                 (None, ScrapeTime::Unknown) => {
@@ -151,7 +150,6 @@ impl DcgmText {
             };
             out.samples.push(Sample { metric, labels: rec.labels, ts_ms, value: rec.value });
         }
-        out.used_mtime = used_mtime;
         out
     }
 
