@@ -2,6 +2,7 @@
 //! into a store, run the ledger, print the busiest month's chargeback and write the HTML and
 //! FOCUS reports.
 
+use gpuledger_collector::store::StoreOptions;
 use gpuledger_store::StoreLocation;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,8 +47,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         progress: ProgressMode::Auto,
         format: ingest::SummaryFormat::Text,
         threads: None,
-        flush_rows: 2_000_000,
-        flush_bytes: 128 << 20,
+        flush_rows: StoreOptions::default().flush_rows,
+        flush_bytes: StoreOptions::default().flush_bytes as u64,
         verbose: false,
     };
     let summary = ingest::ingest_with(&ingest_args)?;
