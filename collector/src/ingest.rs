@@ -370,7 +370,7 @@ impl<'a> Worker<'a> {
     fn read_text(&mut self, path: &Path, file: std::fs::File, origin: &Origin<'_>, mut diags: Diagnostics) -> Message {
         let head = std::mem::take(&mut self.buf);
         let read = std::cell::Cell::new(0u64);
-        let mut input = Counted { inner: std::io::Read::chain(&head[..], file), read: &read };
+        let mut input = Counted { inner: std::io::Read::chain(&head[..], file), at: 0, read: &read };
         let mut told = 0u64;
         let loaded = {
             let tx = self.tx;
@@ -397,9 +397,13 @@ impl<'a> Worker<'a> {
     /// as soon as the worker is [full](Worker::full), so the file is never whole in memory.
     fn stream_objects(&mut self, path: &Path, file: std::fs::File, origin: &Origin<'_>, mut diags: Diagnostics) -> Message {
         let before = self.k8s.kinds.clone();
-        let head = std::mem::take(&mut self.buf);
         let read = std::cell::Cell::new(0u64);
-        let mut input = Counted { inner: std::io::Read::chain(&head[..], file), read: &read };
+        // From the start again (the head is in `buf`): a large List is read twice, by seeking.
+        let mut file = file;
+        if let Err(e) = std::io::Seek::rewind(&mut file) {
+            return unreadable(path, &e, diags);
+        }
+        let mut input = Counted { inner: file, at: 0, read: &read };
         // Bytes of this file counted into `pending`, and those told to the progress bar.
         let (mut counted, mut told) = (0u64, 0u64);
         let mut failed: Option<Error> = None;
@@ -418,7 +422,6 @@ impl<'a> Worker<'a> {
             };
             kubernetes_file::stream_objects(path, &mut input, origin.modified_ms.unwrap_or(0), &mut diags, &mut emit)
         };
-        self.buf = head;
         let len = read.get();
         self.pending += len - counted;
         if let Err(e) = streamed {
@@ -439,17 +442,27 @@ fn unreadable(path: &Path, e: &std::io::Error, mut diags: Diagnostics) -> Messag
     Message::File { format: Err("unreadable".into()), bytes: 0, told: 0, diags, objects: BTreeMap::new(), samples: 0, blank: 0, rejected: 1 }
 }
 
-/// Counts the bytes read through it.
+/// Counts how far into its input reading got (bytes read twice, after a seek back, count once).
 struct Counted<'c, R> {
     inner: R,
+    /// Where the next read starts.
+    at: u64,
     read: &'c std::cell::Cell<u64>,
 }
 
 impl<R: std::io::Read> std::io::Read for Counted<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.read.set(self.read.get() + n as u64);
+        self.at += n as u64;
+        self.read.set(self.read.get().max(self.at));
         Ok(n)
+    }
+}
+
+impl<R: std::io::Seek> std::io::Seek for Counted<'_, R> {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        self.at = self.inner.seek(to)?;
+        Ok(self.at)
     }
 }
 

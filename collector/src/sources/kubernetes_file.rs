@@ -39,7 +39,7 @@ pub fn read_objects(path: &Path, bytes: &[u8], fallback_ms: i64, diags: &mut Dia
     match format_of(path, bytes) {
         Format::Json => {
             // Reading a slice cannot fail.
-            let _ = read_json_stream(&mut &bytes[..], bytes.len().max(1), &mut reader, diags);
+            let _ = read_json_stream(&mut std::io::Cursor::new(bytes), bytes.len().max(1), usize::MAX, &mut reader, diags);
         }
         Format::Yaml => read_yaml_documents(bytes, &mut reader, diags),
     }
@@ -53,9 +53,21 @@ pub fn is_json(path: &Path, head: &[u8]) -> bool {
     matches!(format_of(path, head), Format::Json)
 }
 
-/// Bytes a JSON stream is read ahead by. A value longer than the window grows it (a `List` is
-/// one value), so memory follows the largest value, not the file.
+/// Bytes a JSON stream is read ahead by. A value longer than the window grows it, so memory
+/// follows the largest value, not the file; but see [`LARGE_VALUE`].
 pub const STREAM_WINDOW: usize = 1 << 20;
+
+/// A value at least this long that is a `List` is read an item at a time rather than whole
+/// (`kubectl get events -o json` of a busy month is one value of half a gigabyte; parsed whole it
+/// took 2.5 GiB). No single Kubernetes object comes near it: the API server stores at most
+/// 1.5 MiB per object.
+pub const LARGE_VALUE: usize = 8 << 20;
+
+/// What [`stream_objects`] reads: a file, which a large List is read from twice (see
+/// [`LARGE_VALUE`]).
+pub trait ReadSeek: std::io::Read + std::io::Seek {}
+
+impl<T: std::io::Read + std::io::Seek> ReadSeek for T {}
 
 /// Reads the JSON values of `input` (the content of `path`, see [`is_json`]) a window at a
 /// time, handing each object version to `emit` in stream order, so that a watch stream larger
@@ -64,15 +76,15 @@ pub const STREAM_WINDOW: usize = 1 << 20;
 /// `input` does: what was read before stays emitted.
 pub fn stream_objects(
     path: &Path,
-    input: &mut dyn std::io::Read,
+    input: &mut dyn ReadSeek,
     fallback_ms: i64,
     diags: &mut Diagnostics,
     emit: &mut dyn FnMut(ObjectVersion, &mut Diagnostics),
 ) -> std::io::Result<()> {
     let mut reader = Reader::new(path, fallback_ms, emit);
-    let read = read_json_stream(input, STREAM_WINDOW, &mut reader, diags);
+    let read = read_json_stream(input, STREAM_WINDOW, LARGE_VALUE, &mut reader, diags);
     reader.finish(diags);
-    read
+    read.map(|_| ())
 }
 
 /// `kubernetes_file`: the [`Source`] over [`read_objects`]; objects without a time of their
@@ -202,38 +214,40 @@ impl Reader<'_> {
         let kind = map.get("kind").and_then(Value::as_str).unwrap_or_default().to_owned();
         if kind == "List" || (kind.ends_with("List") && map.get("items").is_some_and(Value::is_array)) {
             let api_version = map.get("apiVersion").and_then(Value::as_str).map(str::to_owned);
-            // A typed list (PodList) may leave apiVersion/kind off its items.
             let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty()).map(str::to_owned);
+            let list = ListOf { kind, item_kind, api_version };
             let items = match map.remove("items") {
                 Some(Value::Array(items)) => items,
                 _ => Vec::new(),
             };
             for (i, item) in items.into_iter().enumerate() {
-                let Value::Object(mut obj) = item else {
-                    let what = describe(&item);
-                    diags.error(
-                        self.path,
-                        at.clone(),
-                        "not_an_object",
-                        format!("item {i} of the {kind} is {what}, not an object"),
-                    );
-                    continue;
-                };
-                if !obj.contains_key("kind")
-                    && let Some(k) = &item_kind
-                {
-                    obj.insert("kind".into(), Value::String(k.clone()));
-                }
-                if !obj.contains_key("apiVersion")
-                    && let Some(a) = &api_version
-                {
-                    obj.insert("apiVersion".into(), Value::String(a.clone()));
-                }
-                self.object(obj, EventType::Snapshot, false, &at, &format!("item {i} of the {kind}: "), diags);
+                self.list_item(&list, i, item, &at, diags);
             }
             return;
         }
         self.object(map, EventType::Snapshot, false, &at, "", diags);
+    }
+
+    /// Item `i` of a List (at `at`): an object, with the List's kind and apiVersion where it
+    /// has none of its own.
+    fn list_item(&mut self, list: &ListOf, i: usize, item: Value, at: &Position, diags: &mut Diagnostics) {
+        let kind = &list.kind;
+        let Value::Object(mut obj) = item else {
+            let what = describe(&item);
+            diags.error(self.path, at.clone(), "not_an_object", format!("item {i} of the {kind} is {what}, not an object"));
+            return;
+        };
+        if !obj.contains_key("kind")
+            && let Some(k) = &list.item_kind
+        {
+            obj.insert("kind".into(), Value::String(k.clone()));
+        }
+        if !obj.contains_key("apiVersion")
+            && let Some(a) = &list.api_version
+        {
+            obj.insert("apiVersion".into(), Value::String(a.clone()));
+        }
+        self.object(obj, EventType::Snapshot, false, at, &format!("item {i} of the {kind}: "), diags);
     }
 
     fn watch_event(&mut self, mut map: Map<String, Value>, at: Position, diags: &mut Diagnostics) {
@@ -346,6 +360,14 @@ impl Reader<'_> {
     }
 }
 
+/// What a List's items take from it.
+struct ListOf {
+    kind: String,
+    /// A typed list (PodList) may leave apiVersion/kind off its items.
+    item_kind: Option<String>,
+    api_version: Option<String>,
+}
+
 /// `{"type": ..., "object": ...}` without a kind of its own (a core Event has `type` but no `object`).
 fn is_watch_event(map: &Map<String, Value>) -> bool {
     map.contains_key("type") && map.contains_key("object") && !map.contains_key("kind")
@@ -418,9 +440,12 @@ fn walk_times(v: &Value, latest: &mut Option<i64>) {
 }
 
 /// Zero or more concatenated JSON values, pretty-printed or one per line, read from `input`
-/// `window` bytes at a time (see [`Window`]).
-fn read_json_stream(input: &mut dyn std::io::Read, window: usize, reader: &mut Reader<'_>, diags: &mut Diagnostics) -> std::io::Result<()> {
+/// `window` bytes at a time (see [`Window`]). A List of `large` bytes or more is read an item
+/// at a time ([`stream_list`]).
+fn read_json_stream(input: &mut dyn ReadSeek, window: usize, large: usize, reader: &mut Reader<'_>, diags: &mut Diagnostics) -> std::io::Result<usize> {
     let mut w = Window::new(input, window);
+    // The start of the last large value found not to be a List: it is read whole.
+    let mut not_a_list: Option<u64> = None;
     while w.buf.len() < BOM.len() && !w.eof {
         w.read_more()?;
     }
@@ -463,6 +488,14 @@ fn read_json_stream(input: &mut dyn std::io::Read, window: usize, reader: &mut R
                 // cut the tests make); a syntax error this close to the window's end is parsed
                 // again in a longer window all the same, in case one is not: it costs only time.
                 if !w.eof && (e.is_eof() || err_at + 64 >= w.buf.len()) {
+                    if w.buf.len() - pos >= large && w.buf.get(pos) == Some(&b'{') && not_a_list != Some(w.offset(pos)) {
+                        if stream_list(&mut w, pos, at.clone(), reader, diags)? {
+                            pos = 0;
+                        } else {
+                            not_a_list = Some(w.offset(pos));
+                        }
+                        continue;
+                    }
                     pos = w.refill(pos)?;
                     continue;
                 }
@@ -491,14 +524,235 @@ fn read_json_stream(input: &mut dyn std::io::Read, window: usize, reader: &mut R
             }
         }
     }
-    Ok(())
+    Ok(w.most)
+}
+
+/// Reads the value at `buf[pos]`, if it is a List that parses, an item at a time straight from
+/// the input, and moves the window past it (returns `true`). Two passes: the first reads the
+/// List's own fields without keeping its items (its `kind` comes after `items` in kubectl's
+/// output, and decides what the items are); the second hands each item on as it is parsed.
+/// Anything else (`false`) is left for the window to read whole, with the errors it finds.
+fn stream_list(w: &mut Window<'_>, pos: usize, at: Position, reader: &mut Reader<'_>, diags: &mut Diagnostics) -> std::io::Result<bool> {
+    use serde::de::DeserializeSeed;
+    use std::io::SeekFrom;
+    let start = w.offset(pos);
+    w.input.seek(SeekFrom::Start(start))?;
+    let mut tally = Tally { inner: std::io::BufReader::with_capacity(1 << 16, &mut *w.input), bytes: 0, newlines: 0 };
+    let head = <ListHead as serde::Deserialize>::deserialize(&mut serde_json::Deserializer::from_reader(&mut tally));
+    let (bytes, newlines) = (tally.bytes, tally.newlines);
+    let list = match head {
+        Ok(h) if !h.is_watch_event() && h.items_arrays == 1 && (h.kind() == "List" || h.kind().ends_with("List")) => h.list_of(),
+        // Not a List, or one the window reads (and reports) as it would any broken value.
+        _ => {
+            w.input.seek(SeekFrom::Start(w.offset(w.buf.len())))?;
+            return Ok(false);
+        }
+    };
+    w.input.seek(SeekFrom::Start(start))?;
+    let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::with_capacity(1 << 16, &mut *w.input));
+    let items = ListItems { list: &list, reader, diags, at: &at };
+    if let Err(e) = items.deserialize(&mut de) {
+        // The first pass parsed the same bytes: only reading can fail now.
+        return Err(e.io_error_kind().map_or_else(|| std::io::Error::other(e.to_string()), |k| std::io::Error::new(k, e.to_string())));
+    }
+    // The window goes on after the List, its lines counted.
+    w.line_at(pos);
+    w.newlines += newlines;
+    w.buf.clear();
+    w.lines_at = 0;
+    w.base = start + bytes;
+    w.input.seek(SeekFrom::Start(w.base))?;
+    Ok(true)
+}
+
+/// Counts the bytes (and newlines) serde_json takes: it takes a value's bytes one at a time and
+/// none after its end, so the count is where the value ends.
+struct Tally<R> {
+    inner: R,
+    bytes: u64,
+    newlines: u64,
+}
+
+impl<R: std::io::Read> std::io::Read for Tally<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.bytes += n as u64;
+        self.newlines += memchr::memchr_iter(b'\n', buf.get(..n).unwrap_or_default()).count() as u64;
+        Ok(n)
+    }
+}
+
+/// The top-level fields of a large object that decide whether it is a List, without its items.
+#[derive(Default)]
+struct ListHead {
+    kind: Option<Value>,
+    api_version: Option<Value>,
+    /// `items` keys holding an array (a second `items` key would replace the first in a whole
+    /// read: such a value is read whole).
+    items_arrays: usize,
+    has_type: bool,
+    has_object: bool,
+}
+
+impl ListHead {
+    fn kind(&self) -> &str {
+        self.kind.as_ref().and_then(Value::as_str).unwrap_or_default()
+    }
+
+    fn is_watch_event(&self) -> bool {
+        self.has_type && self.has_object && self.kind.is_none()
+    }
+
+    fn list_of(&self) -> ListOf {
+        let kind = self.kind().to_owned();
+        ListOf {
+            item_kind: kind.strip_suffix("List").filter(|k| !k.is_empty()).map(str::to_owned),
+            api_version: self.api_version.as_ref().and_then(Value::as_str).map(str::to_owned),
+            kind,
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ListHead {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = ListHead;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<ListHead, A::Error> {
+                let mut head = ListHead::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "kind" => head.kind = Some(map.next_value()?),
+                        "apiVersion" => head.api_version = Some(map.next_value()?),
+                        "items" => head.items_arrays += usize::from(map.next_value::<IsArray>()?.0),
+                        other => {
+                            head.has_type |= other == "type";
+                            head.has_object |= other == "object";
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(head)
+            }
+        }
+        d.deserialize_map(Fields)
+    }
+}
+
+/// Whether a value is an array, read without keeping it.
+struct IsArray(bool);
+
+impl<'de> serde::Deserialize<'de> for IsArray {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Probe;
+        impl<'de> serde::de::Visitor<'de> for Probe {
+            type Value = IsArray;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any value")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<IsArray, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(IsArray(true))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<IsArray, A::Error> {
+                while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+                Ok(IsArray(false))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<IsArray, E> {
+                Ok(IsArray(false))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<IsArray, E> {
+                Ok(IsArray(false))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<IsArray, E> {
+                Ok(IsArray(false))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<IsArray, E> {
+                Ok(IsArray(false))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<IsArray, E> {
+                Ok(IsArray(false))
+            }
+            fn visit_unit<E>(self) -> Result<IsArray, E> {
+                Ok(IsArray(false))
+            }
+        }
+        d.deserialize_any(Probe)
+    }
+}
+
+/// The second pass of [`stream_list`]: each item of the List's `items` handed to the reader as
+/// soon as it is parsed; the other fields skipped.
+struct ListItems<'a, 'r> {
+    list: &'a ListOf,
+    reader: &'a mut Reader<'r>,
+    diags: &'a mut Diagnostics,
+    at: &'a Position,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for ListItems<'_, '_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ListItems<'_, '_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a List")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let ListItems { list, reader, diags, at } = self;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "items" {
+                map.next_value_seed(Items { list, reader: &mut *reader, diags: &mut *diags, at })?;
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The `items` array of [`ListItems`].
+struct Items<'a, 'r> {
+    list: &'a ListOf,
+    reader: &'a mut Reader<'r>,
+    diags: &'a mut Diagnostics,
+    at: &'a Position,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Items<'_, '_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Items<'_, '_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an array of objects")
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut i = 0;
+        while let Some(item) = seq.next_element::<Value>()? {
+            self.reader.list_item(self.list, i, item, self.at, self.diags);
+            i += 1;
+        }
+        Ok(())
+    }
 }
 
 /// The part of a stream in memory: `buf` holds the bytes from file offset `base` on. Bytes
 /// before a value being parsed are dropped as the window moves; a value that does not fit makes
 /// the next read as large as the window, so a long value is parsed a bounded number of times.
 struct Window<'r> {
-    input: &'r mut dyn std::io::Read,
+    input: &'r mut dyn ReadSeek,
     buf: Vec<u8>,
     base: u64,
     eof: bool,
@@ -508,11 +762,13 @@ struct Window<'r> {
     /// cost one pass over the stream.
     lines_at: usize,
     newlines: u64,
+    /// The most bytes `buf` held.
+    most: usize,
 }
 
 impl<'r> Window<'r> {
-    fn new(input: &'r mut dyn std::io::Read, chunk: usize) -> Self {
-        Window { input, buf: Vec::new(), base: 0, eof: false, chunk: chunk.max(1), lines_at: 0, newlines: 0 }
+    fn new(input: &'r mut dyn ReadSeek, chunk: usize) -> Self {
+        Window { input, buf: Vec::new(), base: 0, eof: false, chunk: chunk.max(1), lines_at: 0, newlines: 0, most: 0 }
     }
 
     /// The file offset of `buf[i]`.
@@ -539,6 +795,7 @@ impl<'r> Window<'r> {
         if got == 0 {
             self.eof = true;
         }
+        self.most = self.most.max(self.buf.len());
         Ok(())
     }
 
@@ -1346,27 +1603,97 @@ metadata:
         assert!(d.is_clean());
     }
 
-    /// Hands out at most three bytes per read, as a pipe might.
-    struct Trickle<'a>(&'a [u8]);
+    /// Hands out at most three bytes per read, as a pipe might; seeks like a file.
+    struct Trickle<'a> {
+        bytes: &'a [u8],
+        at: usize,
+    }
 
     impl std::io::Read for Trickle<'_> {
         fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-            let n = buf.len().min(self.0.len()).min(3);
-            buf[..n].copy_from_slice(&self.0[..n]);
-            self.0 = &self.0[n..];
+            let rest = self.bytes.get(self.at..).unwrap_or_default();
+            let n = buf.len().min(rest.len()).min(3);
+            buf[..n].copy_from_slice(&rest[..n]);
+            self.at += n;
             Ok(n)
         }
     }
 
-    /// `bytes` read as a JSON stream through a window of `window` bytes.
-    fn read_windowed(path: &Path, bytes: &[u8], window: usize) -> (Vec<ObjectVersion>, Diagnostics) {
+    impl std::io::Seek for Trickle<'_> {
+        fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+            let std::io::SeekFrom::Start(at) = to else { panic!("only seeks from the start are used") };
+            self.at = at as usize;
+            Ok(at)
+        }
+    }
+
+    /// `bytes` read as a JSON stream through a window of `window` bytes, Lists of `large` bytes
+    /// or more an item at a time; also the most bytes the window held.
+    fn read_windowed_large(path: &Path, bytes: &[u8], window: usize, large: usize) -> (Vec<ObjectVersion>, Diagnostics, usize) {
         let mut out = Vec::new();
         let mut diags = Diagnostics::new();
         let mut emit = |v: ObjectVersion, _: &mut Diagnostics| out.push(v);
         let mut reader = Reader::new(path, MTIME, &mut emit);
-        read_json_stream(&mut Trickle(bytes), window, &mut reader, &mut diags).unwrap();
+        let most = read_json_stream(&mut Trickle { bytes, at: 0 }, window, large, &mut reader, &mut diags).unwrap();
         reader.finish(&mut diags);
+        (out, diags, most)
+    }
+
+    /// Like [`read_windowed_large`], with any value four windows long (64 bytes at least) taken
+    /// as large, so that the Lists of the tests' inputs are read an item at a time.
+    fn read_windowed(path: &Path, bytes: &[u8], window: usize) -> (Vec<ObjectVersion>, Diagnostics) {
+        let (out, diags, _) = read_windowed_large(path, bytes, window, (4 * window).max(64));
         (out, diags)
+    }
+
+    #[test]
+    fn a_large_list_is_read_an_item_at_a_time() {
+        // A typed list whose items leave kind and apiVersion off, one item that is not an
+        // object, then an object after it; keys in kubectl's order (items before kind).
+        let mut list = String::from("{\n  \"apiVersion\": \"v1\",\n  \"items\": [\n");
+        for i in 0..3000 {
+            if i > 0 {
+                list.push_str(",\n");
+            }
+            if i == 1500 {
+                list.push_str("    7");
+            } else {
+                list.push_str(&format!("    {{\"metadata\": {{\"name\": \"p{i}\", \"namespace\": \"ml\", \"creationTimestamp\": \"2026-11-01T00:00:00Z\", \"labels\": {{\"a\": [1, 2.5, true, null]}}}}}}"));
+            }
+        }
+        list.push_str("\n  ],\n  \"kind\": \"PodList\",\n  \"metadata\": {\"resourceVersion\": \"9\"}\n}\n");
+        list.push_str("{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"after\"}}\n");
+        // An error after the list: its line number counts the list's lines.
+        list.push_str("{\"apiVersion\": ]\n");
+        let bytes = list.as_bytes();
+        let mut whole_diags = Diagnostics::new();
+        let whole = read_objects(Path::new("pods.json"), bytes, MTIME, &mut whole_diags);
+        assert_eq!(whole.len(), 3000, "2999 pods and the namespace after the list");
+        assert_eq!(error_types(&whole_diags), ["not_an_object", "invalid_json"]);
+        assert!(matches!(whole_diags.errors[1].position, Position::Byte { line: 3009, .. }), "{:?}", whole_diags.errors[1].position);
+        for window in [1, 100, 4096] {
+            let (out, diags, most) = read_windowed_large(Path::new("pods.json"), bytes, window, 8 * 1024);
+            assert_eq!(out, whole, "versions through a {window}-byte window");
+            assert_eq!(diags.errors, whole_diags.errors);
+            assert_eq!(diags.warnings, whole_diags.warnings);
+            // The list is 340 KB: read an item at a time, the window never holds it.
+            assert!(most < 32 * 1024, "a {window}-byte window held {most} bytes of a {}-byte list", bytes.len());
+        }
+        // Read whole when small enough, it takes the list's size.
+        let (out, _, most) = read_windowed_large(Path::new("pods.json"), bytes, 4096, usize::MAX);
+        assert_eq!(out, whole);
+        assert!(most > 300 * 1024, "{most}");
+        // A large object that is not a List, and a List that does not parse, are read whole,
+        // with the same errors.
+        let not_a_list = format!("{{\"apiVersion\":\"v1\",\"items\":[1,2,3],\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"c\"}},\"data\":{{\"x\":\"{}\"}}}}\n", "z".repeat(20_000));
+        let cut = &bytes[..bytes.len() / 2];
+        for (name, input) in [("cm.json", not_a_list.as_bytes()), ("cut.json", cut)] {
+            let mut d = Diagnostics::new();
+            let whole = read_objects(Path::new(name), input, MTIME, &mut d);
+            let (out, diags, _) = read_windowed_large(Path::new(name), input, 512, 8 * 1024);
+            assert_eq!(out, whole, "{name}");
+            assert_eq!(diags.errors, d.errors, "{name}");
+        }
     }
 
     /// The window a stream is read through changes nothing: the same versions, errors (with
