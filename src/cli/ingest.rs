@@ -52,9 +52,10 @@ pub struct Args {
     /// Write a table out once this many rows are buffered (lower it to bound memory).
     #[arg(long, default_value_t = 2_000_000)]
     pub flush_rows: usize,
-    /// ... or once its buffered rows take this much memory (e.g. 64MiB). A flush holds about
-    /// three times this at once (the rows, joined, sorted).
-    #[arg(long, value_parser = super::byte_size, default_value = "128MiB")]
+    /// Memory all tables' buffered rows may take together (e.g. 64MiB): past it, the table
+    /// holding the most is written out. Its flush holds about three times its rows at once
+    /// (the rows, joined, sorted).
+    #[arg(long, value_parser = super::byte_size, default_value = "256MiB")]
     pub flush_bytes: u64,
     /// Print every rejected item (default: the first 20).
     #[arg(short, long)]

@@ -48,9 +48,11 @@ type KeyScope = (&'static str, Option<String>);
 pub struct StoreOptions {
     /// A table's buffered rows are written out once they reach this many.
     pub flush_rows: usize,
-    /// ... or once they hold this many bytes. Besides bounding memory, this keeps a flush's
-    /// concatenated string columns under arrow's 2 GiB offset limit: two million Kubernetes
-    /// object versions (whole JSON documents) passed it and failed the ingest.
+    /// Bytes all tables' buffered rows may hold together: past it, the table holding the most
+    /// is written out. A bound for the whole writer, not per table (eleven tables each just
+    /// under a per-table limit would hold eleven times it). Besides bounding memory, this keeps
+    /// a flush's concatenated string columns under arrow's 2 GiB offset limit: two million
+    /// Kubernetes object versions (whole JSON documents) passed it and failed the ingest.
     pub flush_bytes: usize,
     /// Keys of per-day key sets held at once (16-40 bytes each; 8 million is about four days of
     /// a 256-GPU cluster's samples). Input read in time order (see `ingest::list_inputs`) only
@@ -60,9 +62,10 @@ pub struct StoreOptions {
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        // 128 MiB buffered is about 400 MiB at a flush (the rows, their concatenation, the sorted
-        // copy); the files are merged later by compaction, so small flushes cost little.
-        StoreOptions { flush_rows: 2_000_000, flush_bytes: 128 << 20, day_keys_held: 8_000_000 }
+        // A table's 256 MiB buffered is about 750 MiB at its flush (the rows, their
+        // concatenation, the sorted copy); the files are merged later by compaction, so small
+        // flushes cost little.
+        StoreOptions { flush_rows: 2_000_000, flush_bytes: 256 << 20, day_keys_held: 8_000_000 }
     }
 }
 
@@ -178,8 +181,13 @@ impl Store {
         entry.2 += batch.num_rows();
         entry.3 += batch.get_array_memory_size();
         entry.1.push(batch);
-        if entry.2 >= self.options.flush_rows || entry.3 >= self.options.flush_bytes {
+        if entry.2 >= self.options.flush_rows {
             self.flush_table(table.name)?;
+        }
+        if self.buffers.values().map(|b| b.3).sum::<usize>() >= self.options.flush_bytes
+            && let Some(largest) = self.buffers.iter().max_by_key(|(_, b)| b.3).map(|(name, _)| *name)
+        {
+            self.flush_table(largest)?;
         }
         Ok(())
     }
@@ -654,6 +662,18 @@ mod tests {
         RecordBatch::try_new(t.arrow_schema(), columns).unwrap()
     }
 
+    /// `n` metric_samples rows, one metric of distinct label sets.
+    fn metric_samples(n: usize) -> RecordBatch {
+        use arrow::array::{Float64Array, StringArray, TimestampMillisecondArray};
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(TimestampMillisecondArray::from(vec![1_790_000_000_000; n]).with_timezone("UTC")),
+            Arc::new(StringArray::from(vec!["DCGM_FI_PROF_NVLINK_TX_BYTES"; n])),
+            Arc::new((0..n).map(|i| Some(format!("{{\"gpu\":\"{i}\"}}"))).collect::<StringArray>()),
+            Arc::new(Float64Array::from(vec![1.0; n])),
+        ];
+        RecordBatch::try_new(gpuledger_schemas::METRIC_SAMPLES.arrow_schema(), columns).unwrap()
+    }
+
     #[test]
     fn buffers_are_flushed_by_bytes_as_well_as_rows() {
         let write = |flush_bytes: usize| {
@@ -670,6 +690,25 @@ mod tests {
         assert_eq!(write(one_batch), (3, 600));
         // Under the limit everything waits for the final flush: one file.
         assert_eq!(write(usize::MAX), (1, 600));
+    }
+
+    #[test]
+    fn the_byte_limit_bounds_all_tables_together_and_writes_the_largest() {
+        let dir = tempfile::tempdir().unwrap();
+        let small = metric_samples(50).get_array_memory_size();
+        let big = samples(200, 1000).get_array_memory_size();
+        assert!(small < big);
+        // The two tables together reach the limit, neither alone.
+        let options = StoreOptions { flush_rows: usize::MAX, flush_bytes: big + small, ..StoreOptions::default() };
+        let mut store = Store::open(&StoreLocation::Local(dir.path().to_path_buf()), options).unwrap();
+        store.append((&gpuledger_schemas::METRIC_SAMPLES, metric_samples(50))).unwrap();
+        assert_eq!(store.stats.files_written, 0, "under the limit");
+        store.append((&gpuledger_schemas::GPU_SAMPLES, samples(200, 1000))).unwrap();
+        // gpu_samples holds the most: it is written, metric_samples waits.
+        assert_eq!(store.stats.rows_written.get("gpu_samples"), Some(&200));
+        assert_eq!(store.stats.rows_written.get("metric_samples"), None);
+        let stats = store.finish().unwrap();
+        assert_eq!(stats.rows_written.get("metric_samples"), Some(&50));
     }
 
     #[test]
