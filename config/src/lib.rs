@@ -34,7 +34,7 @@ use toml::de::{DeTable, DeValue};
 
 /// The top-level sections of `gpuledger.toml`, in the order the example file documents them,
 /// with the component that reads each.
-pub const SECTIONS: [(&str, &str); 9] = [
+pub const SECTIONS: [(&str, &str); 10] = [
     ("accounting", "ledger"),
     ("prices", "ledger"),
     ("overheads", "ledger"),
@@ -44,6 +44,7 @@ pub const SECTIONS: [(&str, &str); 9] = [
     ("focus", "ledger"),
     ("collector", "gpuledger collect"),
     ("serve", "gpuledger serve"),
+    ("store", "gpuledger collect and gpuledger store expire"),
 ];
 
 /// One thing wrong with the configuration (or with a file it names).

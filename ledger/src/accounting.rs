@@ -122,6 +122,16 @@ pub struct Accounting {
     pub days: Vec<String>,
     /// The scratch directory of [`Intermediates::Store`], removed by [`Accounting::clean_up`].
     scratch: Option<Scratch>,
+    /// What the run read, recorded with its derived tables for retention.
+    pub inputs: crate::retention::LedgerInputs,
+}
+
+/// Months whose samples retention removed: their derived rows come from the previous run's
+/// derived tables (`crate::retention`).
+#[derive(Debug, Clone)]
+struct Carry {
+    location: StoreLocation,
+    before: NaiveDate,
 }
 
 /// Intermediate tables as Parquet under `<store>/ledger/.work-<run>/`.
@@ -166,14 +176,16 @@ impl Accounting {
         }
 
         object_steps(&ctx, scratch).await?;
+        let inputs = crate::retention::count_inputs(&ctx).await?;
+        let carry = crate::retention::expired_before(store).await?.map(|before| Carry { location: store.clone(), before });
 
         let days = sample_days(store).await?;
         register_calendar(&ctx, days.first().map(String::as_str), days.last().map(String::as_str), scratch).await?;
         if let Some(s) = scratch {
             // The sample steps once, over every day.
-            sample_and_monthly_steps(&ctx, scratch).await?;
+            sample_and_monthly_steps(&ctx, scratch, carry.as_ref()).await?;
             progress(days.len(), days.len(), days.last().map_or("", String::as_str));
-            return Ok(Accounting { ctx, days, scratch: Some(s.clone()) });
+            return Ok(Accounting { ctx, days, scratch: Some(s.clone()), inputs });
         }
 
         // The sample steps, one day partition at a time.
@@ -245,8 +257,8 @@ impl Accounting {
             replace_table(&ctx, "xid_errors", mem_table(schema, batches)?)?;
         }
 
-        monthly_steps(&ctx, scratch).await?;
-        Ok(Accounting { ctx, days, scratch: None })
+        monthly_steps(&ctx, scratch, carry.as_ref()).await?;
+        Ok(Accounting { ctx, days, scratch: None, inputs })
     }
 
     /// Runs every step once over the tables `ctx` already holds (in memory, say), all days at
@@ -259,8 +271,8 @@ impl Accounting {
         let (_, range) = collect(&ctx, "SELECT MIN(date), MAX(date) FROM gpu_samples").await?;
         let (first, last) = (strings(&range, 0).into_iter().flatten().next(), strings(&range, 1).into_iter().flatten().next());
         register_calendar(&ctx, first.as_deref(), last.as_deref(), None).await?;
-        sample_and_monthly_steps(&ctx, None).await?;
-        Ok(Accounting { ctx, days: Vec::new(), scratch: None })
+        sample_and_monthly_steps(&ctx, None, None).await?;
+        Ok(Accounting { ctx, days: Vec::new(), scratch: None, inputs: Default::default() })
     }
 
     /// Removes the run's scratch files, if it kept its intermediates in the store. The
@@ -318,7 +330,7 @@ async fn object_steps(ctx: &SessionContext, scratch: Option<&Scratch>) -> Result
 }
 
 /// The sample steps over every day at once, then the monthly steps.
-async fn sample_and_monthly_steps(ctx: &SessionContext, scratch: Option<&Scratch>) -> Result<()> {
+async fn sample_and_monthly_steps(ctx: &SessionContext, scratch: Option<&Scratch>, carry: Option<&Carry>) -> Result<()> {
     exec_file(ctx, "30_observations.sql", scratch).await?;
     materialise(ctx, "known_day_starts", "SELECT * FROM day_first_starts", scratch).await?;
     materialise(ctx, "known_day_last_xids", "SELECT * FROM day_last_xids", scratch).await?;
@@ -331,18 +343,42 @@ async fn sample_and_monthly_steps(ctx: &SessionContext, scratch: Option<&Scratch
     for view in PER_DAY_TABLES.iter().chain(&["xid_errors"]) {
         materialise(ctx, view, &format!("SELECT * FROM {view}"), scratch).await?;
     }
-    monthly_steps(ctx, scratch).await
+    monthly_steps(ctx, scratch, carry).await
 }
 
 /// The monthly files, then the report views over the tables they read.
-async fn monthly_steps(ctx: &SessionContext, scratch: Option<&Scratch>) -> Result<()> {
+async fn monthly_steps(ctx: &SessionContext, scratch: Option<&Scratch>, carry: Option<&Carry>) -> Result<()> {
     for file in MONTHLY_FILES {
         exec_file(ctx, file, scratch).await?;
     }
     for table in REPORTED_TABLES {
         materialise(ctx, table, &format!("SELECT * FROM {table}"), scratch).await?;
     }
+    if let Some(c) = carry {
+        carry_expired(ctx, c, scratch).await?;
+    }
     create_report_views(ctx).await
+}
+
+/// Replaces each derived table that has a month (or an end) by its computed rows from the
+/// horizon on and, before it, the rows the previous run wrote, when their samples were still
+/// there (`crate::retention`).
+async fn carry_expired(ctx: &SessionContext, carry: &Carry, scratch: Option<&Scratch>) -> Result<()> {
+    const PREVIOUS: &str = "__previous_run";
+    for name in DERIVED_TABLES {
+        let Some(table) = gpuledger_schemas::derived::derived_table(name) else { continue };
+        let Some(key) = crate::retention::carry_key(table) else { continue };
+        let previous = crate::derived::register_as(ctx, &carry.location, name, PREVIOUS).await?;
+        if previous.is_none() {
+            tracing::warn!(table = name, before = %carry.before, "samples before the horizon were removed and the previous run's table is missing: the table has no rows before it");
+        }
+        let sql = crate::retention::carry_sql(table, key, previous.as_deref().map(|s| (PREVIOUS, s)), carry.before);
+        materialise(ctx, name, &sql, scratch).await?;
+        if previous.is_some() {
+            ctx.deregister_table(PREVIOUS).map_err(|source| Error::Query { sql: format!("deregister {PREVIOUS}"), source })?;
+        }
+    }
+    Ok(())
 }
 
 /// Narrows `gpu_samples` to what one day's pass reads: the day and the last second of the day

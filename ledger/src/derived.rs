@@ -10,6 +10,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
+use datafusion::catalog::TableProvider;
 use datafusion::prelude::SessionContext;
 
 use crate::accounting::DERIVED_TABLES;
@@ -51,15 +52,22 @@ pub async fn register_missing(ctx: &SessionContext, location: &StoreLocation) ->
 const REPORT_VIEW: &str = "report_usage";
 
 async fn register_one(ctx: &SessionContext, location: &StoreLocation, table: &'static str) -> Result<bool> {
+    Ok(register_as(ctx, location, table, table).await?.is_some())
+}
+
+/// Registers the stored derived table `table` under the name `name`; returns its schema, or
+/// `None` when the store does not hold it.
+pub async fn register_as(ctx: &SessionContext, location: &StoreLocation, table: &'static str, name: &str) -> Result<Option<SchemaRef>> {
     let rel = layout::derived_rel(table);
     if !location.has_file(&rel).await? {
-        return Ok(false);
+        return Ok(None);
     }
     let err = |source| Error::Register { table, source };
     let url = ListingTableUrl::parse(location.join(&rel)).map_err(err)?;
     let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
     let config = ListingTableConfig::new(url).with_listing_options(options).infer_schema(&ctx.state()).await.map_err(err)?;
     let listing = ListingTable::try_new(config).map_err(err)?;
-    ctx.register_table(table, Arc::new(listing)).map_err(err)?;
-    Ok(true)
+    let schema = listing.schema();
+    ctx.register_table(name, Arc::new(listing)).map_err(err)?;
+    Ok(Some(schema))
 }

@@ -22,6 +22,7 @@ pub mod monthly;
 pub mod error;
 pub mod output;
 pub mod report;
+pub mod retention;
 pub mod run;
 pub mod snapshot;
 pub mod store;

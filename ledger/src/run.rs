@@ -37,6 +37,8 @@ pub async fn write_derived(accounting: &Accounting, store: &StoreLocation) -> Re
         let bytes = crate::derived::write(store, name, schema, &batches).await?;
         written.push(WrittenTable { name, rows, bytes });
     }
+    // After the tables: a record that is there says they hold what it says was read.
+    crate::retention::record_inputs(store, &accounting.inputs).await?;
     Ok(written)
 }
 

@@ -17,7 +17,8 @@ use gpuledger_collector::live::{self, CollectorConfig};
 /// watches where they were: nothing is lost or stored twice. SIGTERM flushes and exits 0.
 ///
 /// Closed days (before today, UTC) are compacted in the background every compact_interval (1h;
-/// "off" disables it), as `gpuledger compact` does.
+/// "off" disables it), as `gpuledger compact` does; with [store] retention set, samples of the
+/// months past it are removed then too, as `gpuledger store expire` does.
 ///
 /// Kubernetes access comes from $KUBECONFIG, ~/.kube/config, or the pod's service account.
 /// Settings are the [collector] section of the config file (see examples/gpuledger.toml);
@@ -37,15 +38,18 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let mut cfg = match &args.config {
-        Some(p) => super::config::load(p, super::config::Uses { ledger: false, serve: false })?.collector,
-        None => CollectorConfig::default(),
+    let (mut cfg, retention) = match &args.config {
+        Some(p) => {
+            let file = super::config::load(p, super::config::Uses { ledger: false, serve: false })?;
+            (file.collector, file.store.retention)
+        }
+        None => (CollectorConfig::default(), None),
     };
     if let Some(l) = args.listen {
         cfg.listen = l;
     }
     let rt = super::runtime()?;
-    let compactor = cfg.compact_interval.map(|every| rt.spawn(compact_closed_days(args.store.clone(), every)));
+    let compactor = cfg.compact_interval.map(|every| rt.spawn(compact_closed_days(args.store.clone(), every, retention)));
     let summary = rt.block_on(live::run(cfg, &args.store, shutdown_signal())).with_context(|| format!("collecting into {}", args.store));
     if let Some(c) = compactor {
         c.abort();
@@ -59,14 +63,26 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 /// Compacts the closed days (before today, UTC) that the collector's flushes left in many files,
 /// now and then every `every`. A day that gets late rows after its compaction is compacted
-/// again on the next pass. Failures are logged, not fatal: collecting matters more.
-async fn compact_closed_days(store: StoreLocation, every: std::time::Duration) {
+/// again on the next pass. With a `retention`, samples of the months past it are removed
+/// first (once the ledger has accounted them). Failures are logged, not fatal: collecting
+/// matters more.
+async fn compact_closed_days(store: StoreLocation, every: std::time::Duration, retention: Option<std::time::Duration>) {
     use gpuledger_ledger::compact;
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         let today = chrono::Utc::now().date_naive();
+        if let Some(keep) = retention {
+            let before = gpuledger_ledger::retention::horizon(today, keep);
+            match gpuledger_ledger::retention::expire(&store, before, false).await {
+                Ok(e) if e.tables.iter().any(|t| t.files > 0) => {
+                    tracing::info!(before = %before, months = %e.months.join(", "), files = e.tables.iter().map(|t| t.files).sum::<usize>(), "retention: removed the samples of months past it")
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(before = %before, error = %e, "retention: samples not removed; the next pass tries again"),
+            }
+        }
         let days = match compact::plan(&store, today, None).await {
             Ok(d) => d,
             Err(e) => {

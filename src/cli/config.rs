@@ -7,6 +7,7 @@ use std::path::Path;
 use gpuledger_collector::live::CollectorConfig;
 use gpuledger_config::{ConfigError, Document};
 use gpuledger_ledger::config::Config;
+use gpuledger_ledger::retention::StoreSettings;
 use gpuledger_serve::ServeConfig;
 
 /// What the command will use, which decides what is required rather than merely checked.
@@ -27,6 +28,7 @@ pub(crate) struct FileConfig {
     pub ledger: Option<Config>,
     pub collector: CollectorConfig,
     pub serve: ServeConfig,
+    pub store: StoreSettings,
 }
 
 const LEDGER_SECTIONS: [&str; 7] = ["accounting", "prices", "overheads", "units", "budgets", "energy", "focus"];
@@ -41,12 +43,13 @@ fn check(text: &str, path: &Path, uses: Uses, env: &dyn Fn(&str) -> Option<Strin
     let doc = Document::parse(text, path);
     let ledger = (uses.ledger || LEDGER_SECTIONS.iter().any(|s| doc.section_span(s).is_some())).then(|| Config::check(&doc)).flatten();
     let collector = CollectorConfig::check(&doc);
+    let store = StoreSettings::check(&doc);
     // Stands in for every variable when the command does not serve: the names are still
     // checked, the values are the server's business.
     let unresolved = |_: &str| Some("unresolved".to_owned());
     let serve = if uses.serve { ServeConfig::check(&doc, env) } else { ServeConfig::check(&doc, &unresolved) };
     doc.finish()?;
-    Ok(FileConfig { ledger, collector, serve })
+    Ok(FileConfig { ledger, collector, serve, store })
 }
 
 #[cfg(test)]

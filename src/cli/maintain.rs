@@ -130,6 +130,7 @@ pub fn vacuum(args: VacuumArgs) -> anyhow::Result<ExitCode> {
 pub enum StoreCommand {
     Upgrade(UpgradeArgs),
     Status(StatusArgs),
+    Expire(ExpireArgs),
 }
 
 /// Make a store written by an older gpuledger current: each raw table becomes a Delta table
@@ -149,9 +150,77 @@ pub struct StatusArgs {
     store: StoreLocation,
 }
 
+/// Remove the samples (gpu_samples, metric_samples) of whole months past the retention, keeping
+/// those months' figures: the ledger's later runs take them from the derived tables it wrote
+/// while the samples were there. A month is removed only if the last `gpuledger ledger` run
+/// read its samples as the store holds them now; otherwise nothing is removed and the message
+/// says which months to account first. Kubernetes objects, events and Kueue records are kept.
+/// The removed files stay on disk for readers that started before, until `gpuledger vacuum`.
+/// The live collector does this on its own with [store] retention in its config.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  gpuledger store expire --store ./store --retention 400d --dry-run
+  gpuledger store expire --store ./store --before 2026-01        every month before January 2026
+  gpuledger store expire --store s3://bucket/fleet --config gpuledger.toml   [store] retention")]
+pub struct ExpireArgs {
+    #[arg(long, env = "GPULEDGER_STORE", value_parser = super::store_location)]
+    store: StoreLocation,
+    /// Keep the samples of the months within this long of today (UTC): 400d keeps at least
+    /// 400 days, up to the start of that day's month. At least 31d.
+    #[arg(long, value_parser = gpuledger_schemas::units::parse_duration, conflicts_with = "before")]
+    retention: Option<Duration>,
+    /// Remove the months before this one (YYYY-MM).
+    #[arg(long, value_parser = month_start)]
+    before: Option<NaiveDate>,
+    /// Configuration file whose [store] retention is used when neither flag is given.
+    #[arg(long, env = "GPULEDGER_CONFIG")]
+    config: Option<std::path::PathBuf>,
+    /// Say what would be removed, and check that it may be, without removing anything.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+fn month_start(text: &str) -> Result<NaiveDate, String> {
+    NaiveDate::parse_from_str(&format!("{text}-01"), "%Y-%m-%d").map_err(|_| format!("{text:?} is not a month (YYYY-MM)"))
+}
+
+fn expire(args: ExpireArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<ExitCode> {
+    use gpuledger_ledger::retention;
+    let retention = match (args.retention, &args.config) {
+        (Some(r), _) => Some(r),
+        (None, Some(path)) if args.before.is_none() => super::config::load(path, super::config::Uses { ledger: false, serve: false })?.store.retention,
+        _ => None,
+    };
+    if let Some(r) = retention.filter(|r| r.as_secs() < 31 * 86_400) {
+        anyhow::bail!("--retention {}: at least 31d (a shorter one would remove the month being collected)", gpuledger_schemas::units::format_duration(r));
+    }
+    let before = match (args.before, retention) {
+        (Some(b), _) => b,
+        (None, Some(r)) => retention::horizon(chrono::Utc::now().date_naive(), r),
+        (None, None) => anyhow::bail!("say what to keep: --retention 400d, --before YYYY-MM, or a --config with [store] retention"),
+    };
+    let done = rt.block_on(retention::expire(&args.store, before, args.dry_run))?;
+    let files: usize = done.tables.iter().map(|t| t.files).sum();
+    if files == 0 {
+        println!("no samples before {before} in {}: nothing to remove", args.store);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let verb = if args.dry_run { "would remove" } else { "removed" };
+    let mib = |b: u64| b as f64 / 1048576.0;
+    println!("{verb} the samples of {} ({} months before {before}): {files} files, {:.1} MiB", done.months.join(", "), done.months.len(), mib(done.tables.iter().map(|t| t.bytes).sum()));
+    for t in done.tables.iter().filter(|t| t.files > 0) {
+        println!("  {:<20} {} files, {} rows, {:.1} MiB", t.table, t.files, t.rows, mib(t.bytes));
+    }
+    if !args.dry_run {
+        println!("ledger runs keep these months' figures; the files stay until `gpuledger vacuum --store {} --retain 7d`", args.store);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn store(command: StoreCommand) -> anyhow::Result<ExitCode> {
     let rt = super::runtime()?;
     match command {
+        StoreCommand::Expire(a) => return expire(a, &rt),
         StoreCommand::Upgrade(a) => {
             let done = rt.block_on(gpuledger_store::delta::upgrade(&a.store))?;
             for (table, e) in &done {

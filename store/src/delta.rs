@@ -67,7 +67,7 @@ impl Snapshot {
 }
 
 /// What a commit does, as the log's history records it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CommitKind {
     /// New rows (ingest, a collector flush, a backfill).
     Append,
@@ -75,6 +75,8 @@ pub enum CommitKind {
     Compact { target_size: u64 },
     /// The table's whole contents replaced (a derived table rewritten by the ledger).
     Replace,
+    /// The files of the days before `before` (YYYY-MM-DD) removed: data past its retention.
+    Expire { before: String },
 }
 
 /// What making sure a table is a Delta table did.
@@ -253,10 +255,13 @@ impl StoreLocation {
         }));
         let snapshot = table.snapshot().map_err(err)?;
         let partition_by = Some(snapshot.metadata().partition_columns().to_vec());
-        let (operation, retries) = match kind {
+        let (operation, retries) = match &kind {
             CommitKind::Append => (DeltaOperation::Write { mode: SaveMode::Append, partition_by, predicate: None }, 0),
             CommitKind::Replace => (DeltaOperation::Write { mode: SaveMode::Overwrite, partition_by, predicate: None }, 15),
-            CommitKind::Compact { target_size } => (DeltaOperation::Optimize { predicate: None, target_size: target_size as i64 }, 15),
+            CommitKind::Compact { target_size } => (DeltaOperation::Optimize { predicate: None, target_size: *target_size as i64 }, 15),
+            // The predicate tells the conflict checker what was read: appends to later days
+            // meanwhile (the collector's flushes) do not conflict with it.
+            CommitKind::Expire { before } => (DeltaOperation::Delete { predicate: Some(format!("{PARTITION_KEY} < '{before}'")) }, 15),
         };
         let builder = CommitBuilder::from(CommitProperties::default().with_create_checkpoint(true).with_max_retries(retries));
         match builder.with_actions(actions).build(Some(snapshot as &dyn TableReference), table.log_store(), operation).await {

@@ -6,6 +6,8 @@
 //! <store>/<table>/_delta_log/                   each raw table's Delta log (`delta`)
 //! <store>/<table>/date=YYYY-MM-DD/part-*.parquet  raw tables' files, one directory per UTC day
 //! <store>/ledger/<table>.parquet                the ledger's derived tables
+//! <store>/ledger/.inputs.json                   what the last ledger run read (retention)
+//! <store>/.expired                              samples before this month were removed
 //! <store>/ledger/.work-<run>/                   a distributed run's intermediate tables
 //! <store>/.backfill/<key>/<start>-<end>         ranges a Prometheus backfill has finished
 //! <wal>/                                        the live collector's write-ahead log (local)
@@ -22,6 +24,14 @@ pub const LOCK: &str = ".lock";
 
 /// The directory of the ledger's derived tables.
 pub const LEDGER_DIR: &str = "ledger";
+
+/// What the last ledger run read: `gpu_samples` rows per month, so that retention removes
+/// only months whose figures the derived tables hold.
+pub const LEDGER_INPUTS: &str = "ledger/.inputs.json";
+
+/// The month before which samples were removed by retention (`{"samples_before":"YYYY-MM-01"}`):
+/// ledger runs keep the figures of the months before it.
+pub const EXPIRED_MARKER: &str = ".expired";
 
 /// The directory of backfill markers.
 pub const BACKFILL_DIR: &str = ".backfill";

@@ -14,6 +14,7 @@ mod ledger;
 mod live;
 mod peers;
 mod replay;
+mod retention;
 mod serve_http;
 mod serve_sql;
 mod serving;
