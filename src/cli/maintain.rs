@@ -125,7 +125,7 @@ pub fn vacuum(args: VacuumArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The store itself: its format version and its tables' logs.
+/// The store itself: its format version, its tables' logs, the retention of its samples.
 #[derive(Debug, clap::Subcommand)]
 pub enum StoreCommand {
     Upgrade(UpgradeArgs),
@@ -133,10 +133,11 @@ pub enum StoreCommand {
     Expire(ExpireArgs),
 }
 
-/// Make a store written by an older gpuledger current: each raw table becomes a Delta table
-/// whose first version is the files already there (none is rewritten), and tables get the
-/// columns this version added. Any writer does this on first use; readers refuse an old store
-/// until it is done. Safe to run twice, and while readers run.
+/// Make a store written by an older gpuledger current.
+///
+/// Each raw table becomes a Delta table whose first version is the files already there (none
+/// is rewritten), and tables get the columns this version added. Any writer does this on first
+/// use; readers refuse an old store until it is done. Safe to run twice, and while readers run.
 #[derive(Debug, clap::Args)]
 pub struct UpgradeArgs {
     #[arg(long, env = "GPULEDGER_STORE", value_parser = super::store_location)]
@@ -150,9 +151,11 @@ pub struct StatusArgs {
     store: StoreLocation,
 }
 
-/// Remove the samples (gpu_samples, metric_samples) of whole months past the retention, keeping
-/// those months' figures: the ledger's later runs take them from the derived tables it wrote
-/// while the samples were there. A month is removed only if the last `gpuledger ledger` run
+/// Remove the samples of whole months past the retention, keeping those months' figures.
+///
+/// gpu_samples and metric_samples lose the files of every month before the horizon; the
+/// ledger's later runs take those months' rows from the derived tables it wrote while the
+/// samples were there. A month is removed only if the last `gpuledger ledger` run
 /// read its samples as the store holds them now; otherwise nothing is removed and the message
 /// says which months to account first. Kubernetes objects, events and Kueue records are kept.
 /// The removed files stay on disk for readers that started before, until `gpuledger vacuum`.
