@@ -37,6 +37,19 @@ use crate::snapshot::SnapshotTable;
 /// The raw tables whose old months expire: the DCGM samples.
 pub const EXPIRING_TABLES: [&str; 2] = ["gpu_samples", "metric_samples"];
 
+/// The shortest retention: a shorter one would remove the month being collected.
+pub const MIN_RETENTION: Duration = Duration::from_secs(31 * 86_400);
+
+/// Parses a retention (`400d`), refusing one shorter than [`MIN_RETENTION`].
+pub fn parse_retention(text: &str) -> std::result::Result<Duration, String> {
+    use gpuledger_schemas::units::{format_duration, parse_duration};
+    let d = parse_duration(text)?;
+    if d < MIN_RETENTION {
+        return Err(format!("{text}: at least {} (a shorter one would remove the month being collected)", format_duration(MIN_RETENTION)));
+    }
+    Ok(d)
+}
+
 /// The first day of the month in which `today - retention` falls: samples of the days before it
 /// have been kept at least `retention`, and only whole months go.
 pub fn horizon(today: NaiveDate, retention: Duration) -> NaiveDate {
@@ -54,13 +67,17 @@ struct Marker {
 
 /// The horizon of the store's last expiry: no samples are kept before it. `None`: none expired.
 pub async fn expired_before(location: &StoreLocation) -> Result<Option<NaiveDate>> {
-    if !location.has_file(EXPIRED_MARKER).await? {
+    let Some(read) = read_json::<Marker>(location, EXPIRED_MARKER).await? else { return Ok(None) };
+    let marker = read.map_err(|e| Error::Store { path: location.display(EXPIRED_MARKER), reason: format!("not a retention marker ({e}); it says which months' samples were removed, restore it from a backup or write {{\"samples_before\":\"YYYY-MM-01\"}}") })?;
+    Ok(Some(marker.samples_before))
+}
+
+/// The small JSON file at `rel`, parsed (`None`: there is none).
+async fn read_json<T: serde::de::DeserializeOwned>(location: &StoreLocation, rel: &str) -> Result<Option<serde_json::Result<T>>> {
+    if !location.has_file(rel).await? {
         return Ok(None);
     }
-    let bytes = location.get(EXPIRED_MARKER).await?;
-    let marker: Marker = serde_json::from_slice(&bytes)
-        .map_err(|e| Error::Store { path: location.display(EXPIRED_MARKER), reason: format!("not a retention marker ({e}); it says which months' samples were removed, restore it from a backup or write {{\"samples_before\":\"YYYY-MM-01\"}}") })?;
-    Ok(Some(marker.samples_before))
+    Ok(Some(serde_json::from_slice(&location.get(rel).await?)))
 }
 
 /// What a ledger run read, recorded beside its derived tables.
@@ -94,12 +111,8 @@ pub async fn record_inputs(location: &StoreLocation, inputs: &LedgerInputs) -> R
 }
 
 async fn read_inputs(location: &StoreLocation) -> Result<Option<LedgerInputs>> {
-    if !location.has_file(LEDGER_INPUTS).await? {
-        return Ok(None);
-    }
-    let bytes = location.get(LEDGER_INPUTS).await?;
     // An unreadable record is no record: expiry waits for the next ledger run.
-    Ok(serde_json::from_slice(&bytes).ok())
+    Ok(read_json(location, LEDGER_INPUTS).await?.and_then(|r| r.ok()))
 }
 
 /// One table's part of an expiry.
@@ -260,8 +273,7 @@ impl StoreSettings {
         if let Some(v) = raw.retention {
             let text = v.get_ref().trim();
             if text != "off" {
-                // Less than a month would expire the month being collected.
-                match gpuledger_schemas::units::parse_duration_at_least(text, Duration::from_secs(31 * 86_400)) {
+                match parse_retention(text) {
                     Ok(d) => out.retention = Some(d),
                     Err(reason) => doc.report(v.span(), "store.retention", reason),
                 }

@@ -170,7 +170,7 @@ pub struct ExpireArgs {
     store: StoreLocation,
     /// Keep the samples of the months within this long of today (UTC): 400d keeps at least
     /// 400 days, up to the start of that day's month. At least 31d.
-    #[arg(long, value_parser = gpuledger_schemas::units::parse_duration, conflicts_with = "before")]
+    #[arg(long, value_parser = gpuledger_ledger::retention::parse_retention, conflicts_with = "before")]
     retention: Option<Duration>,
     /// Remove the months before this one (YYYY-MM).
     #[arg(long, value_parser = month_start)]
@@ -194,9 +194,6 @@ fn expire(args: ExpireArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<Exit
         (None, Some(path)) if args.before.is_none() => super::config::load(path, super::config::Uses { ledger: false, serve: false })?.store.retention,
         _ => None,
     };
-    if let Some(r) = retention.filter(|r| r.as_secs() < 31 * 86_400) {
-        anyhow::bail!("--retention {}: at least 31d (a shorter one would remove the month being collected)", gpuledger_schemas::units::format_duration(r));
-    }
     let before = match (args.before, retention) {
         (Some(b), _) => b,
         (None, Some(r)) => retention::horizon(chrono::Utc::now().date_naive(), r),
