@@ -184,10 +184,22 @@ const HEAD_BYTES: u64 = 64 << 10;
 /// Reads every file under `paths` into the store at `store`.
 pub fn ingest(paths: &[PathBuf], store: &gpuledger_store::StoreLocation, options: &IngestOptions, progress: &dyn Progress) -> Result<IngestSummary> {
     let started = Instant::now();
+    let mut writer = Store::open(store, options.store.clone())?;
+    let mut summary = ingest_into(paths, &mut writer, options, progress)?;
+    summary.store = writer.finish()?;
+    progress.finish();
+    summary.elapsed = started.elapsed();
+    summary.peak_rss_bytes = peak_rss_bytes();
+    Ok(summary)
+}
+
+/// Reads every file under `paths` into an open store writer, which the caller finishes (it
+/// may hold rows of other inputs: `simulate --store` gives it the DCGM text first). The
+/// summary has no store figures, time or memory, and `progress` is not told the end.
+pub fn ingest_into(paths: &[PathBuf], store: &mut Store, options: &IngestOptions, progress: &dyn Progress) -> Result<IngestSummary> {
     let files = list_inputs(paths)?;
     let total_bytes: u64 = files.iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).sum();
     progress.start(files.len() as u64, total_bytes);
-    let mut store = Store::open(store, options.store.clone())?;
     let mut summary = IngestSummary::default();
     let next = AtomicUsize::new(0);
     let threads = options.threads.max(1).min(files.len().max(1));
@@ -240,14 +252,10 @@ pub fn ingest(paths: &[PathBuf], store: &gpuledger_store::StoreLocation, options
             }
         }
     });
-    if let Some(e) = first_error {
-        return Err(e);
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(summary),
     }
-    summary.store = store.finish()?;
-    progress.finish();
-    summary.elapsed = started.elapsed();
-    summary.peak_rss_bytes = peak_rss_bytes();
-    Ok(summary)
 }
 
 /// The most memory this process has held (Linux `VmHWM`); `None` elsewhere.

@@ -15,6 +15,7 @@ pub mod backfill;
 pub mod backoff;
 pub mod diag;
 pub mod error;
+pub mod feed;
 pub mod ingest;
 pub mod labels;
 pub mod live;

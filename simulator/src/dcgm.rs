@@ -11,9 +11,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::cluster::{Cluster, PoolId, Timeline, tag};
 use crate::error::{Result, SimError};
-use crate::out::{
-    AtomicFile, MS_PER_DAY, create_dir, day_string, push_fixed6, push_u64, write_atomic,
-};
+use crate::out::{MS_PER_DAY, day_string, push_fixed6, push_u64};
+use crate::sink::{DayGate, DcgmSink};
 use crate::rng::Rng;
 use crate::schedule::{Kind, Sim, Term};
 use crate::truth::{Acc, Months, Reason, SCALE, SegClass, State, split_span};
@@ -202,6 +201,7 @@ pub struct Ctx<'a> {
     pub months: &'a Months,
     /// Per pool, when its free GPUs are stranded ([`crate::truth::stranding_windows`]).
     pub stranding: [Vec<(i64, i64)>; 4],
+    /// The capture-relative directory of the DCGM files (`dcgm`).
     pub dir: PathBuf,
     pub seed: u64,
 }
@@ -225,10 +225,10 @@ impl Stats {
     }
 }
 
-/// Writes every node's files on `threads` threads (the output does not depend on how many);
-/// calls `progress` (0..1 of this phase) from the calling thread while they run.
-pub fn write_all(ctx: &Ctx, threads: usize, progress: &mut dyn FnMut(f64)) -> Result<(Stats, Acc)> {
-    create_dir(&ctx.dir)?;
+/// Writes every node's files on `threads` threads (the output does not depend on how many),
+/// each thread into its own sink from `sink`; calls `progress` (0..1 of this phase) from the
+/// calling thread while they run.
+pub fn write_all(ctx: &Ctx, threads: usize, sink: &(dyn Fn() -> Box<dyn DcgmSink> + Sync), progress: &mut dyn FnMut(f64)) -> Result<(Stats, Acc)> {
     let nodes = ctx.cl.nodes.len();
     let threads = threads.clamp(1, nodes.max(1));
     let next = AtomicUsize::new(0);
@@ -241,47 +241,95 @@ pub fn write_all(ctx: &Ctx, threads: usize, progress: &mut dyn FnMut(f64)) -> Re
                 scope.spawn(|| -> Result<(Stats, Acc)> {
                     let mut acc = Acc::new(ctx.months.len(), teams, ctx.sim.segs.len());
                     let mut stats = Stats::default();
+                    let mut sink = sink();
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         if i >= nodes {
                             break;
                         }
-                        let s = write_node(ctx, i, &mut acc, &done)?;
+                        let s = write_node(ctx, i, &mut acc, &done, sink.as_mut(), None)?;
                         stats.add(&s);
                     }
+                    sink.finish()?;
                     Ok((stats, acc))
                 })
             })
             .collect();
-        while !handles.iter().all(|h| h.is_finished()) {
-            progress(done.load(Ordering::Relaxed) as f64 / total);
-            std::thread::sleep(std::time::Duration::from_millis(25));
-        }
-        let mut stats = Stats::default();
-        let mut acc = Acc::new(ctx.months.len(), teams, ctx.sim.segs.len());
-        let mut first_err = None;
-        for h in handles {
-            match h.join() {
-                Ok(Ok((s, a))) => {
-                    stats.add(&s);
-                    acc.merge(&a);
-                }
-                Ok(Err(e)) => {
-                    first_err.get_or_insert(e);
-                }
-                Err(_) => {
-                    first_err.get_or_insert(SimError::Internal(
-                        "a DCGM writer thread panicked".to_string(),
-                    ));
-                }
+        join_writers(handles, ctx, &done, total, progress)
+    })
+}
+
+/// Writes every node on a thread of its own, each into its own sink from `sink`, the nodes kept
+/// within a day of each other ([`DayGate`]): a consumer then gets the text about a day at a
+/// time (every node's day d before any node's day d + 2). Same text per file as [`write_all`].
+pub fn write_all_by_day(ctx: &Ctx, sink: &(dyn Fn() -> Box<dyn DcgmSink> + Sync), progress: &mut dyn FnMut(f64)) -> Result<(Stats, Acc)> {
+    let nodes = ctx.cl.nodes.len();
+    let done = AtomicU64::new(0);
+    let total = (nodes * ctx.tl.scrapes).max(1) as f64;
+    let teams = ctx.sim.teams.len();
+    let gate = DayGate::new(nodes, (ctx.tl.start_ms()).div_euclid(MS_PER_DAY));
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..nodes)
+            .map(|i| {
+                let (gate, done) = (&gate, &done);
+                scope.spawn(move || -> Result<(Stats, Acc)> {
+                    // Done, failed or panicked, this node holds the others back no more.
+                    struct Leave<'g>(&'g DayGate, usize);
+                    impl Drop for Leave<'_> {
+                        fn drop(&mut self) {
+                            self.0.leave(self.1);
+                        }
+                    }
+                    let _leave = Leave(gate, i);
+                    let mut acc = Acc::new(ctx.months.len(), teams, ctx.sim.segs.len());
+                    let mut sink = sink();
+                    let stats = write_node(ctx, i, &mut acc, done, sink.as_mut(), Some(gate))?;
+                    sink.finish()?;
+                    Ok((stats, acc))
+                })
+            })
+            .collect();
+        join_writers(handles, ctx, &done, total, progress)
+    })
+}
+
+/// Waits for the writer threads (telling `progress` meanwhile) and adds up what they did.
+fn join_writers(
+    handles: Vec<std::thread::ScopedJoinHandle<'_, Result<(Stats, Acc)>>>,
+    ctx: &Ctx,
+    done: &AtomicU64,
+    total: f64,
+    progress: &mut dyn FnMut(f64),
+) -> Result<(Stats, Acc)> {
+    let teams = ctx.sim.teams.len();
+    while !handles.iter().all(|h| h.is_finished()) {
+        progress(done.load(Ordering::Relaxed) as f64 / total);
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    let mut stats = Stats::default();
+    let mut acc = Acc::new(ctx.months.len(), teams, ctx.sim.segs.len());
+    let mut first_err = None;
+    for h in handles {
+        match h.join() {
+            Ok(Ok((s, a))) => {
+                stats.add(&s);
+                acc.merge(&a);
+            }
+            Ok(Err(e)) => {
+                first_err.get_or_insert(e);
+            }
+            Err(_) => {
+                first_err.get_or_insert(SimError::Internal(
+                    "a DCGM writer thread panicked".to_string(),
+                ));
             }
         }
-        progress(1.0);
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok((stats, acc)),
-        }
-    })
+    }
+    progress(1.0);
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok((stats, acc)),
+    }
 }
 
 /// The `Hostname` a node's exporter writes. Real exporters do not always write the Node's name:
@@ -400,7 +448,7 @@ fn driver_version(pool: PoolId) -> &'static str {
     }
 }
 
-fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<Stats> {
+fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64, sink: &mut dyn DcgmSink, gate: Option<&DayGate>) -> Result<Stats> {
     let cl = ctx.cl;
     let tl = ctx.tl;
     let sim = ctx.sim;
@@ -415,7 +463,6 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
     let ha_pair = cl.pool_nodes[PoolId::L4 as usize].first() == Some(&ni) && !per_scrape_files;
     let n_metrics = if spec.profiling { N_METRICS } else { N_BASIC };
     let dir = ctx.dir.join(&node.name);
-    create_dir(&dir)?;
     let mut rng = Rng::stream(ctx.seed, tag::DCGM, ni as u64);
     let mut blank_rng = Rng::stream(ctx.seed, tag::DCGM, 1_000_000 + ni as u64);
 
@@ -501,7 +548,9 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
     let mut ts_suffix: Vec<u8> = Vec::with_capacity(24);
     let mut pieces: Vec<(usize, i64)> = Vec::with_capacity(4);
     let mut unobs: Vec<(usize, i64)> = Vec::with_capacity(4);
-    let mut file: Option<(i64, AtomicFile)> = None;
+    // The day being written, and the `/federate` file of it that is open in the sink.
+    let mut day_now = i64::MIN;
+    let mut file: Option<(i64, PathBuf)> = None;
     let mut last_energy_t = tl.start_ms() + node.scrape_offset_ms;
     let reset_at = tl.start_ms() + (tl.end_ms() - tl.start_ms()) / 2;
     let mut local_done = 0u64;
@@ -517,6 +566,13 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
             continue;
         }
         let t = tl.start_ms() + node.scrape_offset_ms + k as i64 * iv;
+        let day = t.div_euclid(MS_PER_DAY);
+        if day != day_now {
+            if let Some(gate) = gate {
+                gate.enter(ni, day);
+            }
+            day_now = day;
+        }
         // Every covered span of this observation takes the reason decided at its start.
         let unallocated_reason = free_reason.at(t);
         // Coverage of this scrape's samples (DESIGN.md "Observation").
@@ -884,27 +940,29 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64) -> Result<S
         stats.blanks += (replicas.len() as u64 - 1) * blanks.clone().filter(|s| s.write).count() as u64;
         stats.blanks -= blanks.filter(|s| !s.write).count() as u64;
 
+        stats.bytes += buf.len() as u64;
         if per_scrape_files {
             let path = dir.join(format!("{t}.prom"));
-            stats.bytes += write_atomic(&path, &buf)?;
+            sink.write(&path, &buf)?;
+            sink.close(&path)?;
             stats.files += 1;
         } else {
-            let day = t.div_euclid(MS_PER_DAY);
-            if file.as_ref().is_none_or(|(d, _)| *d != day) {
-                if let Some((_, f)) = file.take() {
-                    stats.bytes += f.commit()?;
-                    stats.files += 1;
+            let path = match file.take() {
+                Some((d, open)) if d == day => open,
+                open => {
+                    if let Some((_, done)) = open {
+                        sink.close(&done)?;
+                        stats.files += 1;
+                    }
+                    dir.join(format!("{}.prom", day_string(t)))
                 }
-                let path = dir.join(format!("{}.prom", day_string(t)));
-                file = Some((day, AtomicFile::create(&path)?));
-            }
-            if let Some((_, f)) = file.as_mut() {
-                std::io::Write::write_all(f, &buf).map_err(|e| SimError::io(f.path(), e))?;
-            }
+            };
+            sink.write(&path, &buf)?;
+            file = Some((day, path));
         }
     }
-    if let Some((_, f)) = file.take() {
-        stats.bytes += f.commit()?;
+    if let Some((_, done)) = file.take() {
+        sink.close(&done)?;
         stats.files += 1;
     }
     for s in &mut series {

@@ -24,6 +24,9 @@ pub enum SimError {
         what: String,
         reason: String,
     },
+    /// The consumer the DCGM text was handed to ([`crate::DcgmSink`]) failed.
+    #[error("{0}")]
+    Sink(String),
     /// A broken invariant inside the simulator; please report it.
     #[error("internal simulator error (this is a bug, please report it): {0}")]
     Internal(String),

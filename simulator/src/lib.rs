@@ -38,6 +38,7 @@ mod k8s;
 mod out;
 mod rng;
 mod schedule;
+mod sink;
 mod truth;
 
 use std::path::Path;
@@ -45,6 +46,7 @@ use std::path::Path;
 use chrono::{DateTime, TimeZone, Utc};
 
 pub use error::SimError;
+pub use sink::{DcgmSink, FileSink};
 
 /// The file beside a capture that holds the figures it implies: the simulator's truth, not
 /// capture data, so whoever ingests a capture directory passes over it.
@@ -139,7 +141,35 @@ pub fn simulate(
         .map(|n| n.get())
         .unwrap_or(1)
         .min(16);
-    simulate_on(cfg, out, threads, progress)
+    simulate_files(cfg, out, threads, progress)
+}
+
+/// [`simulate`] on `threads` threads.
+fn simulate_files(cfg: &SimConfig, out: &Path, threads: usize, progress: &mut dyn FnMut(f64)) -> Result<SimSummary, SimError> {
+    let root = out.to_path_buf();
+    simulate_on(cfg, out, Dcgm::Files { threads, sink: &move || Box::new(FileSink::new(&root)) }, progress)
+}
+
+/// Simulates like [`simulate`], but hands the DCGM text to sinks made by `sink` instead of
+/// writing it under `out` (which still gets the Kubernetes files and `expected.json`). Each
+/// node is written on a thread of its own, into a sink of its own; the nodes are kept within a
+/// day of each other, so the sinks together see the capture about a day at a time. Each file's
+/// text is the same as [`simulate`] writes.
+pub fn simulate_to(
+    cfg: &SimConfig,
+    out: &Path,
+    sink: &(dyn Fn() -> Box<dyn DcgmSink> + Sync),
+    progress: &mut dyn FnMut(f64),
+) -> Result<SimSummary, SimError> {
+    simulate_on(cfg, out, Dcgm::ByDay { sink }, progress)
+}
+
+/// How the DCGM text is written (see [`simulate`], [`simulate_to`]).
+enum Dcgm<'s> {
+    /// Nodes taken in turn by `threads` threads.
+    Files { threads: usize, sink: &'s (dyn Fn() -> Box<dyn DcgmSink> + Sync) },
+    /// A thread per node, the nodes a day apart at most.
+    ByDay { sink: &'s (dyn Fn() -> Box<dyn DcgmSink> + Sync) },
 }
 
 /// The time frame `cfg` describes.
@@ -159,7 +189,7 @@ fn timeline(cfg: &SimConfig) -> cluster::Timeline {
 fn simulate_on(
     cfg: &SimConfig,
     out: &Path,
-    threads: usize,
+    dcgm: Dcgm<'_>,
     progress: &mut dyn FnMut(f64),
 ) -> Result<SimSummary, SimError> {
     validate(cfg)?;
@@ -183,14 +213,18 @@ fn simulate_on(
         seg_class: sim.segs.iter().map(|s| truth::seg_class(&s.end)).collect(),
         months: &months,
         stranding: truth::stranding_windows(&sim),
-        dir: out.join("dcgm"),
+        dir: Path::new("dcgm").to_path_buf(),
         seed: cfg.seed,
     };
     // Objects (CPU-bound JSON) are written beside the samples (mostly disk-bound); neither
     // depends on the other, so this changes no byte.
     let (written, (stats, acc)) = std::thread::scope(|scope| {
         let objects = scope.spawn(|| k8s::write_all(cfg.seed, &cl, &tl, &sim, out));
-        let samples = dcgm::write_all(&ctx, threads, &mut |f| progress(0.03 + 0.95 * f));
+        let mut progress = |f| progress(0.03 + 0.95 * f);
+        let samples = match dcgm {
+            Dcgm::Files { threads, sink } => dcgm::write_all(&ctx, threads, sink, &mut progress),
+            Dcgm::ByDay { sink } => dcgm::write_all_by_day(&ctx, sink, &mut progress),
+        };
         let written = objects
             .join()
             .map_err(|_| SimError::Internal("the Kubernetes object writer panicked".to_string()))?;
@@ -257,8 +291,8 @@ mod tests {
         };
         let a = tempfile::tempdir().unwrap();
         let b = tempfile::tempdir().unwrap();
-        let sa = simulate_on(&cfg, a.path(), 1, &mut |_| {}).unwrap();
-        let sb = simulate_on(&cfg, b.path(), 3, &mut |_| {}).unwrap();
+        let sa = simulate_files(&cfg, a.path(), 1, &mut |_| {}).unwrap();
+        let sb = simulate_files(&cfg, b.path(), 3, &mut |_| {}).unwrap();
         assert_eq!(sa, sb);
         let mut stack = vec![a.path().to_path_buf()];
         let mut compared = 0;
@@ -279,6 +313,68 @@ mod tests {
             }
         }
         assert_eq!(compared, sa.files);
+    }
+
+    /// Collects what a sink is handed, checking that each file is written, then closed once.
+    struct MemSink {
+        files: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<std::path::PathBuf, Vec<u8>>>>,
+        open: Option<(std::path::PathBuf, Vec<u8>)>,
+    }
+
+    impl DcgmSink for MemSink {
+        fn write(&mut self, rel: &Path, text: &[u8]) -> Result<(), SimError> {
+            match &mut self.open {
+                Some((p, buf)) if p == rel => buf.extend_from_slice(text),
+                Some((p, _)) => panic!("{} written while {} is open", rel.display(), p.display()),
+                None => self.open = Some((rel.to_path_buf(), text.to_vec())),
+            }
+            Ok(())
+        }
+
+        fn close(&mut self, rel: &Path) -> Result<(), SimError> {
+            let (p, buf) = self.open.take().expect("close without write");
+            assert_eq!(p, rel);
+            let old = self.files.lock().unwrap().insert(p, buf);
+            assert!(old.is_none(), "{} closed twice", rel.display());
+            Ok(())
+        }
+    }
+
+    /// `simulate_to` hands its sinks the bytes `simulate` writes, file for file, and writes
+    /// the same Kubernetes files and truth.
+    #[test]
+    fn sinks_get_the_text_simulate_writes() {
+        let cfg = SimConfig { gpus: 24, days: 2, seed: 3, scrape_interval_s: 600, ..SimConfig::default() };
+        let files_dir = tempfile::tempdir().unwrap();
+        let sink_dir = tempfile::tempdir().unwrap();
+        let on_disk = simulate_files(&cfg, files_dir.path(), 2, &mut |_| {}).unwrap();
+        let handed = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
+        let make = || -> Box<dyn DcgmSink> { Box::new(MemSink { files: handed.clone(), open: None }) };
+        let via_sinks = simulate_to(&cfg, sink_dir.path(), &make, &mut |_| {}).unwrap();
+        assert_eq!(on_disk, via_sinks);
+        let handed = handed.lock().unwrap();
+        assert!(!sink_dir.path().join("dcgm").exists(), "no DCGM text on disk");
+        let mut dcgm_files = 0;
+        let mut stack = vec![files_dir.path().to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                    continue;
+                }
+                let rel = p.strip_prefix(files_dir.path()).unwrap();
+                let bytes = std::fs::read(&p).unwrap();
+                if rel.starts_with("dcgm") {
+                    dcgm_files += 1;
+                    assert!(handed.get(rel) == Some(&bytes), "{} differs", rel.display());
+                } else {
+                    assert!(std::fs::read(sink_dir.path().join(rel)).unwrap() == bytes, "{} differs", rel.display());
+                }
+            }
+        }
+        assert_eq!(dcgm_files, handed.len());
+        assert!(handed.keys().any(|p| p.extension().is_some() && p.to_string_lossy().contains("t4")), "per-scrape files too");
     }
 
     /// A small capture that still has a cordon, a NotReady outage and a Workload too big to fit.
@@ -302,7 +398,7 @@ mod tests {
     #[test]
     fn idle_reasons_split_the_idle_hours() {
         let dir = tempfile::tempdir().unwrap();
-        simulate_on(&small_with_cordon(), dir.path(), 2, &mut |_| {}).unwrap();
+        simulate_files(&small_with_cordon(), dir.path(), 2, &mut |_| {}).unwrap();
         let exp = read_json(&dir.path().join(TRUTH_FILE));
         let key = |r: &serde_json::Value, what: &[&str]| -> Vec<String> {
             what.iter().map(|k| r[*k].as_str().unwrap().to_string()).collect()
@@ -370,7 +466,7 @@ mod tests {
         }
         let cfg = small_with_cordon();
         let dir = tempfile::tempdir().unwrap();
-        simulate_on(&cfg, dir.path(), 1, &mut |_| {}).unwrap();
+        simulate_files(&cfg, dir.path(), 1, &mut |_| {}).unwrap();
         let cl = cluster::build(cfg.seed, &timeline(&cfg), cfg.gpus);
         let mut want = Vec::new();
         for n in &cl.nodes {
@@ -460,7 +556,7 @@ mod tests {
     fn energy_rows_match_the_samples() {
         let cfg = SimConfig { gpus: 4, ..small_with_cordon() };
         let dir = tempfile::tempdir().unwrap();
-        simulate_on(&cfg, dir.path(), 2, &mut |_| {}).unwrap();
+        simulate_files(&cfg, dir.path(), 2, &mut |_| {}).unwrap();
         let exp = read_json(&dir.path().join(TRUTH_FILE));
         let iv = cfg.scrape_interval_s as i64 * 1000;
         let max_gap = 2.5 * iv as f64;

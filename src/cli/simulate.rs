@@ -1,22 +1,42 @@
-//! `gpuledger simulate`: writes a realistic capture of a simulated cluster, plus its truth.
+//! `gpuledger simulate`: writes a realistic capture of a simulated cluster, plus its truth; or,
+//! with `--store`, the store an ingest of that capture would give, without the text on disk.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
 
 use anyhow::{Context, bail};
 use chrono::{DateTime, Utc};
-use gpuledger_simulator::{SimConfig, SimSummary, simulate};
+use gpuledger_collector::feed::{Feed, TextFeed};
+use gpuledger_collector::ingest::{self, IngestOptions, IngestSummary, SkipFile};
+use gpuledger_collector::store::{Store, StoreOptions};
+use gpuledger_simulator::{DcgmSink, SimConfig, SimError, SimSummary, TRUTH_FILE, simulate, simulate_to};
+use gpuledger_store::StoreLocation;
+
+use super::ingest::{SummaryFormat, summary_json, summary_text};
+use super::progress::{ProgressMode, Reporter};
 
 /// Simulate a GPU cluster (node pools of several GPU models, MIG, teams, Kueue queueing,
 /// preemptions, failures, idle stretches) and write its capture in the standard formats:
 /// DCGM exporter text under dcgm/, kubectl JSON/YAML and watch streams under kubernetes/, and
 /// expected.json with the ledger figures computed from the simulation itself.
+///
+/// With --store, the DCGM text is handed to the ingest's own parser in memory instead of
+/// written: the store gets the rows `gpuledger ingest` of the capture would give it, and a
+/// month of a large fleet (about 5 KB of text per GPU and scrape) needs no disk for its text.
+/// The Kubernetes files still go through disk (--out, else a temporary directory removed
+/// afterwards) and are ingested from there; expected.json goes to --out, else the store's root.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Example:\n  gpuledger simulate --out ./capture --gpus 64 --days 3 --seed 7")]
+#[command(after_help = "Examples:\n  gpuledger simulate --out ./capture --gpus 64 --days 3 --seed 7\n  gpuledger simulate --store ./store --gpus 1024 --days 30 --start 2026-11-01T00:00:00Z")]
 pub struct Args {
-    /// Output directory (created).
+    /// Output directory (created): the capture; with --store, only its Kubernetes files and
+    /// expected.json.
     #[arg(long)]
-    pub out: PathBuf,
+    pub out: Option<PathBuf>,
+    /// Write the store directly (a directory or an object-store URL; created if missing).
+    #[arg(long, value_parser = super::store_location)]
+    pub store: Option<StoreLocation>,
     /// GPUs in the cluster (rounded to whole nodes).
     #[arg(long, default_value_t = 64)]
     pub gpus: u32,
@@ -32,6 +52,12 @@ pub struct Args {
     /// Start of the simulated history (RFC 3339, UTC).
     #[arg(long, default_value = "2026-10-30T00:00:00Z")]
     pub start: DateTime<Utc>,
+    /// With --store: progress display on stderr while the Kubernetes files are ingested.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub progress: ProgressMode,
+    /// With --store: the ingest summary's format on stdout.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: SummaryFormat,
 }
 
 /// `30s`, `1m`, `90` (seconds) -> seconds.
@@ -50,12 +76,33 @@ fn parse_interval(s: &str) -> Result<u32, String> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(store) = &args.store {
+        let (s, summary) = simulate_into_store(&args, store)?;
+        eprintln!(
+            "simulated {} GPUs for {} days into {store}: {} samples, {} GPU rows, {} object versions ({:.1} MiB of text, none on disk)",
+            args.gpus,
+            args.days,
+            s.samples,
+            s.gpu_rows,
+            s.objects,
+            s.bytes as f64 / 1048576.0
+        );
+        super::ingest::print_problems(&summary.diagnostics, false, "input problems");
+        match args.format {
+            SummaryFormat::Text => print!("{}", summary_text(&summary)),
+            SummaryFormat::Json => println!("{}", serde_json::to_string_pretty(&summary_json(&summary))?),
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.out.is_none() {
+        bail!("where to? Give --out DIR for a capture directory, or --store STORE to write the store directly");
+    }
     let s = simulate_with(&args)?;
     eprintln!(
         "simulated {} GPUs for {} days into {}: {} files, {} samples, {} GPU rows, {} object versions, {:.1} MiB",
         args.gpus,
         args.days,
-        args.out.display(),
+        args.out.as_deref().unwrap_or(Path::new("")).display(),
         s.files,
         s.samples,
         s.gpu_rows,
@@ -65,20 +112,91 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn simulate_with(args: &Args) -> anyhow::Result<SimSummary> {
+fn config(args: &Args) -> anyhow::Result<SimConfig> {
     if args.gpus == 0 || args.days == 0 {
         bail!("--gpus and --days must be at least 1");
     }
-    let cfg = SimConfig { gpus: args.gpus, days: args.days, seed: args.seed, scrape_interval_s: args.scrape_interval, start: args.start };
+    Ok(SimConfig { gpus: args.gpus, days: args.days, seed: args.seed, scrape_interval_s: args.scrape_interval, start: args.start })
+}
+
+/// Prints "simulated N%" every 10%.
+fn percent_lines() -> impl FnMut(f64) {
     let mut last = 0u32;
-    let mut progress = |f: f64| {
+    move |f: f64| {
         let pct = (f * 100.0) as u32;
         if pct >= last + 10 {
             last = pct - pct % 10;
             eprintln!("gpuledger: simulated {last}%");
         }
+    }
+}
+
+/// Writes the capture under `--out`.
+pub fn simulate_with(args: &Args) -> anyhow::Result<SimSummary> {
+    let cfg = config(args)?;
+    let Some(out) = &args.out else { bail!("--out is needed to write a capture") };
+    simulate(&cfg, out, &mut percent_lines()).with_context(|| format!("simulating into {}", out.display()))
+}
+
+/// Hands a node's DCGM text to the collector's parser instead of a file.
+struct StoreSink(TextFeed);
+
+impl DcgmSink for StoreSink {
+    fn write(&mut self, rel: &Path, text: &[u8]) -> Result<(), SimError> {
+        self.0.write(rel, text);
+        Ok(())
+    }
+
+    fn close(&mut self, rel: &Path) -> Result<(), SimError> {
+        self.0.close(rel).map_err(|e| SimError::Sink(e.to_string()))
+    }
+
+    fn finish(&mut self) -> Result<(), SimError> {
+        self.0.finish().map_err(|e| SimError::Sink(e.to_string()))
+    }
+}
+
+/// `--store`: the DCGM text straight into the store, then the Kubernetes files through disk.
+pub fn simulate_into_store(args: &Args, store: &StoreLocation) -> anyhow::Result<(SimSummary, IngestSummary)> {
+    let started = Instant::now();
+    let cfg = config(args)?;
+    // The writer's duplicate check holds key sets per table and day: room for about three days
+    // of this cluster's rows (a GPU row and about three long-form rows per GPU and scrape), so
+    // that nodes a day apart never push a day out and back in.
+    let per_day = u64::from(args.gpus) * (86_400 / u64::from(args.scrape_interval.max(1))).max(1) * 4;
+    let day_keys_held = usize::try_from(per_day * 3).unwrap_or(usize::MAX).max(StoreOptions::default().day_keys_held);
+    let options = StoreOptions { day_keys_held, ..StoreOptions::default() };
+    let writer = Store::open(store, options.clone()).with_context(|| format!("opening the store {store}"))?;
+    let feed = Feed::new(writer);
+    let (objects_dir, _temporary) = match &args.out {
+        Some(dir) => (dir.clone(), None),
+        None => {
+            let t = tempfile::Builder::new().prefix("gpuledger-simulate-").tempdir().context("creating a temporary directory for the Kubernetes files")?;
+            (t.path().to_path_buf(), Some(t))
+        }
     };
-    simulate(&cfg, &args.out, &mut progress).with_context(|| format!("simulating into {}", args.out.display()))
+    let sim = {
+        let feed = Arc::clone(&feed);
+        let sink = move || -> Box<dyn DcgmSink> { Box::new(StoreSink(feed.text())) };
+        simulate_to(&cfg, &objects_dir, &sink, &mut percent_lines()).with_context(|| format!("simulating into {store}"))?
+    };
+    let (mut writer, mut summary) = feed.into_parts()?;
+    let truth = TRUTH_FILE;
+    let ingest_options = IngestOptions { store: options, skip: vec![SkipFile { name: truth.to_string(), reason: format!("simulator truth ({truth})") }], ..IngestOptions::default() };
+    let reporter = Reporter::new(args.progress);
+    let objects = ingest::ingest_into(&[objects_dir.join("kubernetes")], &mut writer, &ingest_options, &reporter)
+        .with_context(|| format!("ingesting the simulated Kubernetes objects into {store}"))?;
+    summary.merge(objects);
+    if args.out.is_none() {
+        let path = objects_dir.join(truth);
+        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        writer.put_small(truth, &bytes).with_context(|| format!("writing {truth} into {store}"))?;
+    }
+    summary.store = writer.finish().with_context(|| format!("writing {store}"))?;
+    gpuledger_collector::ingest::Progress::finish(&reporter);
+    summary.elapsed = started.elapsed();
+    summary.peak_rss_bytes = ingest::peak_rss_bytes();
+    Ok((sim, summary))
 }
 
 #[cfg(test)]

@@ -129,16 +129,6 @@ fn config(dir: &Path, extra: &str) -> PathBuf {
     p
 }
 
-/// Rows of a table as sorted JSON strings, without `seq` (a per-stream position offline, a
-/// per-run counter live: compared separately, by the order it gives).
-fn table_rows(store: &Path, table: &gpuledger_schemas::Table) -> Vec<String> {
-    let cols: Vec<&str> = table.columns.iter().map(|c| c.name).filter(|c| *c != "seq").collect();
-    let rows = util::query(store, &format!("SELECT {} FROM {}", cols.join(", "), table.name));
-    let mut out: Vec<String> = rows.iter().map(|r| r.to_string()).collect();
-    out.sort();
-    out
-}
-
 /// Per kind, the (uid, resource_version, event_type) sequence in (observed_at, seq) order.
 fn version_order(store: &Path) -> Vec<Value> {
     util::query(store, "SELECT kind, uid, resource_version, event_type FROM k8s_objects ORDER BY kind, observed_at, seq")
@@ -189,7 +179,7 @@ fn live_collection_equals_offline_ingest_of_the_same_capture() {
     let offline = dir.path().join("offline");
     util::ingest(&[&served_cap], &offline);
     for table in gpuledger_schemas::TABLES {
-        let (a, b) = (table_rows(&live, table), table_rows(&offline, table));
+        let (a, b) = (util::table_rows(&live, table), util::table_rows(&offline, table));
         assert!(!b.is_empty() || table.name == "metric_samples", "offline {} is empty", table.name);
         assert_eq!(a.len(), b.len(), "{}: live {} rows, offline {}", table.name, a.len(), b.len());
         if let Some(i) = a.iter().zip(&b).position(|(x, y)| x != y) {

@@ -18,4 +18,5 @@ mod retention;
 mod serve_http;
 mod serve_sql;
 mod serving;
+mod simulate;
 mod util;

@@ -72,3 +72,13 @@ pub fn count(store: &Path, sql: &str) -> i64 {
 pub fn written(summary: &Value, table: &str) -> u64 {
     summary["rows_written"][table].as_u64().unwrap_or(0)
 }
+
+/// Rows of a table as sorted JSON strings, without `seq` (a per-stream position offline, a
+/// per-run counter live: compared separately where it matters).
+pub fn table_rows(store: &Path, table: &gpuledger_schemas::Table) -> Vec<String> {
+    let cols: Vec<&str> = table.columns.iter().map(|c| c.name).filter(|c| *c != "seq").collect();
+    let rows = query(store, &format!("SELECT {} FROM {}", cols.join(", "), table.name));
+    let mut out: Vec<String> = rows.iter().map(|r| r.to_string()).collect();
+    out.sort();
+    out
+}
