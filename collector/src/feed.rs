@@ -5,8 +5,11 @@
 //! give it; only the disk is skipped.
 //!
 //! A [`Feed`] owns the store writer; each producer thread takes a [`TextFeed`] of its own
-//! (a text source remembers label sets, as an ingest worker's does) and hands its rows to the
-//! writer a file at a time.
+//! (a text source remembers label sets, as an ingest worker's does). Unlike a capture file,
+//! whose rows can only be handed on at its end (`/federate` groups lines by metric, so a GPU's
+//! row at one time gathers lines from anywhere in the file), the text comes a whole scrape at a
+//! time, so rows are handed on every few thousand: memory holds a few scrapes per producer,
+//! not a day of every node.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -19,9 +22,8 @@ use crate::sources::{DcgmText, Origin, Source};
 use crate::store::Store;
 use crate::tables::samples::SampleTables;
 
-/// Rows a [`TextFeed`] gathers before it hands them to the writer (at the end of a file: a
-/// GPU's row at one time gathers metrics from anywhere in its file).
-const HAND_OVER_ROWS: usize = 64 * 1024;
+/// Rows a [`TextFeed`] gathers before it hands them to the writer.
+const HAND_OVER_ROWS: usize = 8 * 1024;
 
 /// The store writer shared by the producer's threads, and what they read.
 pub struct Feed {
@@ -65,9 +67,12 @@ pub struct TextFeed {
 }
 
 impl TextFeed {
-    /// Whole lines of the file named `path` (the name a capture would give it: its time comes
-    /// from it for samples without their own).
-    pub fn write(&mut self, path: &Path, text: &[u8]) {
+    /// Lines of the file named `path` (the name a capture would give it: samples without a
+    /// time of their own take the one it names), holding whole rows: every line of one series
+    /// at one time is in the same call (a whole scrape is). Rows are handed to the writer once
+    /// enough have gathered; a row split between two calls would be stored half, the other
+    /// half taken for a duplicate.
+    pub fn write(&mut self, path: &Path, text: &[u8]) -> Result<()> {
         let mut diags = Diagnostics::new();
         let loaded = self.source.read(text, &Origin::file(path, None), &mut self.tables, &mut diags);
         self.read.bytes_read += text.len() as u64;
@@ -75,12 +80,12 @@ impl TextFeed {
         self.read.blank_samples += loaded.blank;
         self.read.rejected += diags.errors.len() as u64;
         self.read.diagnostics.merge(diags);
+        if self.tables.rows() >= HAND_OVER_ROWS { self.hand_over() } else { Ok(()) }
     }
 
-    /// The file `path` is complete: its rows go to the writer once enough have gathered.
-    pub fn close(&mut self, _path: &Path) -> Result<()> {
+    /// The file `path` is complete (counted as one file read).
+    pub fn close(&mut self, _path: &Path) {
         *self.read.files.entry(Format::PrometheusText).or_default() += 1;
-        if self.tables.rows() >= HAND_OVER_ROWS { self.hand_over() } else { Ok(()) }
     }
 
     /// Hands everything gathered to the writer and adds this reader's counts to the feed's.

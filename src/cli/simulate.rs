@@ -143,12 +143,13 @@ struct StoreSink(TextFeed);
 
 impl DcgmSink for StoreSink {
     fn write(&mut self, rel: &Path, text: &[u8]) -> Result<(), SimError> {
-        self.0.write(rel, text);
-        Ok(())
+        // The simulator writes a scrape at a time: whole rows, as the feed needs.
+        self.0.write(rel, text).map_err(|e| SimError::Sink(e.to_string()))
     }
 
     fn close(&mut self, rel: &Path) -> Result<(), SimError> {
-        self.0.close(rel).map_err(|e| SimError::Sink(e.to_string()))
+        self.0.close(rel);
+        Ok(())
     }
 
     fn finish(&mut self) -> Result<(), SimError> {
