@@ -217,9 +217,11 @@ FALLBACK = {
                                        "SELECT $__timeGroupAlias(day_start, '1d'), state AS metric, sum(gpu_hours) AS gpu_hours FROM s GROUP BY 1, 2 ORDER BY 1, 2"),
         ("queue wait summary", "SELECT cluster_queue, team, admissions, p50_seconds, p95_seconds, max_seconds FROM queue_wait_summary WHERE team IN ($team) ORDER BY p95_seconds DESC"),
         ("failure causes", "SELECT outcome || ' / ' || cause AS cause, sum(cost) AS cost FROM failure_causes WHERE month = '$month' GROUP BY 1 ORDER BY cost DESC LIMIT 10"),
-        ("fleet activity per node", "SELECT $__timeGroupAlias(ts, $__interval), hostname AS metric, avg(COALESCE(engine_active * 100, gpu_util)) AS activity FROM gpu_samples WHERE $__timeFilter(ts) GROUP BY 1, 2 ORDER BY 1, 2"),
-        ("fleet gpus reporting", "SELECT count(DISTINCT hostname) AS nodes, count(DISTINCT uuid) AS gpus FROM gpu_samples WHERE $__timeFilter(ts)"),
-        ("fleet max temperature", "SELECT $__timeGroupAlias(ts, $__interval), max(temp_c) AS temp_c FROM gpu_samples WHERE $__timeFilter(ts) GROUP BY 1 ORDER BY 1"),
+        ("fleet activity per node", "WITH h AS (SELECT to_timestamp(hour) AS hour_start, hostname, activity FROM node_hourly WHERE hour >= left($__timeFrom(), 13) AND hour < $__timeTo()) "
+                                    "SELECT $__timeGroupAlias(hour_start, $__interval), hostname AS metric, avg(activity) AS activity FROM h GROUP BY 1, 2 ORDER BY 1, 2"),
+        ("fleet gpus reporting", "SELECT count(DISTINCT hostname) AS nodes, count(DISTINCT uuid) AS gpus FROM gpu_hourly WHERE hour >= left($__timeFrom(), 13) AND hour < $__timeTo()"),
+        ("fleet max temperature", "WITH h AS (SELECT to_timestamp(hour) AS hour_start, max_temp_c FROM node_hourly WHERE hour >= left($__timeFrom(), 13) AND hour < $__timeTo()) "
+                                  "SELECT $__timeGroupAlias(hour_start, $__interval), max(max_temp_c) AS temp_c FROM h GROUP BY 1 ORDER BY 1"),
     ]],
 }
 

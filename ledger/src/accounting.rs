@@ -3,7 +3,7 @@
 //! The SQL files are the accounting; this module only feeds them and decides what to
 //! materialise. The files are written for a whole store at once (so an analyst can run them
 //! anywhere); to keep memory bounded by one day of samples, the driver runs the sample steps
-//! (`30_observations.sql` to `40_states.sql`) once per day partition, with `gpu_samples`
+//! (`30_observations.sql` to `45_hourly.sql`) once per day partition, with `gpu_samples`
 //! narrowed to that day and the last second before it, keeping only rows of that day. A first
 //! pass over the days, last day first, gathers what the month's scrape intervals and the
 //! observations after a day's last need (each GPU's first observation per day, spacing
@@ -35,6 +35,7 @@ pub const QUERY_FILES: &[(&str, &str)] = &[
     ("31_intervals.sql", include_str!("../../queries/31_intervals.sql")),
     ("32_spans.sql", include_str!("../../queries/32_spans.sql")),
     ("40_states.sql", include_str!("../../queries/40_states.sql")),
+    ("45_hourly.sql", include_str!("../../queries/45_hourly.sql")),
     ("50_units.sql", include_str!("../../queries/50_units.sql")),
     ("55_who_pays.sql", include_str!("../../queries/55_who_pays.sql")),
     ("60_chargeback.sql", include_str!("../../queries/60_chargeback.sql")),
@@ -60,6 +61,11 @@ const REUSED_VIEWS: &[&str] = &["pod_samples", "observation_starts", "run_segmen
 /// The results of the sample steps (`40_states.sql`) that the monthly steps read: computed one
 /// day at a time in process, then gathered.
 const PER_DAY_TABLES: &[&str] = &["gpu_state_hours", "unobserved_gpu_hours", "gpu_pods", "lost_segment_gpus", "observed_extent"];
+
+/// The hourly rollups of the readings (`45_hourly.sql`): computed one day at a time after the
+/// sample steps, each day keeping the rows of its own partition (a day's pass also reads the
+/// last second before it), then gathered.
+const ROLLUP_TABLES: &[&str] = &["gpu_hourly", "node_hourly"];
 
 /// The steps after the sample steps, once over the gathered results; then the report views
 /// (`90_reports.sql`) over [`REPORTED_TABLES`].
@@ -89,6 +95,8 @@ pub const DERIVED_TABLES: &[&str] = &[
     "queue_waits",
     "queue_wait_summary",
     "queue_wait_monthly",
+    "gpu_hourly",
+    "node_hourly",
 ];
 
 /// What a caller can tune for one accounting run besides the configuration file.
@@ -224,6 +232,7 @@ impl Accounting {
             replace_table(&ctx, "known_active_bounds", mem_table(schema, batches)?)?;
         }
         let mut gathered: Vec<Option<(SchemaRef, Vec<RecordBatch>)>> = vec![None; PER_DAY_TABLES.len()];
+        let mut rollups: Vec<Option<(SchemaRef, Vec<RecordBatch>)>> = vec![None; ROLLUP_TABLES.len()];
         let mut xid_errors: Option<(SchemaRef, Vec<RecordBatch>)> = None;
         for (i, day) in passes.iter().enumerate() {
             narrow_samples(&ctx, &samples, day.map(String::as_str))?;
@@ -242,6 +251,11 @@ impl Accounting {
             for (into, table) in gathered.iter_mut().zip(PER_DAY_TABLES) {
                 gather(into, collect(&ctx, &format!("SELECT * FROM {table}")).await?);
             }
+            exec_file(&ctx, "45_hourly.sql", scratch).await?;
+            for (into, table) in rollups.iter_mut().zip(ROLLUP_TABLES) {
+                let own = day.map(|d| format!(" WHERE date = '{d}'")).unwrap_or_default();
+                gather(into, collect(&ctx, &format!("SELECT * FROM {table}{own}")).await?);
+            }
             // Read off the day's samples and the second before: keep the day's own.
             gather(&mut xid_errors, collect(&ctx, &format!("SELECT * FROM xid_errors{}", day_filter(*day))).await?);
             if let Some(d) = day {
@@ -250,7 +264,7 @@ impl Accounting {
         }
         replace_table(&ctx, "gpu_samples", samples)?;
         // Every pass (at least one) yields each table, so each was gathered.
-        for (table, (schema, batches)) in PER_DAY_TABLES.iter().zip(gathered.into_iter().flatten()) {
+        for (table, (schema, batches)) in PER_DAY_TABLES.iter().chain(ROLLUP_TABLES).zip(gathered.into_iter().chain(rollups).flatten()) {
             replace_table(&ctx, table, mem_table(schema, batches)?)?;
         }
         if let Some((schema, batches)) = xid_errors {
@@ -340,7 +354,8 @@ async fn sample_and_monthly_steps(ctx: &SessionContext, scratch: Option<&Scratch
     exec_file(ctx, "32_spans.sql", scratch).await?;
     materialise(ctx, "sample_spans", "SELECT * FROM sample_spans", scratch).await?;
     exec_file(ctx, "40_states.sql", scratch).await?;
-    for view in PER_DAY_TABLES.iter().chain(&["xid_errors"]) {
+    exec_file(ctx, "45_hourly.sql", scratch).await?;
+    for view in PER_DAY_TABLES.iter().chain(ROLLUP_TABLES).chain(&["xid_errors"]) {
         materialise(ctx, view, &format!("SELECT * FROM {view}"), scratch).await?;
     }
     monthly_steps(ctx, scratch, carry).await

@@ -111,6 +111,8 @@ pub const DERIVED_TABLES: &[DerivedTable] = &[
     QUEUE_WAITS,
     QUEUE_WAIT_SUMMARY,
     QUEUE_WAIT_MONTHLY,
+    GPU_HOURLY,
+    NODE_HOURLY,
 ];
 
 /// Looks a derived table up by name.
@@ -412,3 +414,50 @@ mod tests {
         }
     }
 }
+
+pub const GPU_HOURLY: DerivedTable = DerivedTable {
+    name: "gpu_hourly",
+    doc: "What DCGM reported per physical GPU and UTC hour: mean activity, power, temperature, memory, XID errors; readings, not GPU time (45_hourly.sql)",
+    columns: &[
+        col("date", Utf8, false, "Store partition (YYYY-MM-DD) of the samples"),
+        col("hour", Utf8, true, "UTC hour of the samples, RFC 3339 (2026-10-01T13:00:00Z): the table's grain"),
+        col("month", Utf8, true, "UTC month (YYYY-MM) of hour"),
+        col("hostname", Utf8, true, "DCGM Hostname label as the exporter wrote it (the fleet dashboard's node)"),
+        col("node", Utf8, true, "Kubernetes node the hostname names (the hostname where no node matches it)"),
+        col("gpu", Int32, true, "GPU index on its host"),
+        col("uuid", Utf8, true, "GPU UUID (MIG instances are read as part of their GPU)"),
+        col("model_name", Utf8, true, "GPU model as DCGM reports it"),
+        col("samples", Int64, false, "Sample rows the means are over (an HA pair of scrapers counts once)"),
+        col("activity", Float64, true, "Mean activity, percent: engine activity x 100 where reported, else utilisation"),
+        col("power_w", Float64, true, "Mean power draw, W"),
+        col("temp_c", Float64, true, "Mean GPU temperature, degrees C"),
+        col("max_temp_c", Float64, true, "Highest GPU temperature, degrees C"),
+        col("fb_used_mib", Float64, true, "Mean framebuffer memory used, MiB"),
+        col("xid_samples", Int64, false, "Samples reporting an XID error"),
+        col("xid_error", Int64, true, "Largest XID error code reported; null when none"),
+        col("first_xid_at", Timestamp, true, "First sample reporting an XID error; null when none"),
+        col("last_xid_at", Timestamp, true, "Last sample reporting an XID error; null when none"),
+    ],
+};
+
+pub const NODE_HOURLY: DerivedTable = DerivedTable {
+    name: "node_hourly",
+    doc: "What DCGM reported per node (exporter Hostname) and UTC hour, over its GPUs' hours (45_hourly.sql over gpu_hourly)",
+    columns: &[
+        col("date", Utf8, false, "Store partition (YYYY-MM-DD) of the samples"),
+        col("hour", Utf8, true, "UTC hour of the samples, RFC 3339: the table's grain"),
+        col("month", Utf8, true, "UTC month (YYYY-MM) of hour"),
+        col("hostname", Utf8, true, "DCGM Hostname label as the exporter wrote it"),
+        col("node", Utf8, true, "Kubernetes node the hostname names (the hostname where no node matches it)"),
+        col("gpus", Int64, false, "GPUs (UUIDs) with samples in the hour"),
+        col("samples", Int64, true, "Sample rows over all its GPUs"),
+        col("activity", Float64, true, "Mean of its GPUs' mean activity, percent (each GPU weighs the same)"),
+        col("power_w", Float64, true, "Sum of its GPUs' mean power draw, W"),
+        col("temp_c", Float64, true, "Mean of its GPUs' mean temperature, degrees C"),
+        col("max_temp_c", Float64, true, "Its hottest GPU's highest temperature, degrees C"),
+        col("fb_used_mib", Float64, true, "Sum of its GPUs' mean framebuffer memory used, MiB"),
+        col("gpus_with_xid", Int64, false, "GPUs that reported an XID error in the hour"),
+        col("xid_samples", Int64, true, "Samples reporting an XID error, over its GPUs"),
+        col("xid_error", Int64, true, "Largest XID error code reported; null when none"),
+    ],
+};

@@ -500,6 +500,36 @@ amount = 50.0
 "#;
 
 /// 8 GPUs for two days across the October/November boundary, ingested and through the ledger.
+/// The fleet dashboard reads the ledger's hourly rollups, never the raw samples (a month of
+/// samples per panel is what made it slow), and the rollups agree with the samples, computed
+/// here straight from `gpu_samples`: per host without an HA pair of scrapers, its samples, its
+/// hottest reading and its mean power per sample.
+fn fleet_reads_rollups_that_agree_with_the_samples(env: &Env, dashboards: &[(String, Value)]) {
+    let (_, fleet) = dashboards.iter().find(|(f, _)| f == "gpuledger-fleet.json").expect("the fleet dashboard");
+    let mut queries: Vec<String> = panels(fleet).into_iter().flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default()).map(|t| t["rawSql"].to_string()).collect();
+    queries.extend(fleet["templating"]["list"].as_array().into_iter().flatten().map(|v| v["query"].to_string()));
+    let text = queries.join("\n");
+    assert!(!text.contains("gpu_samples"), "the fleet dashboard reads gpu_samples: {text}");
+    assert!(text.contains("FROM gpu_hourly") && text.contains("FROM node_hourly"), "the fleet dashboard reads the rollups");
+    let by_host = |sql: &str| -> BTreeMap<String, Vec<f64>> {
+        let csv = run_sql(env, sql).unwrap_or_else(|e| panic!("{e}\n{sql}"));
+        csv.rows.iter().map(|r| (r[0].clone(), r[1..].iter().map(|v| parse_number(v).unwrap_or(f64::NAN)).collect())).collect()
+    };
+    let raw = by_host(
+        "SELECT hostname, count(*) AS n, max(temp_c) AS t, avg(power_w) AS p FROM gpu_samples \
+         WHERE hostname NOT IN (SELECT DISTINCT hostname FROM gpu_samples WHERE strpos(labels, 'replica') > 0) GROUP BY hostname",
+    );
+    let rolled = by_host("SELECT hostname, sum(samples) AS n, max(max_temp_c) AS t, sum(power_w * samples) / sum(samples) AS p FROM gpu_hourly GROUP BY hostname");
+    let nodes = by_host("SELECT hostname, sum(samples) AS n, max(max_temp_c) AS t FROM node_hourly GROUP BY hostname");
+    assert!(raw.len() >= 3, "{raw:?}");
+    for (host, want) in &raw {
+        let got = rolled.get(host).unwrap_or_else(|| panic!("{host} has no gpu_hourly rows: {rolled:?}"));
+        assert_eq!((got[0], got[1]), (want[0], want[1]), "{host}: samples and hottest reading");
+        assert!((got[2] - want[2]).abs() <= 1e-9 * want[2].abs().max(1.0), "{host}: mean power {} vs {}", got[2], want[2]);
+        assert_eq!(nodes.get(host).map(|n| (n[0], n[1])), Some((want[0], want[1])), "{host}: node_hourly");
+    }
+}
+
 fn simulated_env() -> Env {
     let dir = tempfile::tempdir().unwrap();
     let capture = dir.path().join("capture");
@@ -865,6 +895,7 @@ fn every_dashboard_panel_query_runs_and_returns_what_the_panel_needs() {
 
     let env = simulated_env();
     let built = started.elapsed();
+    fleet_reads_rollups_that_agree_with_the_samples(&env, &dashboards);
     // The dashboard's range: the store's own data span.
     let span = run_sql(&env, "SELECT min(ts) AS lo, max(ts) AS hi FROM gpu_samples").unwrap();
     let at = |i: usize| -> DateTime<Utc> {

@@ -10,7 +10,7 @@ use crate::util::{count, ingest, query, run};
 
 /// Derived tables with a month, and the two segment tables (by the month they ended in): the
 /// tables whose rows before the horizon must survive the samples.
-const MONTH_TABLES: [&str; 10] = [
+const MONTH_TABLES: [&str; 12] = [
     "priced_state_hours",
     "unobserved_gpu_hours",
     "chargeback_monthly",
@@ -21,6 +21,8 @@ const MONTH_TABLES: [&str; 10] = [
     "stranded_monthly",
     "failure_causes",
     "queue_wait_monthly",
+    "gpu_hourly",
+    "node_hourly",
 ];
 const SEGMENT_TABLES: [&str; 2] = ["run_segments", "run_failures"];
 
