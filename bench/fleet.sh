@@ -2,7 +2,8 @@
 # Fleet scaling benchmark (README, "Benchmarks"): the ledger over a simulated month at several
 # fleet sizes, to see how time and memory grow with the number of GPU-sample rows and to project
 # them to 1,024 and 10,000 GPUs. For each size G of SIZES, in $W/G:
-#   1. simulate G GPUs x DAYS days at a SCRAPE scrape, ingest (timed), delete the capture;
+#   1. simulate G GPUs x DAYS days at a SCRAPE scrape straight into a store (`simulate --store`,
+#      timed as the ingest); with TEXT=1, write the text capture, ingest it (timed), delete it;
 #   2. store facts: gpu_samples rows, bytes of its Parquet files per row and per metric sample;
 #   3. gpuledger ledger in process (wall time, peak RSS, the operators' peak memory);
 #   4. the same with --memory-limit LIMIT --spill-dir $W/G/spill (is the limit kept?);
@@ -22,11 +23,12 @@
 # run's --memory-limit, 1GiB), EXECUTORS (2), BENCH_DIR (bench-data/fleet), BIN (the binary,
 # target/release/gpuledger; when BIN is not set the release build is brought up to date first
 # unless SKIP_BUILD=1), REUSE=0 (re-simulate and re-ingest even when $W/G/params matches),
-# INGEST_FLUSH_ROWS (ingest's --flush-rows, its default 2000000).
+# INGEST_FLUSH_ROWS (ingest's --flush-rows, its default 2000000), TEXT=1 (through a text capture).
 #
-# Disk: the simulated text is ~7.4 KB per GPU per scrape plus ~1 MB per GPU-day of Kubernetes
-# objects, so a month of 256 GPUs at 5m is ~22-24 GB; only one capture exists at a time (each is
-# deleted once ingested), the stores stay (REUSE).
+# Disk: with TEXT=1 the simulated text is ~7.4 KB per GPU per scrape plus ~1 MB per GPU-day of
+# Kubernetes objects, so a month of 256 GPUs at 5m is ~22-24 GB; only one capture exists at a
+# time (each is deleted once ingested). Without it, only the Kubernetes files pass through a
+# temporary directory. The stores stay (REUSE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZES=${SIZES:-64 128 256}
@@ -37,6 +39,7 @@ SEED=${SEED:-42}
 LIMIT=${LIMIT:-1GiB}
 EXECUTORS=${EXECUTORS:-2}
 REUSE=${REUSE:-1}
+TEXT=${TEXT:-0}
 CONFIG=examples/gpuledger.toml
 . bench/common.sh
 bench_setup fleet bench-data/fleet
@@ -107,8 +110,17 @@ for G in $SIZES; do
     say "[$G GPUs] reusing the store in $D/store ($PARAMS; REUSE=0 rebuilds it)"
     echo 1 > "$D/reused"
   else
-    rm -rf "$D/capture" "$D/store" "$D/params" "$D/reused" "$D"/simulate.* "$D"/ingest.* "$D/capture_bytes"
-    python3 - "$D" "$G" "$DAYS" "$SCRAPE" <<'PY'
+    rm -rf "$D/capture" "$D/store" "$D/params" "$D/reused" "$D"/simulate.* "$D"/ingest.* "$D/capture_bytes" "$D/via"
+    if [ "$TEXT" != 1 ]; then
+      # The store straight from the simulator: its DCGM text goes to the ingest's parser in
+      # memory (`simulate --store`), so the month of a large fleet needs no disk for text. Timed as
+      # the ingest (simulation included: the two cannot be told apart).
+      say "[$G GPUs] simulating $DAYS days at a $SCRAPE scrape into the store..."
+      timed ingest "$D/ingest.json" "$BIN" simulate --store "$D/store" --gpus "$G" --days "$DAYS" \
+        --scrape-interval "$SCRAPE" --start "$START" --seed "$SEED" --progress off --format json
+      echo "simulate --store" > "$D/via"
+    else
+      python3 - "$D" "$G" "$DAYS" "$SCRAPE" <<'PY'
 import os, re, sys
 d, gpus, days, scrape = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 m = re.fullmatch(r"(\d+)([smh]?)", scrape)
@@ -122,14 +134,16 @@ print(f"fleet bench: [{gpus} GPUs] the capture needs about {need / 1e9:.1f} GB o
 if need * 1.1 > free:
     sys.exit(f"fleet bench: [{gpus} GPUs] not enough disk for the capture: raise SCRAPE (e.g. SCRAPE=10m) or lower SIZES/DAYS")
 PY
-    say "[$G GPUs] simulating $DAYS days at a $SCRAPE scrape..."
-    timed simulate "$D/simulate.out" "$BIN" simulate --out "$D/capture" --gpus "$G" --days "$DAYS" \
-      --scrape-interval "$SCRAPE" --start "$START" --seed "$SEED"
-    du -sb "$D/capture" | cut -f1 > "$D/capture_bytes"
-    say "[$G GPUs] ingesting $(( $(cat "$D/capture_bytes") / 1000000 )) MB of capture..."
-    timed ingest "$D/ingest.json" "$BIN" ingest "$D/capture" --store "$D/store" --progress off --format json \
-      --flush-rows "${INGEST_FLUSH_ROWS:-2000000}"
-    rm -rf "$D/capture"   # disk: the store is what every engine reads
+      say "[$G GPUs] simulating $DAYS days at a $SCRAPE scrape..."
+      timed simulate "$D/simulate.out" "$BIN" simulate --out "$D/capture" --gpus "$G" --days "$DAYS" \
+        --scrape-interval "$SCRAPE" --start "$START" --seed "$SEED"
+      du -sb "$D/capture" | cut -f1 > "$D/capture_bytes"
+      say "[$G GPUs] ingesting $(( $(cat "$D/capture_bytes") / 1000000 )) MB of capture..."
+      timed ingest "$D/ingest.json" "$BIN" ingest "$D/capture" --store "$D/store" --progress off --format json \
+        --flush-rows "${INGEST_FLUSH_ROWS:-2000000}"
+      rm -rf "$D/capture"   # disk: the store is what every engine reads
+      echo "text capture" > "$D/via"
+    fi
     echo "$PARAMS" > "$D/params"
     echo 0 > "$D/reused"
   fi
@@ -284,6 +298,7 @@ res = {"gpus": int(gpus), "days": int(days), "scrape": scrape, "start": start, "
 # Ingest.
 ing = json.loads(read("ingest.json"))
 res["simulate"] = timing("simulate")
+res["store_via"] = (read("via") or "text capture").strip()
 res["capture_bytes"] = int(read("capture_bytes", "0") or 0) or None
 it = timing("ingest")
 samples = ing.get("samples")

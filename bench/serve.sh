@@ -8,7 +8,7 @@
 # largest VmHWM, CPU its user + system time. Prints queries/s, p50/p95/p99 latency, errors, peak
 # RSS and the figures per query; everything goes to $W/result.json.
 #
-#   bash bench/serve.sh           # GPUS=256 DAYS=30 SCRAPE=5m CLIENTS=32 DURATION=60
+#   bash bench/serve.sh           # GPUS=256 DAYS=30 SCRAPE=30s CLIENTS=32 DURATION=60
 #   GPUS=16 DAYS=3 CLIENTS=4 DURATION=10 BIN=target/debug/gpuledger bash bench/serve.sh
 #
 # Knobs: GPUS, DAYS, SEED, SCRAPE (the simulator's scrape interval), START (first day, UTC; the
@@ -18,18 +18,19 @@
 # DASHBOARDS (the folder of Grafana dashboard JSON, dashboards),
 # BENCH_DIR (work directory, bench-data/serve), REUSE=0 (rebuild the store even when the cached
 # one has the same parameters), SKIP_BUILD=1 (use the release binary as it is), BIN (another
-# binary, e.g. target/debug/gpuledger: no build), KEEP_CAPTURE=1 (keep the simulated text),
-# INGEST_FLUSH_ROWS (ingest's --flush-rows, its default 2000000).
+# binary, e.g. target/debug/gpuledger: no build), TEXT=1 (simulate a text capture and ingest it,
+# instead of `simulate --store`), KEEP_CAPTURE=1 (with TEXT=1: keep the simulated text),
+# INGEST_FLUSH_ROWS (with TEXT=1: ingest's --flush-rows, its default 2000000).
 #
-# SCRAPE is 5m by default because the simulated text must fit on disk before ingest: about
-# 7.4 KB per GPU per scrape plus 1 MB per GPU-day of Kubernetes objects, so a month of 256 GPUs
-# is ~24 GB at 5m but ~170 GB at 30 s. At 5m gpu_samples holds ~3.2M rows for that month.
+# With TEXT=1 the text must fit on disk before ingest: about 7.4 KB per GPU per scrape plus 1 MB
+# per GPU-day of Kubernetes objects (a month of 256 GPUs: ~24 GB at 5m, ~170 GB at 30 s). At 30 s
+# gpu_samples holds ~22M rows for that month.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GPUS=${GPUS:-256}
 DAYS=${DAYS:-30}
 SEED=${SEED:-42}
-SCRAPE=${SCRAPE:-5m}
+SCRAPE=${SCRAPE:-30s}
 START=${START:-2026-11-01T00:00:00Z}
 CLIENTS=${CLIENTS:-32}
 DURATION=${DURATION:-60}
@@ -87,7 +88,15 @@ if [ "$REUSE" = 1 ] && [ -f "$W/prepare.json" ] && [ "$(cat "$W/params" 2>/dev/n
   say "reusing the store in $W/store ($PARAMS; REUSE=0 rebuilds it)"
 else
   rm -rf "$W/capture" "$W/store" "$W/prepare.json" "$W/params"
-  python3 - "$W" "$GPUS" "$DAYS" "$SCRAPE" <<'PY'
+  timed() { local name=$1; shift; /usr/bin/time -f '%e %M' -o "$W/$name.time" "$@"; }
+  CAPTURE_BYTES=0
+  if [ "${TEXT:-0}" != 1 ]; then
+    # Straight into the store (`simulate --store`: the DCGM text goes to the ingest's parser in
+    # memory), so a month at 30 s needs no disk for its text; timed as the ingest.
+    say "simulating $GPUS GPUs x $DAYS days from $START at a $SCRAPE scrape into the store..."
+    timed ingest "$BIN" simulate --store "$W/store" --gpus "$GPUS" --days "$DAYS" --seed "$SEED" --scrape-interval "$SCRAPE" --start "$START" --progress off > "$W/ingest.out"
+  else
+    python3 - "$W" "$GPUS" "$DAYS" "$SCRAPE" <<'PY'
 import os, re, sys
 w, gpus, days, scrape = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 m = re.fullmatch(r"(\d+)([sm]?)", scrape)
@@ -99,16 +108,16 @@ print(f"serve bench: the capture needs about {need / 1e9:.1f} GB of text; {free 
 if need * 1.1 > free:
     sys.exit("serve bench: not enough disk for the capture: raise SCRAPE (e.g. SCRAPE=10m) or lower GPUS/DAYS")
 PY
-  timed() { local name=$1; shift; /usr/bin/time -f '%e %M' -o "$W/$name.time" "$@"; }
-  say "simulating $GPUS GPUs x $DAYS days from $START at a $SCRAPE scrape..."
-  timed simulate "$BIN" simulate --out "$W/capture" --gpus "$GPUS" --days "$DAYS" --seed "$SEED" --scrape-interval "$SCRAPE" --start "$START" >&2
-  CAPTURE_BYTES=$(du -sb "$W/capture" | cut -f1)
-  say "ingesting $((CAPTURE_BYTES / 1000000)) MB..."
-  # A month of 256 GPUs has ~2.1M Kubernetes object versions (~1 KB of JSON each); the store
-  # flushes a table at 512 MiB as well as at --flush-rows, so their strings stay under arrow's
-  # 2 GiB offsets (before that, this ingest failed with "Offset overflow error").
-  timed ingest "$BIN" ingest "$W/capture" --store "$W/store" --progress off --flush-rows "${INGEST_FLUSH_ROWS:-2000000}" > "$W/ingest.out"
-  [ -n "${KEEP_CAPTURE:-}" ] || rm -rf "$W/capture"
+    say "simulating $GPUS GPUs x $DAYS days from $START at a $SCRAPE scrape..."
+    timed simulate "$BIN" simulate --out "$W/capture" --gpus "$GPUS" --days "$DAYS" --seed "$SEED" --scrape-interval "$SCRAPE" --start "$START" >&2
+    CAPTURE_BYTES=$(du -sb "$W/capture" | cut -f1)
+    say "ingesting $((CAPTURE_BYTES / 1000000)) MB..."
+    # A month of 256 GPUs has ~2.1M Kubernetes object versions (~1 KB of JSON each); the store
+    # flushes a table at 512 MiB as well as at --flush-rows, so their strings stay under arrow's
+    # 2 GiB offsets (before that, this ingest failed with "Offset overflow error").
+    timed ingest "$BIN" ingest "$W/capture" --store "$W/store" --progress off --flush-rows "${INGEST_FLUSH_ROWS:-2000000}" > "$W/ingest.out"
+    [ -n "${KEEP_CAPTURE:-}" ] || rm -rf "$W/capture"
+  fi
   say "running the ledger..."
   timed ledger "$BIN" ledger --store "$W/store" --config "$W/gpuledger.toml" --progress off > "$W/ledger.out"
   ROWS=$("$BIN" query --store "$W/store" --format csv "SELECT count(*) AS n FROM gpu_samples" | tail -1)
@@ -118,7 +127,10 @@ w, capture, rows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 out = {"capture_bytes": capture, "gpu_sample_rows": rows,
        "store_bytes": int(subprocess.run(["du", "-sb", f"{w}/store"], capture_output=True, text=True).stdout.split()[0])}
 for step in ("simulate", "ingest", "ledger"):
-    secs, kib = open(f"{w}/{step}.time").read().split()[-2:]
+    try:
+        secs, kib = open(f"{w}/{step}.time").read().split()[-2:]
+    except FileNotFoundError:   # simulate --store: one step, timed as the ingest
+        continue
     out[step] = {"seconds": float(secs), "peak_rss_mib": int(kib) // 1024}
 print(json.dumps(out, indent=1))
 PY
@@ -128,9 +140,10 @@ python3 - "$W/prepare.json" "$PARAMS" <<'PY' >&2
 import json, sys
 p = json.load(open(sys.argv[1]))
 print(f"store ({sys.argv[2]}): {p['gpu_sample_rows']:,} gpu_samples rows, {p['store_bytes'] / 2**20:.0f} MiB; "
-      f"capture {p['capture_bytes'] / 1e9:.1f} GB of text")
+      + (f"capture {p['capture_bytes'] / 1e9:.1f} GB of text" if p["capture_bytes"] else "no text capture (simulate --store)"))
 for s in ("simulate", "ingest", "ledger"):
-    print(f"  {s:9} {p[s]['seconds']:8.1f} s   peak RSS {p[s]['peak_rss_mib']:6} MiB")
+    if s in p:
+        print(f"  {s:9} {p[s]['seconds']:8.1f} s   peak RSS {p[s]['peak_rss_mib']:6} MiB")
 PY
 
 # The server.
