@@ -54,6 +54,7 @@ pub fn router(api: Arc<Api>) -> Router {
     let protected = Router::new()
         .route("/api/v1/chargeback", get(chargeback))
         .route("/api/v1/states", get(states))
+        .route("/api/v1/fleet", get(fleet))
         .route("/api/v1/queue", get(queue))
         .route("/api/v1/failures", get(failures))
         .route("/api/v1/budgets", get(budgets))
@@ -286,46 +287,66 @@ fn hour_text(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-/// `GET /api/v1/states?from=&to=&team=&step=`: GPU-hours and cost by state per step. The ledger
-/// keeps hours, so the step is whole hours (`1h`, `6h`, `1d` by default, `7d`...), counted from
-/// 1970-01-01; the hours starting in [from, to) count.
-async fn states(State(api): State<Arc<Api>>, Params(p): Params<StateParams>) -> Result<Response, ApiError> {
-    let step = match p.step.as_deref() {
-        None => 24,
-        Some(s) => {
-            let d = parse_duration(s).map_err(ApiError::bad)?;
-            let secs = d.as_secs();
-            if d.subsec_nanos() != 0 || secs == 0 || !secs.is_multiple_of(3_600) || secs / 86_400 > 366 {
-                return Err(ApiError::bad(format!("step {s:?} must be whole hours between 1h and 366d: the ledger keeps GPU-hours per hour")));
+/// The time range and step of a time-series request: the hours starting in [from, to) count,
+/// grouped in steps of whole hours (`1h`, `6h`, `1d` by default, `7d`...) counted from 1970-01-01.
+struct Range {
+    step_hours: u64,
+    from: Option<DateTime<Utc>>,
+    to: Option<DateTime<Utc>>,
+}
+
+impl Range {
+    fn parse(from: Option<&str>, to: Option<&str>, step: Option<&str>) -> Result<Range, ApiError> {
+        let step_hours = match step {
+            None => 24,
+            Some(s) => {
+                let d = parse_duration(s).map_err(ApiError::bad)?;
+                let secs = d.as_secs();
+                if d.subsec_nanos() != 0 || secs == 0 || !secs.is_multiple_of(3_600) || secs / 86_400 > 366 {
+                    return Err(ApiError::bad(format!("step {s:?} must be whole hours between 1h and 366d: the ledger keeps hours")));
+                }
+                secs / 3_600
             }
-            secs / 3_600
+        };
+        let from = from.map(|v| instant(v, "from")).transpose()?;
+        let to = to.map(|v| instant(v, "to")).transpose()?;
+        if let (Some(f), Some(t)) = (from, to)
+            && f >= t
+        {
+            return Err(ApiError::bad("from must be before to"));
         }
-    };
-    let from = p.from.as_deref().map(|v| instant(v, "from")).transpose()?;
-    let to = p.to.as_deref().map(|v| instant(v, "to")).transpose()?;
-    if let (Some(f), Some(t)) = (from, to)
-        && f >= t
-    {
-        return Err(ApiError::bad("from must be before to"));
+        Ok(Range { step_hours, from, to })
     }
+
+    /// The parameters and `WHERE` clause of a query over a table with an `hour` column: `$1` is
+    /// the step in hours, the range's bounds and each `column = value` given bind `$2` on.
+    fn filter(&self, equal: &[(&str, Option<&String>)]) -> (Vec<ScalarValue>, String) {
+        let mut params = vec![ScalarValue::Int64(Some(self.step_hours as i64))];
+        let mut filters = Vec::new();
+        let bounds = [(">=", self.from), ("<", self.to)];
+        let bounds = bounds.iter().filter_map(|(op, t)| t.map(|t| (format!("hour {op}"), hour_text(t))));
+        let equal = equal.iter().filter_map(|(c, v)| v.map(|v| (format!("{c} ="), v.clone())));
+        for (test, value) in bounds.chain(equal) {
+            params.push(ScalarValue::Utf8(Some(value)));
+            filters.push(format!("{test} ${}", params.len()));
+        }
+        let clause = if filters.is_empty() { String::new() } else { format!("WHERE {}", filters.join(" AND ")) };
+        (params, clause)
+    }
+}
+
+/// A time series point's `time`, as RFC 3339 in UTC (`2026-10-01T00:00:00Z`).
+fn point_time(row: &std::collections::BTreeMap<String, Value>) -> String {
+    row.get("time").and_then(Value::as_str).map(|t| format!("{}Z", t.trim_end_matches('Z'))).unwrap_or_default()
+}
+
+/// `GET /api/v1/states?from=&to=&team=&step=`: GPU-hours and cost by state per step (see
+/// [`Range`]).
+async fn states(State(api): State<Arc<Api>>, Params(p): Params<StateParams>) -> Result<Response, ApiError> {
+    let range = Range::parse(p.from.as_deref(), p.to.as_deref(), p.step.as_deref())?;
+    let step = range.step_hours;
     api.need_ledger().await?;
-    // $1 is the step in hours; the filters bind $2 on.
-    let mut params = vec![ScalarValue::Int64(Some(step as i64))];
-    let mut filters = Vec::new();
-    let mut bind = |filter: &str, value: String| {
-        params.push(ScalarValue::Utf8(Some(value)));
-        filters.push(filter.replace('?', &format!("${}", params.len())));
-    };
-    if let Some(f) = from {
-        bind("hour >= ?", hour_text(f));
-    }
-    if let Some(t) = to {
-        bind("hour < ?", hour_text(t));
-    }
-    if let Some(team) = &p.team {
-        bind("team = ?", team.clone());
-    }
-    let filter = if filters.is_empty() { String::new() } else { format!("WHERE {}", filters.join(" AND ")) };
+    let (params, filter) = range.filter(&[("team", p.team.as_ref())]);
     // Steps are counted from 1970-01-01, as date_bin does: the same hour always opens a step.
     let sql = format!(
         "SELECT to_timestamp_seconds((hour_number / $1) * $1 * 3600) AS time, state, \
@@ -336,11 +357,54 @@ async fn states(State(api): State<Arc<Api>>, Params(p): Params<StateParams>) -> 
     let points: Vec<Value> = rows(&batches)?
         .into_iter()
         .map(|r| {
-            let time = r.get("time").and_then(Value::as_str).map(|t| format!("{}Z", t.trim_end_matches('Z'))).unwrap_or_default();
+            let time = point_time(&r);
             json!({ "time": time, "state": r.get("state"), "gpu_hours": r.get("gpu_hours"), "cost": r.get("cost") })
         })
         .collect();
     Ok(axum::Json(json!({ "step_hours": step, "team": p.team, "currency": api.currency, "points": points })).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct FleetParams {
+    from: Option<String>,
+    to: Option<String>,
+    node: Option<String>,
+    step: Option<String>,
+}
+
+/// `GET /api/v1/fleet?from=&to=&node=&step=`: what the GPUs of each node reported per step (see
+/// [`Range`]), from the ledger's hourly rollups (`node_hourly`), never the raw samples: mean
+/// activity (over the step's hours), mean power draw of the node's GPUs together, the hottest
+/// reading, the XID samples and the most GPUs seen in one hour.
+async fn fleet(State(api): State<Arc<Api>>, Params(p): Params<FleetParams>) -> Result<Response, ApiError> {
+    let range = Range::parse(p.from.as_deref(), p.to.as_deref(), p.step.as_deref())?;
+    let step = range.step_hours;
+    api.need_ledger().await?;
+    if !api.ctx().table_exist("node_hourly").unwrap_or(false) {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the store's ledger predates the hourly rollups: run `gpuledger ledger --store {}`", api.ledger.location()),
+        ));
+    }
+    let (params, filter) = range.filter(&[("hostname", p.node.as_ref())]);
+    let sql = format!(
+        "SELECT to_timestamp_seconds((CAST(date_part('epoch', to_timestamp(hour)) AS BIGINT) / 3600 / $1) * $1 * 3600) AS time, \
+                hostname AS node, MAX(gpus) AS gpus, AVG(activity) AS activity, AVG(power_w) AS power_w, \
+                MAX(max_temp_c) AS max_temp_c, SUM(xid_samples) AS xid_samples \
+         FROM node_hourly {filter} GROUP BY 1, hostname ORDER BY 1, hostname"
+    );
+    let batches = api.run(&sql, params).await?;
+    let points: Vec<Value> = rows(&batches)?
+        .into_iter()
+        .map(|r| {
+            let time = point_time(&r);
+            json!({
+                "time": time, "node": r.get("node"), "gpus": r.get("gpus"), "activity": r.get("activity"),
+                "power_w": r.get("power_w"), "max_temp_c": r.get("max_temp_c"), "xid_samples": r.get("xid_samples"),
+            })
+        })
+        .collect();
+    Ok(axum::Json(json!({ "step_hours": step, "node": p.node, "points": points })).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -438,7 +502,7 @@ mod tests {
     fn the_openapi_document_names_every_route() {
         let doc: Value = serde_json::from_str(OPENAPI).unwrap();
         let paths: Vec<&String> = doc["paths"].as_object().unwrap().keys().collect();
-        for route in ["/api/v1/chargeback", "/api/v1/states", "/api/v1/queue", "/api/v1/failures", "/api/v1/budgets", "/api/v1/idle", "/api/v1/report.html", "/api/v1/months", "/metrics", "/healthz"] {
+        for route in ["/api/v1/chargeback", "/api/v1/states", "/api/v1/fleet", "/api/v1/queue", "/api/v1/failures", "/api/v1/budgets", "/api/v1/idle", "/api/v1/report.html", "/api/v1/months", "/metrics", "/healthz"] {
             assert!(paths.iter().any(|p| *p == route), "{route} missing from openapi.json");
         }
     }

@@ -184,10 +184,11 @@ fn chargeback_json_and_csv_equal_gpuledger_report() {
 
 /// Endpoints that need the token, each with a query that would otherwise be valid or, for the
 /// last ones, a bad parameter (the token is checked before the parameters).
-const PROTECTED: [&str; 12] = [
+const PROTECTED: [&str; 13] = [
     "/api/v1/chargeback",
     "/api/v1/chargeback?format=csv",
     "/api/v1/states?step=1d",
+    "/api/v1/fleet?step=1h",
     "/api/v1/queue",
     "/api/v1/failures?limit=5",
     "/api/v1/budgets",
@@ -419,6 +420,8 @@ fn states_queue_failures_and_metrics_agree_with_the_stored_tables() {
         ("/api/v1/states?to=2026-02-30", 400),
         ("/api/v1/states?from=2026-10-31&to=2026-10-31", 400),
         ("/api/v1/states?from=2026-11-01&to=2026-10-31", 400),
+        ("/api/v1/fleet?step=90m", 400),
+        ("/api/v1/fleet?from=2026-11-01&to=2026-10-31", 400),
         ("/api/v1/chargeback?month=2026-13", 400),
         ("/api/v1/chargeback?month=2026-1", 400),
         ("/api/v1/chargeback?month=", 400),
@@ -676,4 +679,44 @@ fn report_requests_are_cut_off_by_the_limits() {
         assert!(status == 503 || status == 504, "GET {path}: {status} {body}\nserver log:\n{}", server.log());
         assert!(body.contains("query_timeout") || body.contains("memory_limit"), "GET {path}: {body}");
     }
+}
+
+/// `/api/v1/fleet` answers from the hourly rollups: against `node_hourly` read from the store,
+/// per node (XID samples, hottest reading, most GPUs), hour by hour (one point per node and hour)
+/// and for one node and day.
+#[test]
+fn fleet_answers_from_the_hourly_rollups() {
+    let (_dir, server, store, _config) = start();
+    let per_node: BTreeMap<String, (f64, f64, f64)> = query(store, "SELECT hostname, SUM(xid_samples) AS x, MAX(max_temp_c) AS t, MAX(gpus) AS g FROM node_hourly GROUP BY hostname")
+        .iter()
+        .map(|r| (str_of(&r["hostname"]).to_owned(), (f64_of(&r["x"]), f64_of(&r["t"]), f64_of(&r["g"]))))
+        .collect();
+    assert!(per_node.len() >= 3 && per_node.values().any(|v| v.0 > 0.0), "the demo has nodes and XID errors: {per_node:?}");
+
+    let daily = get_json(&server, "/api/v1/fleet?step=1d");
+    assert_eq!(daily["step_hours"], 24);
+    let mut served: BTreeMap<String, (f64, f64, f64)> = BTreeMap::new();
+    for p in daily["points"].as_array().unwrap() {
+        point_day(p);
+        let e = served.entry(str_of(&p["node"]).to_owned()).or_insert((0.0, f64::MIN, 0.0));
+        e.0 += f64_of(&p["xid_samples"]);
+        e.1 = e.1.max(f64_of(&p["max_temp_c"]));
+        e.2 = e.2.max(f64_of(&p["gpus"]));
+        let activity = f64_of(&p["activity"]);
+        assert!((0.0..=100.0).contains(&activity), "{p}");
+    }
+    assert_eq!(served, per_node, "daily points per node against node_hourly");
+
+    let hours = query(store, "SELECT COUNT(*) AS n FROM node_hourly")[0]["n"].as_i64().unwrap();
+    let hourly = get_json(&server, "/api/v1/fleet?step=1h");
+    assert_eq!(hourly["points"].as_array().unwrap().len() as i64, hours, "one point per node and hour");
+
+    let node = per_node.keys().next().unwrap();
+    let day = query(store, &format!("SELECT MIN(date) AS d FROM node_hourly WHERE hostname = '{node}'"))[0]["d"].as_str().unwrap().to_owned();
+    let next = NaiveDate::parse_from_str(&day, "%Y-%m-%d").unwrap().succ_opt().unwrap();
+    let want = query(store, &format!("SELECT COUNT(*) AS n FROM node_hourly WHERE hostname = '{node}' AND date = '{day}'"))[0]["n"].as_i64().unwrap();
+    let one = get_json(&server, &format!("/api/v1/fleet?node={node}&step=1h&from={day}&to={next}"));
+    let points = one["points"].as_array().unwrap();
+    assert_eq!(points.len() as i64, want, "{one}");
+    assert!(points.iter().all(|p| p["node"] == node.as_str()), "{one}");
 }
