@@ -279,6 +279,23 @@ mod tests {
         );
     }
 
+    /// Every file under `dir`, relative to it.
+    fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+        let mut stack = vec![dir.to_path_buf()];
+        let mut out = Vec::new();
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else {
+                    out.push(p.strip_prefix(dir).unwrap().to_path_buf());
+                }
+            }
+        }
+        out
+    }
+
     /// Nodes are written on several threads; how many must not change a byte.
     #[test]
     fn output_does_not_depend_on_the_thread_count() {
@@ -294,23 +311,11 @@ mod tests {
         let sa = simulate_files(&cfg, a.path(), 1, &mut |_| {}).unwrap();
         let sb = simulate_files(&cfg, b.path(), 3, &mut |_| {}).unwrap();
         assert_eq!(sa, sb);
-        let mut stack = vec![a.path().to_path_buf()];
         let mut compared = 0;
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).unwrap() {
-                let p = e.unwrap().path();
-                if p.is_dir() {
-                    stack.push(p);
-                    continue;
-                }
-                let q = b.path().join(p.strip_prefix(a.path()).unwrap());
-                assert!(
-                    std::fs::read(&p).unwrap() == std::fs::read(&q).unwrap(),
-                    "{} differs",
-                    p.display()
-                );
-                compared += 1;
-            }
+        for rel in files_under(a.path()) {
+            let (p, q) = (a.path().join(&rel), b.path().join(&rel));
+            assert!(std::fs::read(&p).unwrap() == std::fs::read(&q).unwrap(), "{} differs", rel.display());
+            compared += 1;
         }
         assert_eq!(compared, sa.files);
     }
@@ -355,22 +360,13 @@ mod tests {
         let handed = handed.lock().unwrap();
         assert!(!sink_dir.path().join("dcgm").exists(), "no DCGM text on disk");
         let mut dcgm_files = 0;
-        let mut stack = vec![files_dir.path().to_path_buf()];
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).unwrap() {
-                let p = e.unwrap().path();
-                if p.is_dir() {
-                    stack.push(p);
-                    continue;
-                }
-                let rel = p.strip_prefix(files_dir.path()).unwrap();
-                let bytes = std::fs::read(&p).unwrap();
-                if rel.starts_with("dcgm") {
-                    dcgm_files += 1;
-                    assert!(handed.get(rel) == Some(&bytes), "{} differs", rel.display());
-                } else {
-                    assert!(std::fs::read(sink_dir.path().join(rel)).unwrap() == bytes, "{} differs", rel.display());
-                }
+        for rel in files_under(files_dir.path()) {
+            let bytes = std::fs::read(files_dir.path().join(&rel)).unwrap();
+            if rel.starts_with("dcgm") {
+                dcgm_files += 1;
+                assert!(handed.get(&rel) == Some(&bytes), "{} differs", rel.display());
+            } else {
+                assert!(std::fs::read(sink_dir.path().join(&rel)).unwrap() == bytes, "{} differs", rel.display());
             }
         }
         assert_eq!(dcgm_files, handed.len());
