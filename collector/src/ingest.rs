@@ -184,8 +184,10 @@ const HEAD_BYTES: u64 = 64 << 10;
 /// Reads every file under `paths` into the store at `store`.
 pub fn ingest(paths: &[PathBuf], store: &gpuledger_store::StoreLocation, options: &IngestOptions, progress: &dyn Progress) -> Result<IngestSummary> {
     let started = Instant::now();
+    // Inputs first: a path that does not exist must not leave an empty store behind.
+    let files = list_inputs(paths)?;
     let mut writer = Store::open(store, options.store.clone())?;
-    let mut summary = ingest_into(paths, &mut writer, options, progress)?;
+    let mut summary = read_files(&files, &mut writer, options, progress)?;
     summary.store = writer.finish()?;
     progress.finish();
     summary.elapsed = started.elapsed();
@@ -197,7 +199,11 @@ pub fn ingest(paths: &[PathBuf], store: &gpuledger_store::StoreLocation, options
 /// may hold rows of other inputs: `simulate --store` gives it the DCGM text first). The
 /// summary has no store figures, time or memory, and `progress` is not told the end.
 pub fn ingest_into(paths: &[PathBuf], store: &mut Store, options: &IngestOptions, progress: &dyn Progress) -> Result<IngestSummary> {
-    let files = list_inputs(paths)?;
+    read_files(&list_inputs(paths)?, store, options, progress)
+}
+
+/// [`ingest_into`] of files already listed (see [`list_inputs`]).
+fn read_files(files: &[PathBuf], store: &mut Store, options: &IngestOptions, progress: &dyn Progress) -> Result<IngestSummary> {
     let total_bytes: u64 = files.iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).sum();
     progress.start(files.len() as u64, total_bytes);
     let mut summary = IngestSummary::default();
@@ -532,6 +538,16 @@ mod tests {
         let again = ingest(&[capture], &store, &options, &Advances::default()).unwrap();
         assert_eq!(again.store.rows_written.get("k8s_objects"), None);
         assert_eq!(again.store.duplicates.get("k8s_objects"), Some(&(versions as u64)));
+    }
+
+    #[test]
+    fn a_missing_input_leaves_no_store_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        let missing = dir.path().join("no-such-capture");
+        let err = ingest(&[missing], &gpuledger_store::StoreLocation::Local(store.clone()), &IngestOptions::default(), &Advances::default()).unwrap_err();
+        assert!(err.to_string().contains("no-such-capture"), "{err}");
+        assert!(!store.exists(), "the store was created before the inputs were checked");
     }
 
     #[test]
