@@ -11,7 +11,6 @@
 //! time, so rows are handed on every few thousand: memory holds a few scrapes per producer,
 //! not a day of every node.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -103,25 +102,5 @@ impl TextFeed {
             store.append(b)?;
         }
         Ok(())
-    }
-}
-
-impl IngestSummary {
-    /// Adds what another read found (files, bytes, samples, objects, diagnostics) to this one;
-    /// store figures, time and memory are left as they are.
-    pub fn merge(&mut self, other: IngestSummary) {
-        fn add<K: Ord>(into: &mut BTreeMap<K, u64>, from: BTreeMap<K, u64>) {
-            for (k, n) in from {
-                *into.entry(k).or_default() += n;
-            }
-        }
-        add(&mut self.files, other.files);
-        add(&mut self.skipped_files, other.skipped_files);
-        add(&mut self.objects, other.objects);
-        self.bytes_read += other.bytes_read;
-        self.samples += other.samples;
-        self.blank_samples += other.blank_samples;
-        self.rejected += other.rejected;
-        self.diagnostics.merge(other.diagnostics);
     }
 }

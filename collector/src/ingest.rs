@@ -92,6 +92,26 @@ pub struct IngestSummary {
     pub peak_rss_bytes: Option<u64>,
 }
 
+impl IngestSummary {
+    /// Adds what another read found (files, bytes, samples, objects, diagnostics) to this one;
+    /// store figures, time and memory are left as they are.
+    pub fn merge(&mut self, other: IngestSummary) {
+        fn add<K: Ord>(into: &mut BTreeMap<K, u64>, from: BTreeMap<K, u64>) {
+            for (k, n) in from {
+                *into.entry(k).or_default() += n;
+            }
+        }
+        add(&mut self.files, other.files);
+        add(&mut self.skipped_files, other.skipped_files);
+        add(&mut self.objects, other.objects);
+        self.bytes_read += other.bytes_read;
+        self.samples += other.samples;
+        self.blank_samples += other.blank_samples;
+        self.rejected += other.rejected;
+        self.diagnostics.merge(other.diagnostics);
+    }
+}
+
 /// Lists the files under `paths` (directories recursively; hidden entries skipped), in the
 /// order they are read: by file name, then by path. Capture file names carry their time (the
 /// simulator's `dcgm/<node>/<day>.prom`, per-scrape `<unix-ms>.prom`, `<day>/...`), so this reads

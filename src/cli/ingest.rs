@@ -64,11 +64,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let summary = ingest_with(&args)?;
-    print_diagnostics(&summary, args.verbose);
-    match args.format {
-        SummaryFormat::Text => print!("{}", summary_text(&summary)),
-        SummaryFormat::Json => println!("{}", serde_json::to_string_pretty(&summary_json(&summary))?),
-    }
+    print_summary(&summary, args.format, args.verbose)?;
     if args.strict && !summary.diagnostics.errors.is_empty() {
         eprintln!("gpuledger: --strict: {} input problems", summary.diagnostics.errors.len());
         return Ok(ExitCode::from(super::EXIT_BAD_INPUT));
@@ -89,8 +85,15 @@ pub fn ingest_with(args: &Args) -> anyhow::Result<IngestSummary> {
     ingest::ingest(&args.paths, &args.store, &options, &reporter).with_context(|| format!("ingesting into {}", args.store))
 }
 
-fn print_diagnostics(s: &IngestSummary, verbose: bool) {
+/// An ingest's problems on stderr, then its summary on stdout in `format`. Shared by the
+/// commands that end in an ingest summary (`ingest`, `simulate --store`).
+pub(super) fn print_summary(s: &IngestSummary, format: SummaryFormat, verbose: bool) -> anyhow::Result<()> {
     print_problems(&s.diagnostics, verbose, "input problems");
+    match format {
+        SummaryFormat::Text => print!("{}", summary_text(s)),
+        SummaryFormat::Json => println!("{}", serde_json::to_string_pretty(&summary_json(s))?),
+    }
+    Ok(())
 }
 
 /// Warnings, then the first 20 rejected items (all with `verbose`) on stderr; `what` names the

@@ -9,12 +9,12 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use chrono::{DateTime, Utc};
 use gpuledger_collector::feed::{Feed, TextFeed};
-use gpuledger_collector::ingest::{self, IngestOptions, IngestSummary, SkipFile};
+use gpuledger_collector::ingest::{self, IngestOptions, IngestSummary};
 use gpuledger_collector::store::{Store, StoreOptions};
 use gpuledger_simulator::{DcgmSink, SimConfig, SimError, SimSummary, TRUTH_FILE, simulate, simulate_to};
 use gpuledger_store::StoreLocation;
 
-use super::ingest::{SummaryFormat, summary_json, summary_text};
+use super::ingest::SummaryFormat;
 use super::progress::{ProgressMode, Reporter};
 
 /// Simulate a GPU cluster (node pools of several GPU models, MIG, teams, Kueue queueing,
@@ -87,11 +87,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             s.objects,
             s.bytes as f64 / 1048576.0
         );
-        super::ingest::print_problems(&summary.diagnostics, false, "input problems");
-        match args.format {
-            SummaryFormat::Text => print!("{}", summary_text(&summary)),
-            SummaryFormat::Json => println!("{}", serde_json::to_string_pretty(&summary_json(&summary))?),
-        }
+        super::ingest::print_summary(&summary, args.format, false)?;
         return Ok(ExitCode::SUCCESS);
     }
     if args.out.is_none() {
@@ -182,8 +178,9 @@ pub fn simulate_into_store(args: &Args, store: &StoreLocation) -> anyhow::Result
         simulate_to(&cfg, &objects_dir, &sink, &mut percent_lines()).with_context(|| format!("simulating into {store}"))?
     };
     let (mut writer, mut summary) = feed.into_parts()?;
+    // Only kubernetes/ is read: the truth beside it needs no skip rule.
     let truth = TRUTH_FILE;
-    let ingest_options = IngestOptions { store: options, skip: vec![SkipFile { name: truth.to_string(), reason: format!("simulator truth ({truth})") }], ..IngestOptions::default() };
+    let ingest_options = IngestOptions { store: options, ..IngestOptions::default() };
     let reporter = Reporter::new(args.progress);
     let objects = ingest::ingest_into(&[objects_dir.join("kubernetes")], &mut writer, &ingest_options, &reporter)
         .with_context(|| format!("ingesting the simulated Kubernetes objects into {store}"))?;
