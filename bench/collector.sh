@@ -14,7 +14,7 @@ PORT0=${PORT0:-29400}
 W=${BENCH_DIR:-bench-data/collector}
 rm -rf "$W/store" "$W/prometheus" && mkdir -p "$W"
 # SKIP_BUILD=1 reuses target/release/gpuledger as it is (a release build takes long here).
-[ -n "${SKIP_BUILD:-}" ] || cargo build --release --bin gpuledger -p gpuledger >&2
+[ -n "${SKIP_BUILD:-}" ] || cargo build --release --features ballista --bin gpuledger -p gpuledger >&2
 BIN=target/release/gpuledger
 command -v prometheus >/dev/null || { echo "install the Debian package prometheus (the peer)" >&2; exit 2; }
 

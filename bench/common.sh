@@ -10,7 +10,7 @@ bench_setup() {
   if [ -z "${BIN:-}" ]; then
     BIN=target/release/gpuledger
     # Waits for the cargo lock when another release build is running, then finds it up to date.
-    [ -n "${SKIP_BUILD:-}" ] || cargo build --release --bin gpuledger >&2
+    [ -n "${SKIP_BUILD:-}" ] || cargo build --release --features ballista --bin gpuledger >&2
   fi
   [ -x "$BIN" ] || { say "no binary at $BIN (build it, or set BIN=...)"; exit 2; }
   BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")

@@ -12,7 +12,7 @@ PROMTOOL_SAMPLES=${PROMTOOL_SAMPLES:-2000000}
 W=${BENCH_DIR:-bench-data}
 mkdir -p "$W"
 
-cargo build --release --bin gpuledger -p gpuledger >&2
+cargo build --release --features ballista --bin gpuledger -p gpuledger >&2
 cargo build --release --example parse_bench -p gpuledger-collector >&2
 BIN=target/release/gpuledger
 

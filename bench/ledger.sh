@@ -10,7 +10,7 @@ GPUS=${GPUS:-64}
 DAYS=${DAYS:-7}
 W=${BENCH_DIR:-bench-data/ledger}
 mkdir -p "$W"
-cargo build --release --bin gpuledger -p gpuledger >&2
+cargo build --release --features ballista --bin gpuledger -p gpuledger >&2
 BIN=target/release/gpuledger
 
 if [ ! -f "$W/store/.gpuledger-store" ] || [ "$(cat "$W/params" 2>/dev/null)" != "$GPUS $DAYS" ]; then

@@ -15,6 +15,12 @@ use gpuledger_store::StoreLocation;
 use crate::accounting::Intermediates;
 use crate::error::{Error, Result};
 
+/// Whether this build has the distributed engine (the `ballista` feature).
+pub const BALLISTA_BUILT: bool = cfg!(feature = "ballista");
+
+/// What a Ballista command says in a build without it.
+pub const BALLISTA_NOT_BUILT: &str = "is not in this build: gpuledger was built without its `ballista` feature (cargo install --path . --features ballista)";
+
 /// The engine of one accounting run.
 #[derive(Debug, Clone)]
 pub enum Engine {

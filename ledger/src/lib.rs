@@ -12,6 +12,11 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod accounting;
+#[cfg(feature = "ballista")]
+pub mod ballista;
+// Built without the distributed engine: the same API, answering that it is not there.
+#[cfg(not(feature = "ballista"))]
+#[path = "no_ballista.rs"]
 pub mod ballista;
 pub mod compact;
 pub mod config;

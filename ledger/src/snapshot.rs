@@ -17,13 +17,16 @@ use arrow::array::{Array, BooleanArray, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::Session;
-use datafusion::common::{DFSchema, Result as DfResult, ScalarValue, TableReference, exec_err};
+use datafusion::common::{DFSchema, Result as DfResult, ScalarValue, exec_err};
+#[cfg(feature = "ballista")]
+use datafusion::common::TableReference;
 use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
 use datafusion::datasource::table_schema::TableSchema;
 use datafusion::datasource::{TableProvider, TableType};
+#[cfg(feature = "ballista")]
 use datafusion::execution::TaskContext;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
@@ -31,6 +34,7 @@ use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::expressions::col;
+#[cfg(feature = "ballista")]
 use datafusion_proto::logical_plan::LogicalExtensionCodec;
 use gpuledger_schemas::{PARTITION_KEY, Table};
 use gpuledger_store::{Snapshot, StoreLocation};
@@ -188,11 +192,13 @@ impl TableProvider for SnapshotTable {
 }
 
 /// Ballista's logical codec, plus snapshot tables (as their JSON definition).
+#[cfg(feature = "ballista")]
 #[derive(Debug)]
 pub struct StoreCodec {
     inner: Arc<dyn LogicalExtensionCodec>,
 }
 
+#[cfg(feature = "ballista")]
 impl Default for StoreCodec {
     fn default() -> Self {
         StoreCodec { inner: Arc::new(ballista_core::serde::BallistaLogicalExtensionCodec::default()) }
@@ -200,8 +206,10 @@ impl Default for StoreCodec {
 }
 
 /// Marks an encoded snapshot table, so that anything else goes to Ballista's codec.
+#[cfg(feature = "ballista")]
 const SNAPSHOT_TAG: &[u8] = b"gpuledger-snapshot:";
 
+#[cfg(feature = "ballista")]
 impl LogicalExtensionCodec for StoreCodec {
     fn try_decode(&self, buf: &[u8], inputs: &[datafusion::logical_expr::LogicalPlan], ctx: &TaskContext) -> DfResult<datafusion::logical_expr::Extension> {
         self.inner.try_decode(buf, inputs, ctx)

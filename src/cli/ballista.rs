@@ -53,6 +53,9 @@ pub struct ExecutorArgs {
 }
 
 pub fn run(command: Command) -> anyhow::Result<ExitCode> {
+    if !gpuledger_ledger::engine::BALLISTA_BUILT {
+        anyhow::bail!("ballista {}", gpuledger_ledger::engine::BALLISTA_NOT_BUILT);
+    }
     // Deep plans (the accounting's views nest a dozen levels) are decoded and planned
     // recursively: the stock Ballista binaries use 32 MiB stacks for the same reason.
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().thread_stack_size(32 << 20).build().context("starting the runtime")?;

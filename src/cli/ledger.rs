@@ -67,6 +67,9 @@ impl Args {
         Ok(match self.engine {
             EngineKind::InProcess => Engine::InProcess { memory_limit: self.memory_limit.map(|m| m as usize), spill_dir: self.spill_dir.clone() },
             EngineKind::Ballista => {
+                if !gpuledger_ledger::engine::BALLISTA_BUILT {
+                    anyhow::bail!("--engine ballista {}", gpuledger_ledger::engine::BALLISTA_NOT_BUILT);
+                }
                 if self.memory_limit.is_some() || self.spill_dir.is_some() {
                     anyhow::bail!("--memory-limit and --spill-dir are for --engine in-process; give executors theirs (`gpuledger ballista executor --memory-limit`)");
                 }
@@ -77,8 +80,9 @@ impl Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let config = load_config(args.config.as_deref())?;
+    // The engine first: a wrong one is the user's first mistake to hear about.
     let engine = args.engine()?;
+    let config = load_config(args.config.as_deref())?;
     let started = Instant::now();
     super::runtime()?.block_on(async {
         upgrade_store(&args.store).await?;

@@ -73,3 +73,19 @@ fn schema_lists_and_shows_the_derived_tables() {
         assert!(text.contains(c.name) && text.contains(c.doc), "missing {}", c.name);
     }
 }
+
+/// Without the `ballista` feature (the default build), the distributed engine's commands say in
+/// one line that this build lacks it and how to get it, instead of failing somewhere inside.
+#[cfg(not(feature = "ballista"))]
+#[test]
+fn a_build_without_ballista_says_so_and_how_to_get_it() {
+    let dir = TempDir::new().unwrap();
+    let store = dir.path().join("store").display().to_string();
+    let ledger = ["ledger", "--store", &store, "--engine", "ballista", "--scheduler", "df://127.0.0.1:9"];
+    for args in [&["ballista", "scheduler", "--listen", "127.0.0.1:0"][..], &["ballista", "executor", "--scheduler", "127.0.0.1:9", "--listen", "127.0.0.1:0"][..], &ledger[..]] {
+        let out = run(args, 2);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("not in this build") && err.contains("--features ballista"), "{err}");
+    }
+}

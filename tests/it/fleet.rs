@@ -1,6 +1,7 @@
 //! Fleet scale: the store in S3 (a real `moto` S3 server on loopback), the accounting on a
-//! Ballista cluster (scheduler and executor processes on loopback), and the in-process ledger
-//! under a memory limit. Each must give the chargeback the plain local run gives.
+//! Ballista cluster (scheduler and executor processes on loopback; built with the `ballista`
+//! feature, as CI does), and the in-process ledger under a memory limit. Each must give the
+//! chargeback the plain local run gives.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -192,9 +193,11 @@ fn a_store_in_s3_gives_the_chargeback_of_a_local_store() {
     assert!(String::from_utf8_lossy(&err.stderr).contains("no gpuledger store here"), "{}", String::from_utf8_lossy(&err.stderr));
 }
 
+#[cfg(feature = "ballista")]
 /// A Ballista process killed on drop.
 struct Process(Child);
 
+#[cfg(feature = "ballista")]
 impl Drop for Process {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -202,12 +205,14 @@ impl Drop for Process {
     }
 }
 
+#[cfg(feature = "ballista")]
 fn ballista(moto: &Moto, args: &[&str], log: &Path) -> Process {
     let logf = std::fs::File::create(log).unwrap();
     let child = moto.command().arg("ballista").args(args).stdout(Stdio::null()).stderr(logf).spawn().unwrap();
     Process(child)
 }
 
+#[cfg(feature = "ballista")]
 /// A GPU on `gap-node` seen every 30 min on Nov 2 from 00:00 to 01:00, then not before Nov 5
 /// 12:00 (12:00, 12:30): a gap of three and a half days. Every sample is there twice, 7 ms
 /// apart (a capture read twice, a /federate file overlapping a scrape file).
@@ -226,6 +231,7 @@ fn gap_and_duplicates(capture: &Path) {
     std::fs::write(dir.join("gap.prom"), text).unwrap();
 }
 
+#[cfg(feature = "ballista")]
 /// A port free together with the next one (an executor's gRPC service takes its Flight port +
 /// 1), below the kernel's ephemeral range: a port from `free_port` is in that range, where any
 /// outgoing connection (the S3 clients of the tests running beside make many) may take the
@@ -236,6 +242,7 @@ fn free_port_pair() -> u16 {
     (0..4_000u16).map(|i| 20_000 + (offset + 2 * i) % 8_000).find(|&p| free(p) && free(p + 1)).expect("a free pair of ports between 20000 and 28000")
 }
 
+#[cfg(feature = "ballista")]
 #[test]
 fn ballista_gives_the_in_process_chargeback_of_a_month() {
     let tmp = tempfile::tempdir().unwrap();
@@ -294,6 +301,7 @@ fn ballista_gives_the_in_process_chargeback_of_a_month() {
     assert!(left[0]["n"].as_i64().unwrap() > 0);
 }
 
+#[cfg(feature = "ballista")]
 /// Files under `dir`, recursively.
 fn walk(dir: &Path) -> usize {
     std::fs::read_dir(dir).map_or(0, |entries| {
