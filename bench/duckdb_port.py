@@ -745,6 +745,7 @@ def main() -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     ledger = read_ledger_plan()
+    load_before = os.getloadavg()
     t0 = time.monotonic()
     con = duckdb.connect(args.database)
     settings = [f"SET temp_directory = {q(str(args.out / 'duckdb.tmp'))}"]
@@ -792,7 +793,7 @@ def main() -> int:
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     print(f"DuckDB {duckdb.__version__} run: {run_s:.1f} s (inputs and plan {register_s:.1f} s, steps {steps_s:.1f} s, writes {write_s:.1f} s), "
-          f"peak RSS so far {rss_run_mib} MiB; {len(days)} days of samples")
+          f"peak RSS so far {rss_run_mib} MiB; {len(days)} days of samples; load average {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after")
     for step, s in timings.items():
         print(f"  {step:44} {s:8.2f} s")
     report = {
@@ -803,6 +804,8 @@ def main() -> int:
         "steps_seconds": round(steps_s, 3), "write_seconds": round(write_s, 3),
         "step_seconds": {k: round(v, 3) for k, v in timings.items()}, "peak_rss_mib_after_run": rss_run_mib,
         "edits": [e for e, _ in EDITS], "warnings": warnings,
+        # Other work on the machine slows the run down: the load averages (1, 5, 15 min) before and after it.
+        "load_average_before": load_before, "load_average_after_run": os.getloadavg(),
     }
     status = 0
     if not args.no_compare:
