@@ -657,22 +657,7 @@ def copy_statements(con, ledger: LedgerPlan, out: Path) -> tuple[list[tuple[str,
 
 FLOAT_TYPES = ("DOUBLE", "FLOAT", "REAL")
 
-# Columns whose value is a comma-separated list in no defined order: `string_agg(DISTINCT node,
-# ',')` of run_segments in 80_failures.sql has no ORDER BY, so DataFusion and DuckDB (and two
-# runs of either) may list a segment's nodes in different orders. Such a column is compared
-# strictly first; where only it differs, again as a set, and the table agrees with the rows
-# that differed only in the order reported. Applied only while the SQL still has no ORDER BY.
-UNORDERED_LISTS = {"run_segments": ["nodes"], "run_failures": ["nodes"]}
-
-
-def unordered_lists(table: str) -> list[str]:
-    sql = (QUERIES / "80_failures.sql").read_text()
-    if not re.search(r"string_agg\(\s*DISTINCT\s+node\s*,\s*','\s*\)", sql, re.I):
-        return []
-    return UNORDERED_LISTS.get(table, [])
-
-
-def compare_table(con, ours: Path, ref: Path, tol: float = 1e-9, as_sets: list[str] = ()) -> dict:
+def compare_table(con, ours: Path, ref: Path, tol: float = 1e-9) -> dict:
     res: dict = {"ours_rows": None, "ref_rows": None}
     if not ref.is_file():
         res.update(agree=False, error=f"{ref} is missing")
@@ -688,7 +673,7 @@ def compare_table(con, ours: Path, ref: Path, tol: float = 1e-9, as_sets: list[s
     a_types = {c[0]: c[1] for c in a_cols}
     floats = [c for c in common if a_types[c] in FLOAT_TYPES or b_types[c] in FLOAT_TYPES]
     keys = [c for c in common if c not in floats]
-    sel = ", ".join(f"array_to_string(list_sort(string_split({ident(c)}, ',')), ',') AS {ident(c)}" if c in as_sets else ident(c) for c in common)
+    sel = ", ".join(ident(c) for c in common)
     part = ("PARTITION BY " + ", ".join(ident(c) for c in keys)) if keys else ""
     order = ("ORDER BY " + ", ".join(ident(c) for c in floats)) if floats else ""
     on = " AND ".join([f"a.{ident(c)} IS NOT DISTINCT FROM b.{ident(c)}" for c in keys] + ["a.__k = b.__k"])
@@ -825,12 +810,6 @@ def main() -> int:
         for t in ledger.derived_tables:
             r = compare_table(cmp, args.out / f"{t}.parquet", args.store / "ledger" / f"{t}.parquet")
             verdict = "agree" if r["agree"] else "DIFFER"
-            lists = unordered_lists(t)
-            if not r["agree"] and lists and "columns_differ" not in r and r.get("ours_rows") is not None:
-                as_sets = compare_table(cmp, args.out / f"{t}.parquet", args.store / "ledger" / f"{t}.parquet", as_sets=lists)
-                if as_sets["agree"]:
-                    verdict = f"agree ({r['differing_rows']} rows differ only in the order of {', '.join(lists)}: compared as sets)"
-                    r = dict(as_sets, strict=r, compared_as_sets=lists)
             tables[t] = r
             line = f"{t:24} ours {r['ours_rows']!s:>9}  ledger {r['ref_rows']!s:>9}  differing {r.get('differing_rows', '-')!s:>7}"
             if r.get("ref_only"):

@@ -42,7 +42,7 @@ LEFT JOIN (
     SELECT namespace, run, segment, SUM(gpu_hours) AS gpu_hours, SUM(cost) AS cost,
            SUM(CASE WHEN state IN ('failed', 'preempted') THEN gpu_hours ELSE 0 END) AS lost_gpu_hours,
            SUM(CASE WHEN state IN ('failed', 'preempted') THEN cost ELSE 0 END) AS lost_cost,
-           MAX(xid_error) AS xid_error, string_agg(DISTINCT node, ',') AS nodes
+           MAX(xid_error) AS xid_error, string_agg(DISTINCT node, ',' ORDER BY node) AS nodes
     FROM priced_state_hours
     WHERE run IS NOT NULL
     GROUP BY namespace, run, segment
