@@ -7,8 +7,8 @@
 #   2. store facts: gpu_samples rows, bytes of its Parquet files per row and per metric sample;
 #   3. gpuledger ledger in process (wall time, peak RSS, the operators' peak memory);
 #   4. the same with --memory-limit LIMIT --spill-dir $W/G/spill (is the limit kept?);
-#   5. DuckDB (PyPI) running the ledger's sample path (bench/ledger_duckdb.sql, as bench/ledger.sh),
-#      its GPU-hours by month/team/state compared with the ledger's;
+#   5. DuckDB (PyPI) running the whole accounting, queries/ generated into its dialect
+#      (bench/duckdb_port.py), every derived table compared with the ledger's;
 #   6. gpuledger ledger --engine ballista on a loopback cluster of a scheduler and EXECUTORS
 #      executors (concurrency 1 each); peak memory = scheduler + executors (VmHWM) + client, and
 #      its chargeback compared with the in-process one.
@@ -23,7 +23,8 @@
 # run's --memory-limit, 1GiB), EXECUTORS (2), BENCH_DIR (bench-data/fleet), BIN (the binary,
 # target/release/gpuledger; when BIN is not set the release build is brought up to date first
 # unless SKIP_BUILD=1), REUSE=0 (re-simulate and re-ingest even when $W/G/params matches),
-# INGEST_FLUSH_ROWS (ingest's --flush-rows, its default 2000000), TEXT=1 (through a text capture).
+# INGEST_FLUSH_ROWS (ingest's --flush-rows, its default 2000000), TEXT=1 (through a text capture),
+# DUCKDB_MEMORY_LIMIT (DuckDB's memory_limit, e.g. 2GB; unset: DuckDB's default, 80% of RAM).
 #
 # Disk: with TEXT=1 the simulated text is ~7.4 KB per GPU per scrape plus ~1 MB per GPU-day of
 # Kubernetes objects, so a month of 256 GPUs at 5m is ~22-24 GB; only one capture exists at a
@@ -169,17 +170,13 @@ PY
   fi
   rm -rf "$D/spill"
 
-  # 5. DuckDB: the sample path of bench/ledger_duckdb.sql over the same Parquet (pod_runs from
-  # the ledger's derived table, as bench/ledger.sh).
-  say "[$G GPUs] DuckDB..."
-  sed "s#@STORE@#$S#g" bench/ledger_duckdb.sql > "$D/duckdb.sql"
-  timed duckdb "$D/duckdb.out" python3 - "$D" <<'PY' || true
-import duckdb, sys
-d = sys.argv[1]
-con = duckdb.connect()
-con.execute(open(f"{d}/duckdb.sql").read())
-con.execute(f"COPY result TO '{d}/duckdb_result.parquet' (FORMAT parquet)")
-PY
+  # 5. DuckDB running the whole of queries/ (bench/duckdb_port.py generates its dialect from the
+  # files) over the same store; it compares each of its derived tables with the ledger's, which
+  # steps 3 and 4 wrote (the same figures). Exit 1 = ran, some table differs (result.json says).
+  say "[$G GPUs] DuckDB, the whole accounting..."
+  timed duckdb "$D/duckdb.out" python3 bench/duckdb_port.py --store "$S" --config "$CONFIG" --out "$D/duckdb" \
+    ${DUCKDB_MEMORY_LIMIT:+--memory-limit "$DUCKDB_MEMORY_LIMIT"} || true
+  rm -rf "$D/duckdb/duckdb.tmp"
 
   # 6. Ballista on loopback: a scheduler on P, executors on Q (Flight) and Q+1 (gRPC).
   say "[$G GPUs] Ballista, $EXECUTORS executors..."
@@ -334,10 +331,16 @@ if "error" not in res["limited"]:
         res["limited"]["chargeback_max_total_difference_vs_unlimited"] = diff
 
 # DuckDB.
-res["duckdb"] = step("duckdb")
-if "error" not in res["duckdb"]:
+# Exit 1 means it ran and some derived table differs: figures kept, the disagreement reported.
+res["duckdb"] = step("duckdb") if (read("duckdb.rc") or "").strip() != "1" else (timing("duckdb") or {"error": "no /usr/bin/time figures"})
+cmp = json.loads(read("duckdb/duckdb_compare.json") or "{}")
+if "error" not in res["duckdb"] and cmp:
+    tables = cmp.get("tables", {})
+    res["duckdb"].update({"memory_limit": cmp.get("memory_limit"), "run_seconds": cmp.get("run_seconds"),
+                          "tables_agree": sum(1 for t in tables.values() if t.get("agree")), "tables": len(tables),
+                          "tables_differing": sorted(k for k, t in tables.items() if not t.get("agree"))})
     diff, cells, only = max_diff(f"SELECT month, team, state, sum(gpu_hours) FROM '{d}/inproc_priced_state_hours.parquet' GROUP BY ALL",
-                                 f"SELECT month, team, state, sum(gpu_hours) FROM '{d}/duckdb_result.parquet' GROUP BY ALL")
+                                 f"SELECT month, team, state, sum(gpu_hours) FROM '{d}/duckdb/priced_state_hours.parquet' GROUP BY ALL")
     res["duckdb"].update({"cells": cells, "max_gpu_hour_difference": diff, "cells_in_one_only": only})
 if "error" not in res["inprocess"] and "error" not in res["duckdb"]:
     res["ledger_vs_duckdb_time"] = round(res["inprocess"]["seconds"] / res["duckdb"]["seconds"], 2) if res["duckdb"]["seconds"] else None

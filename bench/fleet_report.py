@@ -105,7 +105,7 @@ def main():
             "in-proc s", "in-proc RSS MiB", "in-proc op. peak MiB",
             "limited s", "limited RSS MiB", "limited op. peak MiB",
             "DuckDB s", "DuckDB RSS MiB", "Ballista s", "Ballista RSS MiB (sum)",
-            "ledger/DuckDB time", "max Δ GPU-h vs DuckDB", "max Δ total Ballista", "max Δ total limited"]
+            "ledger/DuckDB time", "DuckDB tables agreeing", "max Δ GPU-h vs DuckDB", "max Δ total Ballista", "max Δ total limited"]
     p("| " + " | ".join(head) + " |")
     p("|" + "|".join("---:" for _ in head) + "|")
     for r in results:
@@ -121,6 +121,7 @@ def main():
             e(dk, "seconds"), e(dk, "peak_rss_mib"),
             e(ba, "seconds"), e(ba, "summed_peak_rss_mib"),
             fmt(r.get("ledger_vs_duckdb_time"), 2),
+            f"{dk.get('tables_agree')}/{dk.get('tables')}" if ok(dk) and dk.get("tables") else "–",
             fmt_diff(dk.get("max_gpu_hour_difference")) if ok(dk) else "–",
             fmt_diff(ba.get("chargeback_max_total_difference")) if ok(ba) else "–",
             fmt_diff(li.get("chargeback_max_total_difference_vs_unlimited")) if ok(li) else "–",
@@ -154,6 +155,8 @@ def main():
             only = r[key].get("cells_in_one_only") or r[key].get("chargeback_cells_in_one_only")
             if only:
                 problems.append(f"{g} GPUs, {key}: cells in one result only, e.g. {only}")
+        if r["duckdb"].get("tables_differing"):
+            problems.append(f"{g} GPUs, DuckDB: derived tables differing from the ledger's: {r['duckdb']['tables_differing']} (see duckdb/duckdb_compare.json)")
         if r["ballista"].get("warning"):
             problems.append(f"{g} GPUs, Ballista: {r['ballista']['warning']}")
         if r["ingest"].get("rejected"):
