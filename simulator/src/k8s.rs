@@ -6,9 +6,13 @@
 //! other. In every version the latest timestamp is the time of the change it records, because
 //! readers take it as the observation time. Nothing at or after the end of the capture is written.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
+use serde::ser::{Error as _, SerializeMap, Serializer};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -29,15 +33,101 @@ enum Stream {
     Nodes,
 }
 
-/// One watch event, already serialised (keeping every version as a `Value` would hold the
-/// whole history in memory several times over).
-struct Version {
+impl Stream {
+    /// In the order the files are written; `stream as usize` indexes it.
+    const ALL: [Stream; 4] = [Stream::Workloads, Stream::Jobs, Stream::Pods, Stream::Nodes];
+
+    fn file(self) -> &'static str {
+        match self {
+            Stream::Workloads => "workloads.watch.json",
+            // The jobs stream holds Jobs, JobSets, TrainJobs, PyTorchJobs, RayJobs and RayClusters.
+            Stream::Jobs => "jobs.watch.jsonl",
+            Stream::Pods => "pods.watch.jsonl",
+            Stream::Nodes => "nodes.watch.jsonl",
+        }
+    }
+}
+
+/// Where one serialised watch event lies in its stream's spill file.
+#[derive(Debug, Clone, Copy)]
+struct Spilled {
     t: i64,
     seq: u64,
-    stream: Stream,
-    /// The object's kind, for the counts in `expected.json`.
-    kind: String,
-    bytes: Vec<u8>,
+    offset: u64,
+    len: u64,
+}
+
+/// One stream's watch events, serialised as they are emitted (in job order, not time order)
+/// into an anonymous temporary file, with only their places kept in memory: a month of a large
+/// fleet is gigabytes of events, which must not all be held at once. [`Spill::copy_sorted`]
+/// writes them out in (t, seq) order. The file has no name (removed by the OS when dropped,
+/// whether the run succeeds or not).
+struct Spill {
+    file: BufWriter<File>,
+    end: u64,
+    index: Vec<Spilled>,
+}
+
+impl Spill {
+    /// A spill file in `dir` (beside the output, so on the same disk).
+    fn new(dir: &Path) -> std::io::Result<Spill> {
+        Ok(Spill {
+            file: BufWriter::with_capacity(1 << 20, tempfile::tempfile_in(dir)?),
+            end: 0,
+            index: Vec::new(),
+        })
+    }
+
+    fn push(&mut self, t: i64, seq: u64, bytes: &[u8]) -> std::io::Result<()> {
+        self.file.write_all(bytes)?;
+        let len = bytes.len() as u64;
+        self.index.push(Spilled {
+            t,
+            seq,
+            offset: self.end,
+            len,
+        });
+        self.end += len;
+        Ok(())
+    }
+
+    /// Writes every event to `out` in (t, seq) order, reading each run of events that lie one
+    /// after the other in the file at once; returns how many there were.
+    fn copy_sorted(self, out: &mut impl Write) -> std::io::Result<usize> {
+        let Spill { file, mut index, .. } = self;
+        let mut file = file.into_inner().map_err(|e| e.into_error())?;
+        index.sort_unstable_by_key(|s| (s.t, s.seq));
+        let mut pos = file.stream_position()?;
+        let mut copy = |file: &mut File, start: u64, end: u64| -> std::io::Result<()> {
+            if start != pos {
+                file.seek(SeekFrom::Start(start))?;
+            }
+            let n = std::io::copy(&mut Read::by_ref(file).take(end - start), out)?;
+            if n != end - start {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "a spill file is shorter than what was written to it",
+                ));
+            }
+            pos = end;
+            Ok(())
+        };
+        let (mut start, mut end) = (0, 0);
+        for s in &index {
+            if s.offset != end {
+                if end > start {
+                    copy(&mut file, start, end)?;
+                }
+                start = s.offset;
+                end = s.offset;
+            }
+            end += s.len;
+        }
+        if end > start {
+            copy(&mut file, start, end)?;
+        }
+        Ok(index.len())
+    }
 }
 
 #[derive(Serialize)]
@@ -85,7 +175,12 @@ struct Emitter<'a> {
     cl: &'a Cluster,
     tl: &'a Timeline,
     sim: &'a Sim,
-    versions: Vec<Version>,
+    /// Each stream's watch events, by `Stream as usize`.
+    spills: Vec<Spill>,
+    /// How many versions of each kind were emitted, for `expected.json`.
+    kinds: BTreeMap<String, u64>,
+    /// A reused buffer for serialising one watch event.
+    scratch: Vec<u8>,
     events: Vec<EventRec>,
     seq: u64,
     rng: Rng,
@@ -309,28 +404,33 @@ impl<'a> Emitter<'a> {
             kind: event,
             object: obj,
         };
-        let mut bytes = Vec::with_capacity(2048);
-        let (file, res) = match stream {
-            Stream::Workloads => ("workloads.watch.json", pretty(&ev, &mut bytes)),
-            Stream::Jobs => ("jobs.watch.jsonl", serde_json::to_writer(&mut bytes, &ev)),
-            Stream::Pods => ("pods.watch.jsonl", serde_json::to_writer(&mut bytes, &ev)),
-            Stream::Nodes => ("nodes.watch.jsonl", serde_json::to_writer(&mut bytes, &ev)),
+        let mut bytes = std::mem::take(&mut self.scratch);
+        bytes.clear();
+        let res = match stream {
+            Stream::Workloads => pretty(&ev, &mut bytes),
+            Stream::Jobs | Stream::Pods | Stream::Nodes => serde_json::to_writer(&mut bytes, &ev),
         };
         bytes.push(b'\n');
         if let Err(e) = res {
             self.error.get_or_insert(SimError::Serialize {
-                path: self.dir.join(file),
+                path: self.dir.join(stream.file()),
                 what: "watch event".to_string(),
                 reason: e.to_string(),
             });
         }
-        self.versions.push(Version {
-            t,
-            seq: self.seq,
-            stream,
-            kind: obj["kind"].as_str().unwrap_or_default().to_string(),
-            bytes,
-        });
+        if self.error.is_none()
+            && let Err(e) = self.spills[stream as usize].push(t, self.seq, &bytes)
+        {
+            self.error = Some(SimError::io(self.dir.join(stream.file()), e));
+        }
+        self.scratch = bytes;
+        let kind = obj["kind"].as_str().unwrap_or_default();
+        match self.kinds.get_mut(kind) {
+            Some(n) => *n += 1,
+            None => {
+                self.kinds.insert(kind.to_string(), 1);
+            }
+        }
     }
 
     /// An event the kubelet on `node` records about a pod (`(namespace, name, uid)`).
@@ -1500,10 +1600,55 @@ fn apply_node_change(o: &mut Value, change: &NodeChange) {
 }
 
 /// kubectl's JSON layout: four-space indentation.
-fn pretty<T: Serialize>(v: &T, out: &mut Vec<u8>) -> serde_json::Result<()> {
+fn pretty<T: Serialize, W: Write>(v: &T, out: W) -> serde_json::Result<()> {
     let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
-    let mut ser = serde_json::Serializer::with_formatter(&mut *out, fmt);
+    let mut ser = serde_json::Serializer::with_formatter(out, fmt);
     v.serialize(&mut ser)
+}
+
+/// A sequence serialised from an iterator as it is drawn, so that its items never all exist at
+/// once. It can be serialised once.
+struct LazySeq<I>(RefCell<Option<I>>);
+
+impl<I: Iterator<Item: Serialize>> Serialize for LazySeq<I> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let items = self.0.borrow_mut().take();
+        s.collect_seq(items.ok_or_else(|| S::Error::custom("a lazy sequence was serialised twice"))?)
+    }
+}
+
+/// `{"apiVersion": "v1", "kind": "List", "items": [...], "metadata": {"resourceVersion": ""}}`
+/// with `items` drawn from an iterator, its keys in the order a `Value` of that object has them
+/// (the order serde_json's `Map` keeps), so the bytes are those of the `Value`.
+struct LazyList<I>(LazySeq<I>);
+
+impl<I: Iterator<Item: Serialize>> Serialize for LazyList<I> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let shape = json!({ "apiVersion": "v1", "kind": "List", "items": [], "metadata": { "resourceVersion": "" } });
+        let Value::Object(shape) = shape else { unreachable!("json! of an object") };
+        let mut map = s.serialize_map(Some(shape.len()))?;
+        for (k, v) in &shape {
+            if k == "items" {
+                map.serialize_entry(k, &self.0)?;
+            } else {
+                map.serialize_entry(k, v)?;
+            }
+        }
+        map.end()
+    }
+}
+
+/// A failed serialisation into `path`: a write error as such, anything else as a bug.
+fn write_error(path: &Path, what: &str) -> impl FnOnce(serde_json::Error) -> SimError {
+    let path = path.to_path_buf();
+    let what = what.to_string();
+    move |e| {
+        if e.is_io() {
+            SimError::io(path, e.into())
+        } else {
+            json_error(&path, &what)(e)
+        }
+    }
 }
 
 fn json_error(path: &Path, what: &str) -> impl FnOnce(serde_json::Error) -> SimError {
@@ -1724,11 +1869,17 @@ pub fn write_all(seed: u64, cl: &Cluster, tl: &Timeline, sim: &Sim, out: &Path) 
     w.files += 1;
 
     // Streams.
+    let mut spills = Vec::with_capacity(Stream::ALL.len());
+    for stream in Stream::ALL {
+        spills.push(Spill::new(&dir).map_err(|e| SimError::io(dir.join(stream.file()), e))?);
+    }
     let mut em = Emitter {
         cl,
         tl,
         sim,
-        versions: Vec::new(),
+        spills,
+        kinds: BTreeMap::new(),
+        scratch: Vec::with_capacity(4096),
         events: Vec::new(),
         seq: 0,
         rng: Rng::stream(seed, tag::EVENTS, 2),
@@ -1745,7 +1896,8 @@ pub fn write_all(seed: u64, cl: &Cluster, tl: &Timeline, sim: &Sim, out: &Path) 
     em.emit_nodes_events();
     em.emit_node_versions(&items);
     let Emitter {
-        mut versions,
+        spills,
+        kinds,
         mut events,
         rng: mut ev_rng,
         error,
@@ -1754,48 +1906,57 @@ pub fn write_all(seed: u64, cl: &Cluster, tl: &Timeline, sim: &Sim, out: &Path) 
     if let Some(e) = error {
         return Err(e);
     }
-    versions.sort_by_key(|v| (v.t, v.seq));
-    for (stream, file) in [
-        (Stream::Workloads, "workloads.watch.json"),
-        (Stream::Jobs, "jobs.watch.jsonl"),
-        (Stream::Pods, "pods.watch.jsonl"),
-        (Stream::Nodes, "nodes.watch.jsonl"),
-    ] {
-        let path = dir.join(file);
+    for (stream, spill) in Stream::ALL.into_iter().zip(spills) {
+        let path = dir.join(stream.file());
         let mut f = crate::out::AtomicFile::create(&path)?;
-        // The jobs stream holds Jobs, JobSets, TrainJobs, PyTorchJobs, RayJobs and RayClusters.
-        for v in versions.iter().filter(|v| v.stream == stream) {
-            std::io::Write::write_all(&mut f, &v.bytes).map_err(|e| crate::error::SimError::io(&path, e))?;
-            w.count(&v.kind);
-        }
+        spill.copy_sorted(&mut f).map_err(|e| SimError::io(&path, e))?;
         w.bytes += f.commit()?;
         w.files += 1;
     }
-    drop(versions);
+    for (kind, n) in kinds {
+        *w.objects_by_kind.entry(kind).or_insert(0) += n;
+    }
 
-    events.sort_by_key(|e| (e.t, e.seq));
-    let mut core = Vec::new();
-    let mut v1_buf = Vec::new();
+    // Events, written as they are built: the core/v1 List through a lazy `items`, the
+    // events.k8s.io/v1 ones to their own file on the way. Names and uids are drawn in time order
+    // over both.
+    events.sort_unstable_by_key(|e| (e.t, e.seq));
+    let path = dir.join("events.json");
     let v1_path = dir.join("events-v1.jsonl");
-    for e in &events {
+    let mut core_file = crate::out::AtomicFile::create(&path)?;
+    let mut v1_file = crate::out::AtomicFile::create(&v1_path)?;
+    let mut v1_error = None;
+    let mut line = Vec::with_capacity(4096);
+    let items = events.iter().filter_map(|e| {
         let name = format!("{}.{}", e.name, ev_rng.hex(16));
         let uid = ev_rng.uuid();
         let o = event_object(e, &name, &uid, resource_version(tl, e.t, e.seq));
         w.count("Event");
-        if e.v1 {
-            serde_json::to_writer(&mut v1_buf, &o).map_err(json_error(&v1_path, "event"))?;
-            v1_buf.push(b'\n');
-        } else {
-            core.push(o);
+        if !e.v1 {
+            return Some(o);
         }
+        if v1_error.is_none() {
+            line.clear();
+            let res = serde_json::to_writer(&mut line, &o)
+                .map_err(json_error(&v1_path, "event"))
+                .and_then(|()| {
+                    line.push(b'\n');
+                    v1_file.write_all(&line).map_err(|e| SimError::io(&v1_path, e))
+                });
+            if let Err(e) = res {
+                v1_error = Some(e);
+            }
+        }
+        None
+    });
+    pretty(&LazyList(LazySeq(RefCell::new(Some(items)))), &mut core_file)
+        .map_err(write_error(&path, "Event list"))?;
+    if let Some(e) = v1_error {
+        return Err(e);
     }
-    let list = json!({ "apiVersion": "v1", "kind": "List", "items": core, "metadata": { "resourceVersion": "" } });
-    let path = dir.join("events.json");
-    let mut buf = Vec::new();
-    pretty(&list, &mut buf).map_err(json_error(&path, "Event list"))?;
-    buf.push(b'\n');
-    w.bytes += write_atomic(&path, &buf)?;
-    w.bytes += write_atomic(&v1_path, &v1_buf)?;
+    core_file.write_all(b"\n").map_err(|e| SimError::io(&path, e))?;
+    w.bytes += core_file.commit()?;
+    w.bytes += v1_file.commit()?;
     w.files += 2;
     Ok(w)
 }
@@ -1898,4 +2059,52 @@ fn kueue_docs(cl: &Cluster, snap: i64, rng: &mut Rng, rv: &mut u64, w: &mut Writ
         w.count("LocalQueue");
     }
     docs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spill_copies_in_time_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spill = Spill::new(dir.path()).unwrap();
+        // Emitted in job order: (t, seq, bytes). Some neighbours in the file are neighbours in
+        // time too (copied as one run), others are not; an empty entry changes nothing.
+        let pushes: [(i64, u64, &str); 7] = [
+            (30, 5, "e\n"),
+            (10, 1, "a\n"),
+            (10, 2, "b\n"),
+            (20, 4, "d-long-line\n"),
+            (20, 3, "c\n"),
+            (40, 6, ""),
+            (10, 0, "0\n"),
+        ];
+        for (t, seq, b) in pushes {
+            spill.push(t, seq, b.as_bytes()).unwrap();
+        }
+        let mut out = Vec::new();
+        assert_eq!(spill.copy_sorted(&mut out).unwrap(), pushes.len());
+        assert_eq!(String::from_utf8(out).unwrap(), "0\na\nb\nc\nd-long-line\ne\n");
+        // The spill file has no name: nothing is left in the directory.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+
+        let mut out = Vec::new();
+        assert_eq!(Spill::new(dir.path()).unwrap().copy_sorted(&mut out).unwrap(), 0);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn lazy_list_matches_the_value() {
+        let items = vec![json!({ "b": 1, "a": [1, 2] }), json!({ "z": null })];
+        for items in [items, Vec::new()] {
+            let whole = json!({ "apiVersion": "v1", "kind": "List", "items": &items, "metadata": { "resourceVersion": "" } });
+            let mut want = Vec::new();
+            pretty(&whole, &mut want).unwrap();
+            let mut got = Vec::new();
+            let lazy = items.iter().filter(|_| true);
+            pretty(&LazyList(LazySeq(RefCell::new(Some(lazy)))), &mut got).unwrap();
+            assert_eq!(String::from_utf8(got).unwrap(), String::from_utf8(want).unwrap());
+        }
+    }
 }
