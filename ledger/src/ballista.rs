@@ -140,21 +140,7 @@ pub async fn run_scheduler(listen: SocketAddr) -> Result<()> {
     ballista_scheduler::scheduler_process::start_server(cluster, listen, Arc::new(config)).await.map_err(|e| ballista_err("scheduler", e))
 }
 
-/// How an executor runs.
-#[derive(Debug, Clone)]
-pub struct ExecutorOptions {
-    /// `host:port` of the scheduler's gRPC service.
-    pub scheduler: SocketAddr,
-    /// Address of this executor's Arrow Flight service (shuffle reads); the gRPC service
-    /// listens on the next port.
-    pub listen: SocketAddr,
-    /// Tasks run at once.
-    pub concurrency: usize,
-    /// Shuffle files and spills.
-    pub work_dir: std::path::PathBuf,
-    /// Memory pool of the whole executor, shared by its task slots (operators spill beyond it).
-    pub memory_limit: Option<u64>,
-}
+pub use crate::engine::ExecutorOptions;
 
 /// Runs an executor until the process ends.
 pub async fn run_executor(o: ExecutorOptions) -> Result<()> {

@@ -21,6 +21,22 @@ pub const BALLISTA_BUILT: bool = cfg!(feature = "ballista");
 /// What a Ballista command says in a build without it.
 pub const BALLISTA_NOT_BUILT: &str = "is not in this build: gpuledger was built without its `ballista` feature (cargo install --path . --features ballista)";
 
+/// How a Ballista executor runs (`gpuledger ballista executor`; the `ballista` feature).
+#[derive(Debug, Clone)]
+pub struct ExecutorOptions {
+    /// `host:port` of the scheduler's gRPC service.
+    pub scheduler: std::net::SocketAddr,
+    /// Address of this executor's Arrow Flight service (shuffle reads); the gRPC service
+    /// listens on the next port.
+    pub listen: std::net::SocketAddr,
+    /// Tasks run at once.
+    pub concurrency: usize,
+    /// Shuffle files and spills.
+    pub work_dir: std::path::PathBuf,
+    /// Memory pool of the whole executor, shared by its task slots (operators spill beyond it).
+    pub memory_limit: Option<u64>,
+}
+
 /// The engine of one accounting run.
 #[derive(Debug, Clone)]
 pub enum Engine {

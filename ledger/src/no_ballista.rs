@@ -1,8 +1,9 @@
 //! The distributed engine's API in a build without the `ballista` feature: every entry point
 //! answers that this build does not have it, and how to get one that does.
 //!
-//! Ballista's scheduler and executor are a tenth of a cold build; a newcomer's first build and
-//! most deployments run the ledger in process. `cargo install --path . --features ballista`
+//! Ballista's client, scheduler and executor bring 28 crates (Arrow Flight, gRPC, protobuf code
+//! generation) into a cold build; a newcomer's first build and most deployments run the ledger in
+//! process. `cargo install --path . --features ballista`
 //! builds them in.
 
 use std::net::SocketAddr;
@@ -12,16 +13,7 @@ use datafusion::prelude::SessionContext;
 use crate::engine::BALLISTA_NOT_BUILT as NOT_BUILT;
 use crate::error::{Error, Result};
 
-
-/// How an executor runs (see the `ballista` feature's module).
-#[derive(Debug, Clone)]
-pub struct ExecutorOptions {
-    pub scheduler: SocketAddr,
-    pub listen: SocketAddr,
-    pub concurrency: usize,
-    pub work_dir: std::path::PathBuf,
-    pub memory_limit: Option<u64>,
-}
+pub use crate::engine::ExecutorOptions;
 
 /// Fails: no Ballista client in this build.
 pub async fn client_session(_scheduler: &str) -> Result<SessionContext> {
