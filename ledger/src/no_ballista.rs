@@ -3,8 +3,7 @@
 //!
 //! Ballista's client, scheduler and executor bring 28 crates (Arrow Flight, gRPC, protobuf code
 //! generation) into a cold build; a newcomer's first build and most deployments run the ledger in
-//! process. `cargo install --path . --features ballista`
-//! builds them in.
+//! process. `cargo install --path . --features ballista` builds them in.
 
 use std::net::SocketAddr;
 
