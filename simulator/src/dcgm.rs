@@ -5,6 +5,9 @@
 //! node is written as raw exporter scrapes: one `<unix-millis>.prom` per scrape with `# HELP` and
 //! `# TYPE` lines and no sample timestamps. Nodes are independent (own PRNG stream, own files),
 //! so they are written on several threads with identical output.
+//!
+//! A scrape outside the [`Window`] is simulated and accounted all the same, only not written;
+//! a file with nothing in the window is not written at all.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -16,6 +19,7 @@ use crate::sink::{DayGate, DcgmSink};
 use crate::rng::Rng;
 use crate::schedule::{Kind, Sim, Term};
 use crate::truth::{Acc, Months, Reason, SCALE, SegClass, State, split_span};
+use crate::window::Window;
 
 /// DCGM's "blank" value for a field it could not read (it shows up as this integer).
 pub const BLANK: u64 = 9_223_372_036_854_775_794;
@@ -204,15 +208,22 @@ pub struct Ctx<'a> {
     /// The capture-relative directory of the DCGM files (`dcgm`).
     pub dir: PathBuf,
     pub seed: u64,
+    /// Which samples are written; all are simulated and accounted whatever it is.
+    pub window: Window,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Stats {
     pub files: u64,
     pub bytes: u64,
+    /// Metric lines, GPU rows and blank values of the whole period, written or not (the truth
+    /// counts them, whatever the window).
     pub samples: u64,
     pub rows: u64,
     pub blanks: u64,
+    /// Metric lines and GPU rows written (inside the window).
+    pub emitted_samples: u64,
+    pub emitted_rows: u64,
 }
 
 impl Stats {
@@ -222,6 +233,8 @@ impl Stats {
         self.samples += o.samples;
         self.rows += o.rows;
         self.blanks += o.blanks;
+        self.emitted_samples += o.emitted_samples;
+        self.emitted_rows += o.emitted_rows;
     }
 }
 
@@ -438,6 +451,10 @@ struct GpuState {
     open_energy_mj: u64,
     open_intervals: usize,
 }
+
+/// One copy of a scrape's lines: its `prometheus_replica` label (none but for an HA pair), the
+/// line ending (sample time, newline) and the sample time.
+type Replica<'a> = (Option<&'a [u8]>, Vec<u8>, i64);
 
 const EMPTY_TAIL: &[u8] = b"container=\"\",namespace=\"\",pod=\"\"}";
 
@@ -881,16 +898,38 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64, sink: &mut 
             push_u64(&mut ts_suffix, t as u64);
             ts_suffix.push(b'\n');
         }
-        // (replica label, timestamp suffix) of each copy of the scrape's lines.
-        let mut replicas: Vec<(Option<&[u8]>, Vec<u8>)> = Vec::with_capacity(2);
+        // (replica label, timestamp suffix, sample time) of each copy of the scrape's lines.
+        let mut replicas: Vec<Replica> = Vec::with_capacity(2);
         if ha_pair {
-            replicas.push((Some(b"a".as_slice()), ts_suffix.clone()));
+            replicas.push((Some(b"a".as_slice()), ts_suffix.clone(), t));
             let tb = t + 10_000;
             if tb.div_euclid(MS_PER_DAY) == t.div_euclid(MS_PER_DAY) {
-                replicas.push((Some(b"b".as_slice()), format!(" {tb}\n").into_bytes()));
+                replicas.push((Some(b"b".as_slice()), format!(" {tb}\n").into_bytes(), tb));
             }
         } else {
-            replicas.push((None, ts_suffix.clone()));
+            replicas.push((None, ts_suffix.clone(), t));
+        }
+        let copies = replicas.len();
+        let written = series.iter().filter(|s| s.write).count();
+        stats.samples += (written * n_metrics * copies) as u64;
+        stats.rows += (written * copies) as u64;
+        // Blank values are counted where they are drawn; the second replica repeats them, and
+        // a series not written drops its own.
+        let blanks = series.iter().filter(|s| s.vals[MEM_TEMP] == BLANK);
+        stats.blanks += (copies as u64 - 1) * blanks.clone().filter(|s| s.write).count() as u64;
+        stats.blanks -= blanks.filter(|s| !s.write).count() as u64;
+
+        // Outside the window only the writing is skipped: everything above ran, so the next
+        // scrape's values and the truth are those of the whole capture. Each replica's copy goes
+        // by its own sample time, as the store has it.
+        replicas.retain(|r| ctx.window.contains_ms(r.2));
+        if replicas.is_empty() {
+            // A day's file ends when the window does, not at the node's end.
+            if let Some((_, done)) = file.take_if(|(d, _)| *d != day) {
+                sink.close(&done)?;
+                stats.files += 1;
+            }
+            continue;
         }
         buf.clear();
         for (mi, metric) in METRICS.iter().enumerate().take(n_metrics) {
@@ -908,7 +947,7 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64, sink: &mut 
                 });
             }
             for s in series.iter().filter(|s| s.write) {
-                for (replica, suffix) in replicas.iter() {
+                for (replica, suffix, _) in replicas.iter() {
                     buf.extend_from_slice(metric.name);
                     match replica {
                         Some(r) => {
@@ -931,15 +970,8 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64, sink: &mut 
                 }
             }
         }
-        let written = series.iter().filter(|s| s.write).count();
-        stats.samples += (written * n_metrics * replicas.len()) as u64;
-        stats.rows += (written * replicas.len()) as u64;
-        // Blank values are counted where they are drawn; the second replica repeats them, and
-        // a series not written drops its own.
-        let blanks = series.iter().filter(|s| s.vals[MEM_TEMP] == BLANK);
-        stats.blanks += (replicas.len() as u64 - 1) * blanks.clone().filter(|s| s.write).count() as u64;
-        stats.blanks -= blanks.filter(|s| !s.write).count() as u64;
-
+        stats.emitted_samples += (written * n_metrics * replicas.len()) as u64;
+        stats.emitted_rows += (written * replicas.len()) as u64;
         stats.bytes += buf.len() as u64;
         if per_scrape_files {
             let path = dir.join(format!("{t}.prom"));

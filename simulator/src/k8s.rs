@@ -5,6 +5,12 @@
 //! per transition, in time order; Events are a core/v1 List and an events.k8s.io/v1 stream that never repeat each
 //! other. In every version the latest timestamp is the time of the change it records, because
 //! readers take it as the observation time. Nothing at or after the end of the capture is written.
+//!
+//! With a [`Window`], a watch event or Event is written only when its time lies in it; every
+//! object and Event is still built, numbered and drawn for, so each line written is the one
+//! the whole capture has. Snapshots are written whole whatever the window (as of the capture's
+//! start, not the window's): both halves of a split capture then carry the same snapshot, which
+//! a store that already holds it does not store twice.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -23,6 +29,7 @@ use crate::cluster::{
 use crate::error::{Result, SimError};
 use crate::out::{rfc3339, rfc3339_micros, write_atomic};
 use crate::rng::Rng;
+use crate::window::Window;
 use crate::schedule::{FailReason, Group, Job, Kind, Plan, Pod, SegEnd, Shape, Sim, Term, ray_cluster_name, slot_group};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,11 +169,21 @@ struct EventRec {
 pub struct Written {
     pub files: u64,
     pub bytes: u64,
+    /// Object versions of the whole period by kind, written or not (for `expected.json`).
     pub objects_by_kind: BTreeMap<String, u64>,
+    /// Object versions written (inside the window).
+    pub objects: u64,
 }
 
 impl Written {
+    /// One version of `kind`, written.
     fn count(&mut self, kind: &str) {
+        self.count_unwritten(kind);
+        self.objects += 1;
+    }
+
+    /// One version of `kind` the window leaves out.
+    fn count_unwritten(&mut self, kind: &str) {
         *self.objects_by_kind.entry(kind.to_string()).or_insert(0) += 1;
     }
 }
@@ -179,6 +196,9 @@ struct Emitter<'a> {
     spills: Vec<Spill>,
     /// How many versions of each kind were emitted, for `expected.json`.
     kinds: BTreeMap<String, u64>,
+    /// Which versions are written, and how many were.
+    window: Window,
+    written: u64,
     /// A reused buffer for serialising one watch event.
     scratch: Vec<u8>,
     events: Vec<EventRec>,
@@ -400,6 +420,19 @@ impl<'a> Emitter<'a> {
         self.seq += 1;
         obj["metadata"]["resourceVersion"] =
             json!(resource_version(self.tl, t, self.seq).to_string());
+        let kind = obj["kind"].as_str().unwrap_or_default();
+        match self.kinds.get_mut(kind) {
+            Some(n) => *n += 1,
+            None => {
+                self.kinds.insert(kind.to_string(), 1);
+            }
+        }
+        // Numbered and counted above whatever the window, so that what is written is numbered
+        // as in the whole capture.
+        if !self.window.contains_s(t) {
+            return;
+        }
+        self.written += 1;
         let ev = WatchEvent {
             kind: event,
             object: obj,
@@ -424,13 +457,6 @@ impl<'a> Emitter<'a> {
             self.error = Some(SimError::io(self.dir.join(stream.file()), e));
         }
         self.scratch = bytes;
-        let kind = obj["kind"].as_str().unwrap_or_default();
-        match self.kinds.get_mut(kind) {
-            Some(n) => *n += 1,
-            None => {
-                self.kinds.insert(kind.to_string(), 1);
-            }
-        }
     }
 
     /// An event the kubelet on `node` records about a pod (`(namespace, name, uid)`).
@@ -1737,8 +1763,8 @@ fn event_object(e: &EventRec, name: &str, uid: &str, rv: u64) -> Value {
     }
 }
 
-/// Writes everything under `<out>/kubernetes/`.
-pub fn write_all(seed: u64, cl: &Cluster, tl: &Timeline, sim: &Sim, out: &Path) -> Result<Written> {
+/// Writes everything under `<out>/kubernetes/` (of the streams, what `window` holds).
+pub fn write_all(seed: u64, cl: &Cluster, tl: &Timeline, sim: &Sim, window: &Window, out: &Path) -> Result<Written> {
     let dir = out.join("kubernetes");
     crate::out::create_dir(&dir)?;
     let mut w = Written::default();
@@ -1879,6 +1905,8 @@ pub fn write_all(seed: u64, cl: &Cluster, tl: &Timeline, sim: &Sim, out: &Path) 
         sim,
         spills,
         kinds: BTreeMap::new(),
+        window: *window,
+        written: 0,
         scratch: Vec::with_capacity(4096),
         events: Vec::new(),
         seq: 0,
@@ -1898,6 +1926,7 @@ pub fn write_all(seed: u64, cl: &Cluster, tl: &Timeline, sim: &Sim, out: &Path) 
     let Emitter {
         spills,
         kinds,
+        written,
         mut events,
         rng: mut ev_rng,
         error,
@@ -1916,10 +1945,11 @@ pub fn write_all(seed: u64, cl: &Cluster, tl: &Timeline, sim: &Sim, out: &Path) 
     for (kind, n) in kinds {
         *w.objects_by_kind.entry(kind).or_insert(0) += n;
     }
+    w.objects += written;
 
     // Events, written as they are built: the core/v1 List through a lazy `items`, the
     // events.k8s.io/v1 ones to their own file on the way. Names and uids are drawn in time order
-    // over both.
+    // over both, whatever the window.
     events.sort_unstable_by_key(|e| (e.t, e.seq));
     let path = dir.join("events.json");
     let v1_path = dir.join("events-v1.jsonl");
@@ -1930,6 +1960,11 @@ pub fn write_all(seed: u64, cl: &Cluster, tl: &Timeline, sim: &Sim, out: &Path) 
     let items = events.iter().filter_map(|e| {
         let name = format!("{}.{}", e.name, ev_rng.hex(16));
         let uid = ev_rng.uuid();
+        // An Event belongs where it was first recorded (a series' later count travels with it).
+        if !window.contains_s(e.t) {
+            w.count_unwritten("Event");
+            return None;
+        }
         let o = event_object(e, &name, &uid, resource_version(tl, e.t, e.seq));
         w.count("Event");
         if !e.v1 {

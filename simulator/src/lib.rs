@@ -26,6 +26,10 @@
 //! the ledger is tested against. The same configuration always gives the same bytes (a
 //! home-made seeded PRNG, no dependency on `rand`), whatever the number of threads.
 //!
+//! [`simulate_window`] writes only what was observed in a span of the period (the same cluster,
+//! each line as the whole capture has it), so that two runs on either side of a cut fill a
+//! store the way a live collector does.
+//!
 //! This crate must never depend on the collector or the ledger: it is their independent check.
 
 // Tests may unwrap: a panic there is the failure report.
@@ -40,6 +44,7 @@ mod rng;
 mod schedule;
 mod sink;
 mod truth;
+mod window;
 
 use std::path::Path;
 
@@ -47,6 +52,7 @@ use chrono::{DateTime, TimeZone, Utc};
 
 pub use error::SimError;
 pub use sink::{DcgmSink, FileSink};
+pub use window::Window;
 
 /// The file beside a capture that holds the figures it implies: the simulator's truth, not
 /// capture data, so whoever ingests a capture directory passes over it.
@@ -86,7 +92,8 @@ impl Default for SimConfig {
     }
 }
 
-/// What a run wrote.
+/// What a run wrote (with a [`Window`], only what lies in it; `expected.json` counts the whole
+/// period).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SimSummary {
     pub files: u64,
@@ -137,31 +144,50 @@ pub fn simulate(
     out: &Path,
     progress: &mut dyn FnMut(f64),
 ) -> Result<SimSummary, SimError> {
+    simulate_window(cfg, &Window::ALL, out, progress)
+}
+
+/// Like [`simulate`], but writes only the samples, watch events and Events observed inside
+/// `window` (snapshots and `expected.json` whole): the cluster simulated, and so each line
+/// written, is the same whatever the window.
+pub fn simulate_window(
+    cfg: &SimConfig,
+    window: &Window,
+    out: &Path,
+    progress: &mut dyn FnMut(f64),
+) -> Result<SimSummary, SimError> {
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
         .min(16);
-    simulate_files(cfg, out, threads, progress)
+    simulate_files_in(cfg, window, out, threads, progress)
 }
 
 /// [`simulate`] on `threads` threads.
+#[cfg(test)]
 fn simulate_files(cfg: &SimConfig, out: &Path, threads: usize, progress: &mut dyn FnMut(f64)) -> Result<SimSummary, SimError> {
+    simulate_files_in(cfg, &Window::ALL, out, threads, progress)
+}
+
+/// [`simulate_window`] on `threads` threads.
+fn simulate_files_in(cfg: &SimConfig, window: &Window, out: &Path, threads: usize, progress: &mut dyn FnMut(f64)) -> Result<SimSummary, SimError> {
     let root = out.to_path_buf();
-    simulate_on(cfg, out, Dcgm::Files { threads, sink: &move || Box::new(FileSink::new(&root)) }, progress)
+    simulate_on(cfg, window, out, Dcgm::Files { threads, sink: &move || Box::new(FileSink::new(&root)) }, progress)
 }
 
 /// Simulates like [`simulate`], but hands the DCGM text to sinks made by `sink` instead of
 /// writing it under `out` (which still gets the Kubernetes files and `expected.json`). Each
 /// node is written on a thread of its own, into a sink of its own; the nodes are kept within a
 /// day of each other, so the sinks together see the capture about a day at a time. Each file's
-/// text is the same as [`simulate`] writes.
+/// text is the same as [`simulate_window`] writes for `window`.
 pub fn simulate_to(
     cfg: &SimConfig,
+    window: &Window,
     out: &Path,
     sink: &(dyn Fn() -> Box<dyn DcgmSink> + Sync),
     progress: &mut dyn FnMut(f64),
 ) -> Result<SimSummary, SimError> {
-    simulate_on(cfg, out, Dcgm::ByDay { sink }, progress)
+    simulate_on(cfg, window, out, Dcgm::ByDay { sink }, progress)
 }
 
 /// How the DCGM text is written (see [`simulate`], [`simulate_to`]).
@@ -188,6 +214,7 @@ fn timeline(cfg: &SimConfig) -> cluster::Timeline {
 
 fn simulate_on(
     cfg: &SimConfig,
+    window: &Window,
     out: &Path,
     dcgm: Dcgm<'_>,
     progress: &mut dyn FnMut(f64),
@@ -215,11 +242,12 @@ fn simulate_on(
         stranding: truth::stranding_windows(&sim),
         dir: Path::new("dcgm").to_path_buf(),
         seed: cfg.seed,
+        window: *window,
     };
     // Objects (CPU-bound JSON) are written beside the samples (mostly disk-bound); neither
     // depends on the other, so this changes no byte.
     let (written, (stats, acc)) = std::thread::scope(|scope| {
-        let objects = scope.spawn(|| k8s::write_all(cfg.seed, &cl, &tl, &sim, out));
+        let objects = scope.spawn(|| k8s::write_all(cfg.seed, &cl, &tl, &sim, window, out));
         let mut progress = |f| progress(0.03 + 0.95 * f);
         let samples = match dcgm {
             Dcgm::Files { threads, sink } => dcgm::write_all(&ctx, threads, sink, &mut progress),
@@ -231,7 +259,6 @@ fn simulate_on(
         Ok::<_, SimError>((written?, samples?))
     })?;
 
-    let objects: u64 = written.objects_by_kind.values().sum();
     let expected = truth::build_expected(
         cfg,
         &cl,
@@ -257,9 +284,9 @@ fn simulate_on(
     progress(1.0);
     Ok(SimSummary {
         files: written.files + stats.files + 1,
-        samples: stats.samples,
-        gpu_rows: stats.rows,
-        objects,
+        samples: stats.emitted_samples,
+        gpu_rows: stats.emitted_rows,
+        objects: written.objects,
         bytes: written.bytes + stats.bytes + expected_bytes,
     })
 }
@@ -355,7 +382,7 @@ mod tests {
         let on_disk = simulate_files(&cfg, files_dir.path(), 2, &mut |_| {}).unwrap();
         let handed = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
         let make = || -> Box<dyn DcgmSink> { Box::new(MemSink { files: handed.clone(), open: None }) };
-        let via_sinks = simulate_to(&cfg, sink_dir.path(), &make, &mut |_| {}).unwrap();
+        let via_sinks = simulate_to(&cfg, &Window::ALL, sink_dir.path(), &make, &mut |_| {}).unwrap();
         assert_eq!(on_disk, via_sinks);
         let handed = handed.lock().unwrap();
         assert!(!sink_dir.path().join("dcgm").exists(), "no DCGM text on disk");
@@ -444,22 +471,25 @@ mod tests {
     /// The collector observes a version at the latest time it records in `metadata` and
     /// `status` (keys ending in Timestamp, Time or At): each Node version must be observed at
     /// exactly the change it records, or the ledger would date the cordon wrongly.
+    /// The latest time (Unix seconds) `v` records under keys ending in Timestamp, Time or At
+    /// (`key` is the one `v` is under), as the collector observes a version: into `best`.
+    fn latest(v: &serde_json::Value, key: &str, best: &mut i64) {
+        match v {
+            serde_json::Value::String(s)
+                if key.ends_with("Timestamp") || key.ends_with("Time") || key.ends_with("At") =>
+            {
+                if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+                    *best = (*best).max(t.timestamp());
+                }
+            }
+            serde_json::Value::Object(m) => m.iter().for_each(|(k, c)| latest(c, k, best)),
+            serde_json::Value::Array(a) => a.iter().for_each(|c| latest(c, key, best)),
+            _ => {}
+        }
+    }
+
     #[test]
     fn node_versions_are_observed_at_their_change() {
-        fn latest(v: &serde_json::Value, key: &str, best: &mut i64) {
-            match v {
-                serde_json::Value::String(s)
-                    if key.ends_with("Timestamp") || key.ends_with("Time") || key.ends_with("At") =>
-                {
-                    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
-                        *best = (*best).max(t.timestamp());
-                    }
-                }
-                serde_json::Value::Object(m) => m.iter().for_each(|(k, c)| latest(c, k, best)),
-                serde_json::Value::Array(a) => a.iter().for_each(|c| latest(c, key, best)),
-                _ => {}
-            }
-        }
         let cfg = small_with_cordon();
         let dir = tempfile::tempdir().unwrap();
         simulate_files(&cfg, dir.path(), 1, &mut |_| {}).unwrap();
@@ -703,5 +733,223 @@ mod tests {
             e.contains("gpus") && e.contains("days") && e.contains("scrape interval"),
             "{e}"
         );
+    }
+
+    /// A capture's files and their bytes, by path relative to it.
+    type Tree = std::collections::BTreeMap<std::path::PathBuf, Vec<u8>>;
+
+    fn read_tree(dir: &Path) -> Tree {
+        files_under(dir).into_iter().map(|rel| (rel.clone(), std::fs::read(dir.join(&rel)).unwrap())).collect()
+    }
+
+    fn assert_same_tree(got: &Tree, want: &Tree, what: &str) {
+        assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), "{what}: files");
+        if let Some((rel, _)) = want.iter().find(|(rel, b)| got.get(*rel) != Some(*b)) {
+            panic!("{what}: {} differs", rel.display());
+        }
+    }
+
+    /// The half-split config: two UTC days crossing a month, every pool (the T4 node writes a
+    /// file per scrape, the first L4 node an HA pair).
+    fn split_config() -> SimConfig {
+        SimConfig {
+            gpus: 16,
+            days: 2,
+            seed: 5,
+            scrape_interval_s: 600,
+            start: Utc.with_ymd_and_hms(2026, 10, 31, 0, 0, 0).single().unwrap(),
+        }
+    }
+
+    /// A split capture: the whole, and its halves on either side of the cut `cut` picks from the
+    /// whole.
+    struct Split {
+        cut_ms: i64,
+        whole: Tree,
+        before: Tree,
+        after: Tree,
+        /// Whole, before, after.
+        summaries: [SimSummary; 3],
+    }
+
+    /// Simulates `cfg` whole, then before and from the cut: the first half into files, the
+    /// second handed to sinks as `--store` has it (its Kubernetes files and truth on disk),
+    /// which must be what the second half written to files is.
+    fn split(cfg: &SimConfig, cut: impl FnOnce(&Tree) -> i64) -> Split {
+        let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+        let whole_summary = simulate_files(cfg, dirs[0].path(), 1, &mut |_| {}).unwrap();
+        let whole = read_tree(dirs[0].path());
+        let cut_ms = cut(&whole);
+        let at = DateTime::from_timestamp_millis(cut_ms).unwrap();
+        let (until, from) = (Window::new(None, Some(at)).unwrap(), Window::new(Some(at), None).unwrap());
+        let before_summary = simulate_files_in(cfg, &until, dirs[1].path(), 2, &mut |_| {}).unwrap();
+        let handed = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
+        let make = || -> Box<dyn DcgmSink> { Box::new(MemSink { files: handed.clone(), open: None }) };
+        let after_summary = simulate_to(cfg, &from, dirs[2].path(), &make, &mut |_| {}).unwrap();
+        let mut after = read_tree(dirs[2].path());
+        after.extend(handed.lock().unwrap().clone());
+        let after_files = simulate_files_in(cfg, &from, dirs[3].path(), 3, &mut |_| {}).unwrap();
+        assert_eq!(after_summary, after_files);
+        assert_same_tree(&after, &read_tree(dirs[3].path()), "sinks and files after the cut");
+        Split { cut_ms, before: read_tree(dirs[1].path()), whole, after, summaries: [whole_summary, before_summary, after_summary] }
+    }
+
+    /// Each version, Event or DCGM line of the whole capture is in exactly one half, the one its
+    /// time puts it in, in the whole's order (for DCGM lines: within their file, as a set);
+    /// snapshots and the truth are in both, whole; no half has an empty DCGM file or a file the
+    /// whole has not.
+    fn assert_partition(sp: &Split) {
+        let Split { cut_ms, whole, before, after, summaries } = sp;
+        let side = |t_ms: i64| usize::from(t_ms >= *cut_ms);
+        let halves = [before, after];
+        for (h, half) in halves.iter().enumerate() {
+            for (rel, b) in half.iter() {
+                assert!(whole.contains_key(rel), "half {h}: {} is not in the whole", rel.display());
+                // Kubernetes streams are written even when empty (the ingest takes them so).
+                assert!(!b.is_empty() || !rel.starts_with("dcgm"), "half {h}: {} is empty", rel.display());
+            }
+        }
+        // Per half: DCGM samples and Kubernetes versions written.
+        let mut dcgm = [0usize; 2];
+        let mut versions = [0usize; 2];
+        let mut snapshot_objects = 0u64;
+        for (rel, bytes) in whole {
+            let name = rel.file_name().unwrap().to_str().unwrap();
+            let of = |h: usize| halves[h].get(rel);
+            if rel.starts_with("dcgm") {
+                if let Ok(t) = rel.file_stem().unwrap().to_str().unwrap().parse::<i64>() {
+                    // A raw scrape is a file of its own: whole, on its time's side only.
+                    assert_eq!(of(side(t)), Some(bytes), "{}", rel.display());
+                    assert_eq!(of(1 - side(t)), None, "{}", rel.display());
+                    dcgm[side(t)] += 1;
+                    continue;
+                }
+                // /federate lines carry their time: each on its side, together the whole's.
+                fn lines(b: Option<&Vec<u8>>) -> Vec<&str> {
+                    b.map(|b| std::str::from_utf8(b).unwrap().lines().collect()).unwrap_or_default()
+                }
+                let mut got = Vec::new();
+                for (h, n) in dcgm.iter_mut().enumerate() {
+                    for l in lines(of(h)) {
+                        let t: i64 = l.rsplit(' ').next().unwrap().parse().unwrap();
+                        assert_eq!(side(t), h, "{}: {l}", rel.display());
+                        *n += 1;
+                        got.push(l);
+                    }
+                }
+                let mut want = lines(Some(bytes));
+                got.sort_unstable();
+                want.sort_unstable();
+                assert!(got == want, "{}: the halves' lines are not the whole's", rel.display());
+            } else if ["namespaces.yaml", "nodes.json", "kueue.yaml", TRUTH_FILE].contains(&name) {
+                assert!(of(0) == Some(bytes) && of(1) == Some(bytes), "{} is not whole in both halves", rel.display());
+                snapshot_objects += match name {
+                    "nodes.json" => serde_json::from_slice::<serde_json::Value>(bytes).unwrap()["items"].as_array().unwrap().len() as u64,
+                    TRUTH_FILE => 0,
+                    _ => 1 + std::str::from_utf8(bytes).unwrap().lines().filter(|l| *l == "---").count() as u64,
+                };
+            } else if name == "events.json" {
+                let items = |b: &Vec<u8>| serde_json::from_slice::<serde_json::Value>(b).unwrap()["items"].as_array().unwrap().clone();
+                let mut got = Vec::new();
+                for (h, n) in versions.iter_mut().enumerate() {
+                    for e in items(of(h).unwrap()) {
+                        let t = DateTime::parse_from_rfc3339(e["firstTimestamp"].as_str().unwrap()).unwrap().timestamp();
+                        assert_eq!(side(t * 1000), h, "{e}");
+                        *n += 1;
+                        got.push(e);
+                    }
+                }
+                assert!(got == items(bytes), "events.json: the halves' items are not the whole's");
+            } else {
+                // Watch streams and events.k8s.io/v1 Events: the halves, one after the other,
+                // are the whole stream.
+                let (b, a) = (of(0).unwrap(), of(1).unwrap());
+                assert!([b.as_slice(), a.as_slice()].concat() == *bytes, "{}: the halves are not the whole", rel.display());
+                for (h, n) in versions.iter_mut().enumerate() {
+                    for v in serde_json::Deserializer::from_slice(of(h).unwrap()).into_iter::<serde_json::Value>() {
+                        let v = v.unwrap();
+                        // A watch event's object, else the Event itself.
+                        let o = if v.get("object").is_some() { &v["object"] } else { &v };
+                        let mut t = i64::MIN;
+                        latest(&o["metadata"], "", &mut t);
+                        latest(&o["status"], "", &mut t);
+                        assert_eq!(side(t * 1000), h, "{}: version at {t}", rel.display());
+                        *n += 1;
+                    }
+                }
+            }
+        }
+        assert!(dcgm.iter().all(|&n| n > 0) && versions.iter().all(|&n| n > 0), "both halves hold something: {dcgm:?} {versions:?}");
+        let [whole_s, before_s, after_s] = summaries;
+        assert_eq!(before_s.samples + after_s.samples, whole_s.samples);
+        assert_eq!(before_s.gpu_rows + after_s.gpu_rows, whole_s.gpu_rows);
+        // Snapshots are in both halves, every other version in one.
+        assert_eq!(before_s.objects + after_s.objects, whole_s.objects + snapshot_objects);
+    }
+
+    /// Split at a midnight, each UTC day's `/federate` file lies whole in one half, and the
+    /// halves' DCGM files are the whole capture's.
+    #[test]
+    fn a_window_split_at_midnight_partitions_the_capture() {
+        let cfg = split_config();
+        let sp = split(&cfg, |_| cfg.start.timestamp_millis() + out::MS_PER_DAY);
+        assert_partition(&sp);
+        let dcgm = |t: &Tree| -> Tree { t.iter().filter(|(rel, _)| rel.starts_with("dcgm")).map(|(r, b)| (r.clone(), b.clone())).collect() };
+        let mut halves = dcgm(&sp.before);
+        let after = dcgm(&sp.after);
+        assert!(halves.keys().all(|rel| !after.contains_key(rel)), "a file in both halves");
+        halves.extend(after);
+        assert_same_tree(&halves, &dcgm(&sp.whole), "the halves' DCGM files");
+        // The truth is the whole period's, whatever the window.
+        assert_eq!(sp.before[Path::new(TRUTH_FILE)], sp.whole[Path::new(TRUTH_FILE)]);
+    }
+
+    /// Split between an HA pair's two copies of a scrape (replica "b" samples 10 s after "a"),
+    /// each copy goes by its own time; every line still lands once.
+    #[test]
+    fn a_window_split_mid_scrape_divides_the_replicas() {
+        let cfg = split_config();
+        let mut tb = None;
+        let sp = split(&cfg, |whole| {
+            // The middle "b" sample of the HA node's second day.
+            let day = out::day_string(cfg.start.timestamp_millis() + out::MS_PER_DAY);
+            let (rel, text) = whole
+                .iter()
+                .find(|(rel, b)| rel.ends_with(format!("{day}.prom")) && b.windows(22).any(|w| w == b"prometheus_replica=\"b\""))
+                .unwrap();
+            let times: Vec<i64> = std::str::from_utf8(text)
+                .unwrap()
+                .lines()
+                .filter(|l| l.contains("prometheus_replica=\"b\""))
+                .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+                .collect();
+            let t = times[times.len() / 2];
+            tb = Some((rel.clone(), t));
+            t - 5_000
+        });
+        assert_partition(&sp);
+        let (rel, t) = tb.unwrap();
+        let has = |half: &Tree, replica: &str, at: i64| {
+            std::str::from_utf8(&half[&rel]).unwrap().lines().any(|l| l.contains(&format!("prometheus_replica=\"{replica}\"")) && l.ends_with(&format!(" {at}")))
+        };
+        assert!(has(&sp.before, "a", t - 10_000) && !has(&sp.before, "b", t), "the scrape's first copy before the cut");
+        assert!(has(&sp.after, "b", t) && !has(&sp.after, "a", t - 10_000), "its second copy after it");
+    }
+
+    /// A window that holds no scrape writes no DCGM file, and the Kubernetes streams are there,
+    /// empty, beside whole snapshots.
+    #[test]
+    fn a_window_before_the_capture_writes_no_samples() {
+        let cfg = SimConfig { days: 1, ..split_config() };
+        let dir = tempfile::tempdir().unwrap();
+        let until = Window::new(None, Some(cfg.start - chrono::Duration::days(2))).unwrap();
+        let s = simulate_files_in(&cfg, &until, dir.path(), 2, &mut |_| {}).unwrap();
+        assert_eq!((s.samples, s.gpu_rows), (0, 0));
+        assert!(!dir.path().join("dcgm").exists());
+        let tree = read_tree(dir.path());
+        assert!(tree[Path::new("kubernetes/pods.watch.jsonl")].is_empty());
+        assert!(!tree[Path::new("kubernetes/nodes.json")].is_empty());
+        let events: serde_json::Value = serde_json::from_slice(&tree[Path::new("kubernetes/events.json")]).unwrap();
+        assert_eq!(events["items"], serde_json::json!([]));
     }
 }

@@ -15,7 +15,8 @@ use crate::out::{AtomicFile, create_dir};
 pub trait DcgmSink: Send {
     /// The next lines of capture file `rel` (relative to the capture directory, e.g.
     /// `dcgm/gpu-h100-000/2026-11-01.prom`): one whole scrape (every line of it, and of the
-    /// HA replica's copy of it, in one call), so a consumer may take rows after any call.
+    /// HA replica's copy of it where the window holds both, in one call), so a consumer may
+    /// take rows after any call.
     fn write(&mut self, rel: &Path, text: &[u8]) -> Result<()>;
     /// `rel` is complete: no more lines of it follow.
     fn close(&mut self, rel: &Path) -> Result<()>;

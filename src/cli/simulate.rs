@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use gpuledger_collector::feed::{Feed, TextFeed};
 use gpuledger_collector::ingest::{self, IngestOptions, IngestSummary};
 use gpuledger_collector::store::{Store, StoreOptions};
-use gpuledger_simulator::{DcgmSink, SimConfig, SimError, SimSummary, TRUTH_FILE, simulate, simulate_to};
+use gpuledger_simulator::{DcgmSink, SimConfig, SimError, SimSummary, TRUTH_FILE, Window, simulate_to, simulate_window};
 use gpuledger_store::StoreLocation;
 
 use super::ingest::SummaryFormat;
@@ -27,8 +27,12 @@ use super::progress::{ProgressMode, Reporter};
 /// month of a large fleet (about 5 KB of text per GPU and scrape) needs no disk for its text.
 /// The Kubernetes files still go through disk (--out, else a temporary directory removed
 /// afterwards) and are ingested from there; expected.json goes to --out, else the store's root.
+///
+/// With --emit-from and --emit-until, only what was observed in that window is written, so a
+/// store can be grown the way a live collector grows it: the same simulation run twice on
+/// either side of a cut fills one store with everything (see the last example).
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  gpuledger simulate --out ./capture --gpus 64 --days 3 --seed 7\n  gpuledger simulate --store ./store --gpus 1024 --days 30 --start 2026-11-01T00:00:00Z")]
+#[command(after_help = "Examples:\n  gpuledger simulate --out ./capture --gpus 64 --days 3 --seed 7\n  gpuledger simulate --store ./store --gpus 1024 --days 30 --start 2026-11-01T00:00:00Z\n  gpuledger simulate --store ./store --days 3 --emit-until 2026-11-01T00:00:00Z\n  gpuledger simulate --store ./store --days 3 --emit-from 2026-11-01T00:00:00Z")]
 pub struct Args {
     /// Output directory (created): the capture; with --store, only its Kubernetes files and
     /// expected.json.
@@ -52,6 +56,23 @@ pub struct Args {
     /// Start of the simulated history (RFC 3339, UTC).
     #[arg(long, default_value = "2026-10-30T00:00:00Z")]
     pub start: DateTime<Utc>,
+    /// Write only what was observed at or after TIME (RFC 3339): one window of the capture.
+    ///
+    /// DCGM scrapes, watch events and Events each go by their own time; a file with nothing
+    /// in the window is not written. The cluster is simulated whole whatever the window, so
+    /// runs with the same --seed, --gpus, --days, --start and --scrape-interval write the very
+    /// lines the whole capture has: --emit-until CUT, then --emit-from CUT into the same
+    /// --store, gives the same store as one whole run. Snapshots (namespaces.yaml, nodes.json,
+    /// kueue.yaml, as of the capture's start) are written whole whatever the window (a store
+    /// keeps one copy), and expected.json is the truth of the whole simulated period.
+    #[arg(long, value_name = "TIME")]
+    pub emit_from: Option<DateTime<Utc>>,
+    /// Write only what was observed before TIME (RFC 3339); see --emit-from.
+    ///
+    /// With --emit-from, the window is [FROM, UNTIL): a cut given to both runs of a split
+    /// writes each observation once.
+    #[arg(long, value_name = "TIME")]
+    pub emit_until: Option<DateTime<Utc>>,
     /// With --store: progress display on stderr while the Kubernetes files are ingested.
     #[arg(long, value_enum, default_value = "auto")]
     pub progress: ProgressMode,
@@ -79,9 +100,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(store) = &args.store {
         let (s, summary) = simulate_into_store(&args, store)?;
         eprintln!(
-            "simulated {} GPUs for {} days into {store}: {} samples, {} GPU rows, {} object versions ({:.1} MiB of text, none on disk)",
+            "simulated {} GPUs for {} days into {store}{}: {} samples, {} GPU rows, {} object versions ({:.1} MiB of text, none on disk)",
             args.gpus,
             args.days,
+            window_note(&args),
             s.samples,
             s.gpu_rows,
             s.objects,
@@ -95,10 +117,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let s = simulate_with(&args)?;
     eprintln!(
-        "simulated {} GPUs for {} days into {}: {} files, {} samples, {} GPU rows, {} object versions, {:.1} MiB",
+        "simulated {} GPUs for {} days into {}{}: {} files, {} samples, {} GPU rows, {} object versions, {:.1} MiB",
         args.gpus,
         args.days,
         args.out.as_deref().unwrap_or(Path::new("")).display(),
+        window_note(&args),
         s.files,
         s.samples,
         s.gpu_rows,
@@ -108,11 +131,34 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn config(args: &Args) -> anyhow::Result<SimConfig> {
+fn config(args: &Args) -> anyhow::Result<(SimConfig, Window)> {
     if args.gpus == 0 || args.days == 0 {
         bail!("--gpus and --days must be at least 1");
     }
-    Ok(SimConfig { gpus: args.gpus, days: args.days, seed: args.seed, scrape_interval_s: args.scrape_interval, start: args.start })
+    // Checked here as well as by Window::new, so that the message names the flags.
+    if let (Some(from), Some(until)) = (args.emit_from, args.emit_until)
+        && from >= until
+    {
+        bail!("--emit-from {} is not before --emit-until {}: nothing would be written", rfc3339(from), rfc3339(until));
+    }
+    let window = Window::new(args.emit_from, args.emit_until)?;
+    Ok((SimConfig { gpus: args.gpus, days: args.days, seed: args.seed, scrape_interval_s: args.scrape_interval, start: args.start }, window))
+}
+
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}
+
+/// ` (written: from T until U)` for the summary line of a run with a window, else nothing.
+fn window_note(args: &Args) -> String {
+    match (args.emit_from, args.emit_until) {
+        (None, None) => String::new(),
+        (from, until) => {
+            let from = from.map(|t| format!(" from {}", rfc3339(t))).unwrap_or_default();
+            let until = until.map(|t| format!(" until {}", rfc3339(t))).unwrap_or_default();
+            format!(" (written:{from}{until})")
+        }
+    }
 }
 
 /// Prints "simulated N%" every 10%.
@@ -129,9 +175,9 @@ fn percent_lines() -> impl FnMut(f64) {
 
 /// Writes the capture under `--out`.
 pub fn simulate_with(args: &Args) -> anyhow::Result<SimSummary> {
-    let cfg = config(args)?;
+    let (cfg, window) = config(args)?;
     let Some(out) = &args.out else { bail!("--out is needed to write a capture") };
-    simulate(&cfg, out, &mut percent_lines()).with_context(|| format!("simulating into {}", out.display()))
+    simulate_window(&cfg, &window, out, &mut percent_lines()).with_context(|| format!("simulating into {}", out.display()))
 }
 
 /// Hands a node's DCGM text to the collector's parser instead of a file.
@@ -156,7 +202,7 @@ impl DcgmSink for StoreSink {
 /// `--store`: the DCGM text straight into the store, then the Kubernetes files through disk.
 pub fn simulate_into_store(args: &Args, store: &StoreLocation) -> anyhow::Result<(SimSummary, IngestSummary)> {
     let started = Instant::now();
-    let cfg = config(args)?;
+    let (cfg, window) = config(args)?;
     // The writer's duplicate check holds key sets per table and day: room for about three days
     // of this cluster's rows (a GPU row and about three long-form rows per GPU and scrape), so
     // that nodes a day apart never push a day out and back in.
@@ -175,7 +221,7 @@ pub fn simulate_into_store(args: &Args, store: &StoreLocation) -> anyhow::Result
     let sim = {
         let feed = Arc::clone(&feed);
         let sink = move || -> Box<dyn DcgmSink> { Box::new(StoreSink(feed.text())) };
-        simulate_to(&cfg, &objects_dir, &sink, &mut percent_lines()).with_context(|| format!("simulating into {store}"))?
+        simulate_to(&cfg, &window, &objects_dir, &sink, &mut percent_lines()).with_context(|| format!("simulating into {store}"))?
     };
     let (mut writer, mut summary) = feed.into_parts()?;
     // Only kubernetes/ is read: the truth beside it needs no skip rule.

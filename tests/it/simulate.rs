@@ -35,14 +35,7 @@ fn simulate_into_the_store_equals_simulate_then_ingest() {
     // The truth lands in the store's root, the same bytes.
     assert_eq!(std::fs::read(direct.join("expected.json")).unwrap(), std::fs::read(cap.join("expected.json")).unwrap());
 
-    // Every table, row for row.
-    for table in TABLES {
-        let (a, b) = (util::table_rows(&ingested, table), util::table_rows(&direct, table));
-        assert_eq!(a.len(), b.len(), "{}: rows", table.name);
-        if let Some((x, y)) = a.iter().zip(&b).find(|(x, y)| x != y) {
-            panic!("{}: first differing row\n ingest: {x}\n direct: {y}", table.name);
-        }
-    }
+    assert_same_tables((&ingested, "ingest"), (&direct, "direct"));
     // And the ledger over it: the same report.
     let report = |store: &Path| {
         let out = util::run(&["report", "--store", store.to_str().unwrap(), "--config", concat!(env!("CARGO_MANIFEST_DIR"), "/examples/gpuledger.toml"), "--month", "2026-10", "--format", "csv", "--progress", "off"], 0);
@@ -51,6 +44,69 @@ fn simulate_into_the_store_equals_simulate_then_ingest() {
     let a = report(&ingested);
     assert!(a.lines().count() > 3, "{a}");
     assert_eq!(a, report(&direct));
+}
+
+/// Every table of two stores, row for row (sorted, `seq` aside: it numbers a version within
+/// its source file, which differs where the files do).
+fn assert_same_tables(a: (&Path, &str), b: (&Path, &str)) {
+    for table in TABLES {
+        let (x, y) = (util::table_rows(a.0, table), util::table_rows(b.0, table));
+        assert_eq!(x.len(), y.len(), "{}: rows in {} and {}", table.name, a.1, b.1);
+        if let Some((x, y)) = x.iter().zip(&y).find(|(x, y)| x != y) {
+            panic!("{}: first differing row\n {}: {x}\n {}: {y}", table.name, a.1, b.1);
+        }
+    }
+}
+
+/// A store grown the way a live one grows (the simulation written up to a cut, then the same
+/// simulation from the cut on, into the same store) holds what one whole run writes.
+#[test]
+fn a_store_grown_across_a_cut_equals_one_written_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let (whole, grown, late) = (dir.path().join("whole"), dir.path().join("grown"), dir.path().join("late"));
+    // Every pool (the T4 node writes a file per scrape, the first L4 node an HA pair), three
+    // days; the cut is the start of the third.
+    let cut = "2026-11-01T00:00:00Z";
+    let simulate = |store: &Path, window: &[&str]| -> Value {
+        let mut args = vec!["simulate", "--store", store.to_str().unwrap(), "--format", "json", "--progress", "off"];
+        args.extend(["--gpus", "8", "--days", "3", "--scrape-interval", "10m", "--seed", "11", "--start", "2026-10-30T00:00:00Z"]);
+        args.extend(window);
+        let out = util::run(&args, 0);
+        serde_json::from_slice(&out.stdout).expect("summary is JSON")
+    };
+    let samples = |store: &Path, op: &str| util::count(store, &format!("SELECT count(*) AS n FROM gpu_samples WHERE ts {op} '{cut}'"));
+
+    let all = simulate(&whole, &[]);
+    let first = simulate(&grown, &["--emit-until", cut]);
+    // The first half alone: two days of samples, none from the cut on.
+    assert_eq!(samples(&grown, ">="), 0);
+    let before = samples(&grown, "<");
+    assert!(before > 1000, "{before}");
+    let second = simulate(&grown, &["--emit-from", cut]);
+    // Each sample is written once: the halves' new rows add up to the whole's.
+    assert_eq!(util::written(&first, "gpu_samples") + util::written(&second, "gpu_samples"), util::written(&all, "gpu_samples"));
+    assert_same_tables((&whole, "whole"), (&grown, "grown"));
+
+    // The second half alone: the last day, nothing before the cut.
+    simulate(&late, &["--emit-from", cut]);
+    assert_eq!(samples(&late, "<"), 0);
+    let after = samples(&late, ">=");
+    assert!(after > 500, "{after}");
+    assert_eq!(before + after, samples(&whole, ">=") + samples(&whole, "<"));
+    // The truth is the whole period's in every store.
+    let truth = std::fs::read(whole.join("expected.json")).unwrap();
+    assert!(std::fs::read(grown.join("expected.json")).unwrap() == truth && std::fs::read(late.join("expected.json")).unwrap() == truth);
+}
+
+#[test]
+fn an_empty_window_is_refused_naming_both_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let (from, until) = ("2026-11-01T00:00:00Z", "2026-10-31T00:00:00Z");
+    let out = util::run(&["simulate", "--store", store.to_str().unwrap(), "--gpus", "8", "--emit-from", from, "--emit-until", until], 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(from) && err.contains(until) && err.trim().lines().count() == 1, "{err}");
+    assert!(!store.exists(), "nothing written");
 }
 
 #[test]
