@@ -25,6 +25,8 @@ use datafusion::prelude::{SessionContext, col, lit};
 use crate::config::{Config, IdlePolicy};
 use crate::error::{Error, Result};
 use crate::first_line;
+use crate::memo::{DayIndex, DayMemo, Table};
+pub use crate::memo::{MemoMode, MemoStats};
 
 /// The accounting, one SQL file per step, in the order they run.
 pub const QUERY_FILES: &[(&str, &str)] = &[
@@ -67,6 +69,10 @@ const PER_DAY_TABLES: &[&str] = &["gpu_state_hours", "unobserved_gpu_hours", "gp
 /// last second before it), then gathered.
 const ROLLUP_TABLES: &[&str] = &["gpu_hourly", "node_hourly"];
 
+/// What each day's second pass yields, gathered over the days: [`PER_DAY_TABLES`], then
+/// [`ROLLUP_TABLES`], then the XID errors the monthly steps read.
+const PASS2_TABLES: [&str; 8] = ["gpu_state_hours", "unobserved_gpu_hours", "gpu_pods", "lost_segment_gpus", "observed_extent", "gpu_hourly", "node_hourly", "xid_errors"];
+
 /// The steps after the sample steps, once over the gathered results; then the report views
 /// (`90_reports.sql`) over [`REPORTED_TABLES`].
 const MONTHLY_FILES: [&str; 8] = ["50_units.sql", "55_who_pays.sql", "60_chargeback.sql", "65_budgets.sql", "67_energy.sql", "68_why_idle.sql", "70_queue.sql", "80_failures.sql"];
@@ -106,6 +112,10 @@ pub struct RunOptions {
     pub idle_policy: Option<IdlePolicy>,
     /// Where the tables the run computes once and reads many times are kept.
     pub intermediates: Intermediates,
+    /// Whether days whose inputs did not change are read back from the store's day memo
+    /// (`crate::memo`) instead of computed, and whether computed days are kept there. In
+    /// process only: a run on a cluster computes every day.
+    pub memo: MemoMode,
 }
 
 /// Where a run keeps its intermediate tables (the configuration, the object steps' results,
@@ -132,6 +142,8 @@ pub struct Accounting {
     scratch: Option<Scratch>,
     /// What the run read, recorded with its derived tables for retention.
     pub inputs: crate::retention::LedgerInputs,
+    /// How many days the day memo gave back and how many were computed (none: not used).
+    pub memo: Option<MemoStats>,
 }
 
 /// Months whose samples retention removed: their derived rows come from the previous run's
@@ -187,13 +199,14 @@ impl Accounting {
         let inputs = crate::retention::count_inputs(&ctx).await?;
         let carry = crate::retention::expired_before(store).await?.map(|before| Carry { location: store.clone(), before });
 
-        let days = sample_days(store).await?;
+        let snapshot = store.snapshot("gpu_samples").await?;
+        let days = sample_days(&snapshot);
         register_calendar(&ctx, days.first().map(String::as_str), days.last().map(String::as_str), scratch).await?;
         if let Some(s) = scratch {
             // The sample steps once, over every day.
             sample_and_monthly_steps(&ctx, scratch, carry.as_ref()).await?;
             progress(days.len(), days.len(), days.last().map_or("", String::as_str));
-            return Ok(Accounting { ctx, days, scratch: Some(s.clone()), inputs });
+            return Ok(Accounting { ctx, days, scratch: Some(s.clone()), inputs, memo: None });
         }
 
         // The sample steps, one day partition at a time.
@@ -203,25 +216,80 @@ impl Accounting {
             .ok_or_else(|| Error::Store { path: store.join("").into(), reason: "table gpu_samples is not registered".into() })?;
         // With no samples at all, one pass over an empty window still yields the schemas.
         let passes: Vec<Option<&String>> = if days.is_empty() { vec![None] } else { days.iter().map(Some).collect() };
+        let mut memo = match options.memo {
+            MemoMode::Off => None,
+            _ if days.is_empty() => None,
+            mode => Some(DayMemo::open(&ctx, store, mode, &snapshot, &days).await?),
+        };
+        if memo.as_ref().is_some_and(DayMemo::reads) {
+            // A day read back runs no SQL: every view of the first pass is created once, over
+            // no samples, for the digests and the steps after.
+            narrow_samples(&ctx, &samples, None)?;
+            exec_file(&ctx, "30_observations.sql", scratch).await?;
+            materialise(&ctx, "known_day_starts", "SELECT * FROM day_first_starts", None).await?;
+            exec_file(&ctx, "31_intervals.sql", scratch).await?;
+        }
 
         // Pass 1, last day first: each day's first observations and spacing counts. A day's last
         // observation may find its successor only days later: in a later day's first
         // observations, gathered before (`known_day_starts`).
-        let mut starts: Option<(SchemaRef, Vec<RecordBatch>)> = None;
-        let mut spacings: Option<(SchemaRef, Vec<RecordBatch>)> = None;
-        let mut last_xids: Option<(SchemaRef, Vec<RecordBatch>)> = None;
-        let mut active_bounds: Option<(SchemaRef, Vec<RecordBatch>)> = None;
+        let mut starts: Option<Table> = None;
+        let mut spacings: Option<Table> = None;
+        let mut last_xids: Option<Table> = None;
+        let mut active_bounds: Option<Table> = None;
+        // Per day: its pass 1 digest and what narrows its pass 2 digest.
+        let mut indexes: std::collections::HashMap<String, (u64, DayIndex)> = std::collections::HashMap::new();
         for day in passes.iter().rev() {
-            narrow_samples(&ctx, &samples, day.map(String::as_str))?;
-            exec_file(&ctx, "30_observations.sql", scratch).await?;
-            gather(&mut starts, collect(&ctx, &format!("SELECT * FROM day_first_starts{}", day_filter(*day))).await?);
-            gather(&mut last_xids, collect(&ctx, &format!("SELECT * FROM day_last_xids{}", day_filter(*day))).await?);
-            gather(&mut active_bounds, collect(&ctx, &format!("SELECT * FROM day_active_bounds{}", day_filter(*day))).await?);
+            let read = match (&memo, day) {
+                (Some(m), Some(d)) => m.read_pass1(&ctx, d).await?,
+                _ => None,
+            };
+            let (first, xids, bounds, spacing, pods, key) = match read {
+                Some((key, tables)) => {
+                    let [first, xids, bounds, spacing, pods] = <[Table; 5]>::try_from(tables).map_err(|_| Error::internal("the day memo's pass 1 is not five tables"))?;
+                    (first, xids, bounds, Some(spacing), pods, Some(key))
+                }
+                None => {
+                    narrow_samples(&ctx, &samples, day.map(String::as_str))?;
+                    exec_file(&ctx, "30_observations.sql", scratch).await?;
+                    let own = day_filter(*day);
+                    let first = collect(&ctx, &format!("SELECT * FROM day_first_starts{own}")).await?;
+                    let xids = collect(&ctx, &format!("SELECT * FROM day_last_xids{own}")).await?;
+                    let bounds = collect(&ctx, &format!("SELECT * FROM day_active_bounds{own}")).await?;
+                    let pods = collect(&ctx, &day_pods_sql(*day)).await?;
+                    (first, xids, bounds, None, pods, None)
+                }
+            };
+            gather(&mut starts, first.clone());
+            gather(&mut last_xids, xids.clone());
+            gather(&mut active_bounds, bounds.clone());
             if let Some((schema, batches)) = &starts {
                 replace_table(&ctx, "known_day_starts", mem_table(schema.clone(), batches.clone())?)?;
             }
-            exec_file(&ctx, "31_intervals.sql", scratch).await?;
-            gather(&mut spacings, collect(&ctx, &format!("SELECT * FROM spacing_counts{}", day_filter(*day))).await?);
+            let spacing = match spacing {
+                Some(s) => s,
+                None => {
+                    exec_file(&ctx, "31_intervals.sql", scratch).await?;
+                    collect(&ctx, &format!("SELECT * FROM spacing_counts{}", day_filter(*day))).await?
+                }
+            };
+            gather(&mut spacings, spacing.clone());
+            if let (Some(m), Some(d)) = (memo.as_mut(), day) {
+                let index = DayIndex { gpus: first.clone(), pods: pods.clone() };
+                let key = match key {
+                    Some(k) => {
+                        m.stats.pass1_read += 1;
+                        k
+                    }
+                    None => {
+                        m.stats.pass1_computed += 1;
+                        let k = m.pass1_key(&ctx, d, &index).await?;
+                        m.write_pass1(d, &[first, xids, bounds, spacing, pods]).await?;
+                        k
+                    }
+                };
+                indexes.insert((*d).clone(), (key, index));
+            }
         }
 
         // Pass 2: the spans and states of each day, with the month's scrape intervals.
@@ -231,48 +299,61 @@ impl Accounting {
         if let Some((schema, batches)) = active_bounds {
             replace_table(&ctx, "known_active_bounds", mem_table(schema, batches)?)?;
         }
-        let mut gathered: Vec<Option<(SchemaRef, Vec<RecordBatch>)>> = vec![None; PER_DAY_TABLES.len()];
-        let mut rollups: Vec<Option<(SchemaRef, Vec<RecordBatch>)>> = vec![None; ROLLUP_TABLES.len()];
-        let mut xid_errors: Option<(SchemaRef, Vec<RecordBatch>)> = None;
-        for (i, day) in passes.iter().enumerate() {
-            narrow_samples(&ctx, &samples, day.map(String::as_str))?;
-            exec_file(&ctx, "30_observations.sql", scratch).await?;
-            exec_file(&ctx, "31_intervals.sql", scratch).await?;
+        if memo.is_some() {
+            // What pass 2's digests read: the month's intervals, the pods' active bounds.
             if let Some((schema, batches)) = &spacings {
                 replace_table(&ctx, "spacing_counts", mem_table(schema.clone(), batches.clone())?)?;
             }
             exec_file(&ctx, "32_spans.sql", scratch).await?;
-            let keep = match day {
-                Some(d) => format!("SELECT * FROM sample_spans WHERE date = '{d}'"),
-                None => "SELECT * FROM sample_spans".to_string(),
+            materialise(&ctx, "memo_intervals", crate::memo::INTERVALS_SQL, None).await?;
+            materialise(&ctx, "memo_active_bounds", crate::memo::ACTIVE_BOUNDS_SQL, None).await?;
+        }
+        let last_day = days.last().cloned().unwrap_or_default();
+        let mut gathered: Vec<Option<Table>> = vec![None; PASS2_TABLES.len()];
+        for (i, day) in passes.iter().enumerate() {
+            let mut keys = None;
+            let mut read = None;
+            if let (Some(m), Some(d)) = (&memo, day)
+                && let Some((pass1, index)) = indexes.get(d.as_str())
+            {
+                let pass2 = m.pass2_key(&ctx, d, *pass1, index, &last_day).await?;
+                read = m.read_pass2(d, pass2, &PASS2_TABLES).await;
+                keys = Some((*pass1, pass2));
+            }
+            let tables = match read {
+                Some(tables) => {
+                    if let Some(m) = memo.as_mut() {
+                        m.stats.pass2_read += 1;
+                    }
+                    tables
+                }
+                None => {
+                    let tables = day_pass2(&ctx, &samples, *day, spacings.as_ref(), scratch).await?;
+                    if let (Some(m), Some(d), Some((pass1, pass2))) = (memo.as_mut(), day, keys) {
+                        m.stats.pass2_computed += 1;
+                        m.write_pass2(d, pass1, pass2, &PASS2_TABLES, &tables).await?;
+                    }
+                    tables
+                }
             };
-            materialise(&ctx, "sample_spans", &keep, None).await?;
-            exec_file(&ctx, "40_states.sql", scratch).await?;
-            for (into, table) in gathered.iter_mut().zip(PER_DAY_TABLES) {
-                gather(into, collect(&ctx, &format!("SELECT * FROM {table}")).await?);
+            for (into, table) in gathered.iter_mut().zip(tables) {
+                gather(into, table);
             }
-            exec_file(&ctx, "45_hourly.sql", scratch).await?;
-            for (into, table) in rollups.iter_mut().zip(ROLLUP_TABLES) {
-                let own = day.map(|d| format!(" WHERE date = '{d}'")).unwrap_or_default();
-                gather(into, collect(&ctx, &format!("SELECT * FROM {table}{own}")).await?);
-            }
-            // Read off the day's samples and the second before: keep the day's own.
-            gather(&mut xid_errors, collect(&ctx, &format!("SELECT * FROM xid_errors{}", day_filter(*day))).await?);
             if let Some(d) = day {
                 progress(i + 1, days.len(), d);
             }
         }
         replace_table(&ctx, "gpu_samples", samples)?;
         // Every pass (at least one) yields each table, so each was gathered.
-        for (table, (schema, batches)) in PER_DAY_TABLES.iter().chain(ROLLUP_TABLES).zip(gathered.into_iter().chain(rollups).flatten()) {
+        for (table, (schema, batches)) in PASS2_TABLES.iter().zip(gathered.into_iter().flatten()) {
             replace_table(&ctx, table, mem_table(schema, batches)?)?;
         }
-        if let Some((schema, batches)) = xid_errors {
-            replace_table(&ctx, "xid_errors", mem_table(schema, batches)?)?;
+        if let Some(m) = &memo {
+            m.prune(&days).await?;
         }
 
         monthly_steps(&ctx, scratch, carry.as_ref()).await?;
-        Ok(Accounting { ctx, days, scratch: None, inputs })
+        Ok(Accounting { ctx, days, scratch: None, inputs, memo: memo.map(|m| m.stats) })
     }
 
     /// Runs every step once over the tables `ctx` already holds (in memory, say), all days at
@@ -286,7 +367,7 @@ impl Accounting {
         let (first, last) = (strings(&range, 0).into_iter().flatten().next(), strings(&range, 1).into_iter().flatten().next());
         register_calendar(&ctx, first.as_deref(), last.as_deref(), None).await?;
         sample_and_monthly_steps(&ctx, None, None).await?;
-        Ok(Accounting { ctx, days: Vec::new(), scratch: None, inputs: Default::default() })
+        Ok(Accounting { ctx, days: Vec::new(), scratch: None, inputs: Default::default(), memo: None })
     }
 
     /// Removes the run's scratch files, if it kept its intermediates in the store. The
@@ -396,6 +477,42 @@ async fn carry_expired(ctx: &SessionContext, carry: &Carry, scratch: Option<&Scr
     Ok(())
 }
 
+/// One day's second pass (`None`: the pass over no samples): its spans, states and hourly
+/// rollups, as [`PASS2_TABLES`]. The month's spacing counts replace the day's own.
+async fn day_pass2(ctx: &SessionContext, samples: &Arc<dyn TableProvider>, day: Option<&String>, spacings: Option<&Table>, scratch: Option<&Scratch>) -> Result<Vec<Table>> {
+    narrow_samples(ctx, samples, day.map(String::as_str))?;
+    exec_file(ctx, "30_observations.sql", scratch).await?;
+    exec_file(ctx, "31_intervals.sql", scratch).await?;
+    if let Some((schema, batches)) = spacings {
+        replace_table(ctx, "spacing_counts", mem_table(schema.clone(), batches.clone())?)?;
+    }
+    exec_file(ctx, "32_spans.sql", scratch).await?;
+    let keep = match day {
+        Some(d) => format!("SELECT * FROM sample_spans WHERE date = '{d}'"),
+        None => "SELECT * FROM sample_spans".to_string(),
+    };
+    materialise(ctx, "sample_spans", &keep, None).await?;
+    exec_file(ctx, "40_states.sql", scratch).await?;
+    let mut out = Vec::with_capacity(PASS2_TABLES.len());
+    for table in PER_DAY_TABLES {
+        out.push(collect(ctx, &format!("SELECT * FROM {table}")).await?);
+    }
+    exec_file(ctx, "45_hourly.sql", scratch).await?;
+    for table in ROLLUP_TABLES {
+        let own = day.map(|d| format!(" WHERE date = '{d}'")).unwrap_or_default();
+        out.push(collect(ctx, &format!("SELECT * FROM {table}{own}")).await?);
+    }
+    // Read off the day's samples and the second before: keep the day's own.
+    out.push(collect(ctx, &format!("SELECT * FROM xid_errors{}", day_filter(day))).await?);
+    Ok(out)
+}
+
+/// The pods the day's samples name (its pass 1 keeps them: they narrow its digests).
+fn day_pods_sql(day: Option<&String>) -> String {
+    let own = day.and_then(|d| day_start_ms(d)).map(|ms| format!(" AND t >= {ms}")).unwrap_or_default();
+    format!("SELECT DISTINCT namespace, pod FROM pod_samples WHERE namespace IS NOT NULL AND pod IS NOT NULL{own} ORDER BY namespace, pod")
+}
+
 /// Narrows `gpu_samples` to what one day's pass reads: the day and the last second of the day
 /// before (a sample there may start the observation a day's first sample belongs to). A day's
 /// last observation finds the next one in `known_day_starts`. `None`: nothing.
@@ -421,7 +538,7 @@ const LOOKBEHIND_MS: i64 = 1000;
 const MS_PER_DAY: i64 = 86_400_000;
 
 /// Milliseconds since the epoch at the start of a `YYYY-MM-DD` day (UTC).
-fn day_start_ms(day: &str) -> Option<i64> {
+pub(crate) fn day_start_ms(day: &str) -> Option<i64> {
     let d = NaiveDate::parse_from_str(day, "%Y-%m-%d").ok()?;
     Some(d.and_hms_opt(0, 0, 0)?.and_utc().timestamp_millis())
 }
@@ -443,7 +560,7 @@ fn gather(into: &mut Option<(SchemaRef, Vec<RecordBatch>)>, (schema, batches): (
     }
 }
 
-fn previous_day(day: &str) -> String {
+pub(crate) fn previous_day(day: &str) -> String {
     NaiveDate::parse_from_str(day, "%Y-%m-%d")
         .ok()
         .and_then(|d| d.pred_opt())
@@ -553,12 +670,12 @@ fn batch(columns: Vec<(&str, ArrayRef)>) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?)
 }
 
-fn mem_table(schema: SchemaRef, batches: Vec<RecordBatch>) -> Result<Arc<dyn TableProvider>> {
+pub(crate) fn mem_table(schema: SchemaRef, batches: Vec<RecordBatch>) -> Result<Arc<dyn TableProvider>> {
     let table = MemTable::try_new(schema, vec![batches]).map_err(|source| Error::Query { sql: "in-memory table".into(), source })?;
     Ok(Arc::new(table))
 }
 
-fn replace_table(ctx: &SessionContext, name: &str, table: Arc<dyn TableProvider>) -> Result<()> {
+pub(crate) fn replace_table(ctx: &SessionContext, name: &str, table: Arc<dyn TableProvider>) -> Result<()> {
     let err = |source| Error::Query { sql: format!("register {name}"), source };
     ctx.deregister_table(name).map_err(err)?;
     ctx.register_table(name, table).map_err(err)?;
@@ -683,11 +800,10 @@ impl Drop for Timer {
 }
 
 /// The days `gpu_samples` holds rows of (its log's partitions), oldest first.
-async fn sample_days(location: &StoreLocation) -> Result<Vec<String>> {
-    let snapshot = location.snapshot("gpu_samples").await?;
-    let days: std::collections::BTreeSet<String> =
-        snapshot.files.into_iter().filter_map(|f| f.date).filter(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").is_ok()).collect();
-    Ok(days.into_iter().collect())
+fn sample_days(snapshot: &gpuledger_store::Snapshot) -> Vec<String> {
+    let days: std::collections::BTreeSet<&str> =
+        snapshot.files.iter().filter_map(|f| f.date.as_deref()).filter(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").is_ok()).collect();
+    days.into_iter().map(str::to_string).collect()
 }
 
 /// Column `i` of `batches` as strings (any string-like or numeric type, via a cast).

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
-use gpuledger_ledger::accounting::{Accounting, RunOptions};
+use gpuledger_ledger::accounting::{Accounting, MemoMode, RunOptions};
 use gpuledger_ledger::config::Config;
 use gpuledger_ledger::engine::{Engine, MemoryStats};
 
@@ -22,10 +22,17 @@ use super::progress::ProgressMode;
 /// samples, not the month; --memory-limit caps what sorts, joins and aggregations hold and makes
 /// them spill to disk beyond it. With --engine ballista the same SQL runs on a Ballista cluster
 /// (`gpuledger ballista scheduler|executor`) over the whole month at once.
+///
+/// Incremental: each day's results are kept in <STORE>/ledger/.days/ with a digest of what they
+/// were computed from (the day's sample files, the runs and pods it names, its GPUs' scrape
+/// intervals, the windows and objects it reads). The next run computes only the days whose digest
+/// changed (new or late files, runs that settled, a changed configuration) and reads the others
+/// back; the monthly steps run over all. --full computes every day.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:
   gpuledger ledger --store ./store --config gpuledger.toml
   gpuledger ledger --store ./store --config gpuledger.toml --memory-limit 2GiB --spill-dir /scratch
+  gpuledger ledger --store ./store --config gpuledger.toml --full   # recompute every day
   gpuledger ledger --store s3://bucket/fleet --config gpuledger.toml --engine ballista --scheduler df://10.0.0.5:50050
   duckdb -c \"SELECT * FROM 'store/ledger/chargeback_monthly.parquet'\"")]
 pub struct Args {
@@ -52,6 +59,10 @@ pub struct Args {
     /// Directory for spill files (default: the system's temporary directory).
     #[arg(long)]
     pub spill_dir: Option<PathBuf>,
+    /// Compute every day, ignoring what earlier runs kept in <STORE>/ledger/.days/ (and keep
+    /// the new results there). In process only; --engine ballista always computes every day.
+    #[arg(long)]
+    pub full: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -86,7 +97,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     super::runtime()?.block_on(async {
         upgrade_store(&args.store).await?;
-        let (mut accounting, memory) = run_accounting(&args.store, &config, &RunOptions::default(), &engine, args.progress).await?;
+        let memo = if args.full { MemoMode::Write } else { MemoMode::ReadWrite };
+        let options = RunOptions { memo, ..RunOptions::default() };
+        let (mut accounting, memory) = run_accounting(&args.store, &config, &options, &engine, args.progress).await?;
         write_derived(&accounting, &args.store, started).await?;
         accounting.clean_up().await?;
         if let Some(m) = memory {
@@ -102,6 +115,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 pub async fn write_derived(accounting: &Accounting, store: &StoreLocation, started: Instant) -> anyhow::Result<()> {
     let written = gpuledger_ledger::run::write_derived(accounting, store).await?;
     eprintln!("ledger: {} days of samples accounted in {:.1} s; tables written to {}:", accounting.days.len(), started.elapsed().as_secs_f64(), store.join("ledger/"));
+    if let Some(m) = accounting.memo {
+        eprintln!(
+            "  day memo: {} computed, {} read back (first pass: {} computed, {} read back) in {}",
+            m.pass2_computed,
+            m.pass2_read,
+            m.pass1_computed,
+            m.pass1_read,
+            store.join(gpuledger_ledger::memo::MEMO_DIR)
+        );
+    }
     for t in written {
         eprintln!("  {:<24} {:>9} rows {:>10.1} KiB", t.name, t.rows, t.bytes as f64 / 1024.0);
     }

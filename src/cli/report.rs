@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use gpuledger_store::StoreLocation;
 use clap::ValueEnum;
-use gpuledger_ledger::accounting::{Accounting, RunOptions};
+use gpuledger_ledger::accounting::{Accounting, MemoMode, RunOptions};
 use gpuledger_ledger::config::{Config, IdlePolicy};
 use gpuledger_ledger::report::text::{TextFormat, render};
 use gpuledger_ledger::report::{Report, focus, html};
@@ -102,7 +102,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let config = load_config(args.config.as_deref())?;
-    let options = RunOptions { idle_policy: args.idle_policy, ..RunOptions::default() };
+    // Days an earlier `gpuledger ledger` kept are read back; a report writes nothing to the store.
+    let options = RunOptions { idle_policy: args.idle_policy, memo: MemoMode::Read, ..RunOptions::default() };
     let runtime = super::runtime()?;
     let (accounting, report) = runtime.block_on(async {
         let (accounting, _) = run_accounting(&args.store, &config, &options, &Default::default(), args.progress).await?;

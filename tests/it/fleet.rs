@@ -11,7 +11,7 @@ use std::process::{Child, Command, Output, Stdio};
 use serde_json::Value;
 
 use super::replay::{free_port, wait_for};
-use super::util::bin;
+use super::util::{assert_same_rows, bin};
 
 /// Any secret works with moto; this one is looked for in every output, where it must not be.
 const SECRET: &str = "fleet-test-s3cret-never-print";
@@ -88,23 +88,6 @@ fn local(args: &[&str]) -> Output {
 fn rows(cmd: Command, store: &str, sql: &str) -> Vec<Value> {
     let out = ok(cmd, &["query", "--store", store, "--format", "json", sql]);
     serde_json::from_slice::<Vec<Value>>(&out.stdout).unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
-
-/// Equal rows, numbers within a relative 1e-9 (parallel sums differ in the last bits).
-fn assert_same_rows(got: &[Value], want: &[Value], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: row count");
-    assert!(!want.is_empty(), "{what}: no rows to compare");
-    for (g, w) in got.iter().zip(want) {
-        let (g, w) = (g.as_object().unwrap(), w.as_object().unwrap());
-        assert_eq!(g.keys().collect::<Vec<_>>(), w.keys().collect::<Vec<_>>(), "{what}: columns");
-        for (k, wv) in w {
-            let gv = &g[k];
-            match (gv.as_f64(), wv.as_f64()) {
-                (Some(a), Some(b)) => assert!((a - b).abs() <= 1e-9 * b.abs().max(1.0), "{what}: {k} = {a}, want {b} in {w:?}"),
-                _ => assert_eq!(gv, wv, "{what}: {k} in {w:?}"),
-            }
-        }
-    }
 }
 
 /// What the comparisons read: every chargeback row, and state hours summed per team and state.

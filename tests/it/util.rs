@@ -82,3 +82,20 @@ pub fn table_rows(store: &Path, table: &gpuledger_schemas::Table) -> Vec<String>
     out.sort();
     out
 }
+
+/// Equal rows, numbers within a relative 1e-9 (parallel sums differ in the last bits).
+pub fn assert_same_rows(got: &[Value], want: &[Value], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: row count");
+    assert!(!want.is_empty(), "{what}: no rows to compare");
+    for (g, w) in got.iter().zip(want) {
+        let (g, w) = (g.as_object().unwrap(), w.as_object().unwrap());
+        assert_eq!(g.keys().collect::<Vec<_>>(), w.keys().collect::<Vec<_>>(), "{what}: columns");
+        for (k, wv) in w {
+            let gv = &g[k];
+            match (gv.as_f64(), wv.as_f64()) {
+                (Some(a), Some(b)) => assert!((a - b).abs() <= 1e-9 * b.abs().max(1.0), "{what}: {k} = {a}, want {b} in {w:?}"),
+                _ => assert_eq!(gv, wv, "{what}: {k} in {w:?}"),
+            }
+        }
+    }
+}
