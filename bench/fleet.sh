@@ -3,9 +3,13 @@
 # fleet sizes, to see how time and memory grow with the number of GPU-sample rows and to project
 # them to 1,024 and 10,000 GPUs. For each size G of SIZES, in $W/G:
 #   1. simulate G GPUs x DAYS days at a SCRAPE scrape straight into a store (`simulate --store`,
-#      timed as the ingest); with TEXT=1, write the text capture, ingest it (timed), delete it;
+#      timed as the ingest), as a live store grows: all but the last day (`--emit-until`), a
+#      ledger run over them (its day memo is kept aside), then the last day (`--emit-from`);
+#      with TEXT=1, write the text capture, ingest it (timed), delete it (no incremental run);
 #   2. store facts: gpu_samples rows, bytes of its Parquet files per row and per metric sample;
-#   3. gpuledger ledger in process (wall time, peak RSS, the operators' peak memory);
+#   3. the incremental run: gpuledger ledger with the day memo of the run before the last day
+#      landed (days computed, read back, every derived table compared with the full run's); then
+#      gpuledger ledger --full in process (wall time, peak RSS, the operators' peak memory);
 #   4. the same with --memory-limit LIMIT --spill-dir $W/G/spill (is the limit kept?);
 #   5. DuckDB (PyPI) running the whole accounting, queries/ generated into its dialect
 #      (bench/duckdb_port.py), every derived table compared with the ledger's;
@@ -24,7 +28,8 @@
 # target/release/gpuledger; when BIN is not set the release build is brought up to date first
 # unless SKIP_BUILD=1), REUSE=0 (re-simulate and re-ingest even when $W/G/params matches),
 # INGEST_FLUSH_ROWS (ingest's --flush-rows, its default 2000000), TEXT=1 (through a text capture),
-# DUCKDB_MEMORY_LIMIT (DuckDB's memory_limit, e.g. 2GB; unset: DuckDB's default, 80% of RAM).
+# DUCKDB_MEMORY_LIMIT (DuckDB's memory_limit, e.g. 2GB; unset: DuckDB's default, 80% of RAM),
+# SKIP (steps left out, e.g. SKIP="ballista" or SKIP="duckdb ballista": the report shows "–").
 #
 # Disk: with TEXT=1 the simulated text is ~7.4 KB per GPU per scrape plus ~1 MB per GPU-day of
 # Kubernetes objects, so a month of 256 GPUs at 5m is ~22-24 GB; only one capture exists at a
@@ -41,6 +46,9 @@ LIMIT=${LIMIT:-1GiB}
 EXECUTORS=${EXECUTORS:-2}
 REUSE=${REUSE:-1}
 TEXT=${TEXT:-0}
+SKIP=${SKIP:-}
+# skipped STEP: whether SKIP names STEP.
+skipped() { case " $SKIP " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 CONFIG=examples/gpuledger.toml
 . bench/common.sh
 bench_setup fleet bench-data/fleet
@@ -103,7 +111,7 @@ for G in $SIZES; do
   mkdir -p "$D"
   PARAMS="$G $DAYS $SCRAPE $START $SEED"
   # Figures of an earlier run of this size go, the store (and its ingest figures) may stay.
-  rm -rf "$D/spill" "$D"/exec-* "$D/result.json" "$D"/inproc_*.parquet "$D"/duckdb* "$D"/ledger* "$D"/limited* "$D"/ballista* "$D"/scheduler* "$D"/executor-*
+  rm -rf "$D/spill" "$D"/exec-* "$D/result.json" "$D"/inproc_*.parquet "$D/inproc_tables" "$D"/incremental* "$D"/duckdb* "$D"/*.skipped "$D"/ledger* "$D"/limited* "$D"/ballista* "$D"/scheduler* "$D"/executor-*
 
   # 1. simulate + ingest, unless the store of these parameters is there.
   if [ "$REUSE" = 1 ] && [ -f "$D/store/.gpuledger-store" ] && [ -f "$D/ingest.json" ] && [ -f "$D/ingest.time" ] \
@@ -111,14 +119,30 @@ for G in $SIZES; do
     say "[$G GPUs] reusing the store in $D/store ($PARAMS; REUSE=0 rebuilds it)"
     echo 1 > "$D/reused"
   else
-    rm -rf "$D/capture" "$D/store" "$D/params" "$D/reused" "$D"/simulate.* "$D"/ingest.* "$D/capture_bytes" "$D/via"
+    rm -rf "$D/capture" "$D/store" "$D/params" "$D/reused" "$D"/simulate.* "$D"/ingest.* "$D"/ingest_first.* "$D"/memo_run.* \
+      "$D/memo_before_last_day" "$D/capture_bytes" "$D/via"
     if [ "$TEXT" != 1 ]; then
       # The store straight from the simulator: its DCGM text goes to the ingest's parser in
       # memory (`simulate --store`), so the month of a large fleet needs no disk for text. Timed as
       # the ingest (simulation included: the two cannot be told apart).
-      say "[$G GPUs] simulating $DAYS days at a $SCRAPE scrape into the store..."
-      timed ingest "$D/ingest.json" "$BIN" simulate --store "$D/store" --gpus "$G" --days "$DAYS" \
-        --scrape-interval "$SCRAPE" --start "$START" --seed "$SEED" --progress off --format json
+      SIM=("$BIN" simulate --store "$D/store" --gpus "$G" --days "$DAYS" --scrape-interval "$SCRAPE" \
+        --start "$START" --seed "$SEED" --progress off --format json)
+      if [ "$DAYS" -ge 2 ]; then
+        # The same simulated cluster in two windows, cut at the last midnight: what a live store
+        # held the day before, then the day that landed.
+        CUT=$(python3 -c 'import datetime, sys; s = datetime.datetime.fromisoformat(sys.argv[1].replace("Z", "+00:00")); print((s + datetime.timedelta(days=int(sys.argv[2]) - 1)).strftime("%Y-%m-%dT%H:%M:%SZ"))' "$START" "$DAYS")
+        say "[$G GPUs] simulating $DAYS days at a $SCRAPE scrape into the store, until $CUT..."
+        timed ingest_first "$D/ingest_first.json" "${SIM[@]}" --emit-until "$CUT"
+        say "[$G GPUs] ledger over the days before $CUT (the day memo the incremental run starts from)..."
+        timed memo_run "$D/memo_run.out" "$BIN" ledger --store "$D/store" --config "$CONFIG" --progress off --full
+        rm -rf "$D/memo_before_last_day"
+        cp -r "$D/store/ledger/.days" "$D/memo_before_last_day"
+        say "[$G GPUs] ... and the last day, from $CUT"
+        timed ingest "$D/ingest.json" "${SIM[@]}" --emit-from "$CUT"
+      else
+        say "[$G GPUs] simulating $DAYS day at a $SCRAPE scrape into the store (one day: no incremental run)..."
+        timed ingest "$D/ingest.json" "${SIM[@]}"
+      fi
       echo "simulate --store" > "$D/via"
     else
       python3 - "$D" "$G" "$DAYS" "$SCRAPE" <<'PY'
@@ -155,32 +179,53 @@ PY
   du -sb "$S/gpu_samples" | cut -f1 > "$D/gpu_samples_bytes"
   say "[$G GPUs] $(cat "$D/rows") gpu_samples rows, $(( $(cat "$D/gpu_samples_bytes") / 1024 )) KiB of gpu_samples Parquet"
 
-  # 3. in process, no limit. Its derived tables are kept aside for the comparisons.
-  say "[$G GPUs] ledger in process..."
-  timed ledger "$D/ledger.out" "$BIN" ledger --store "$S" --config "$CONFIG" --progress off
+  # 3. the incremental run: the day memo as the run before the last day left it, then one run
+  # (it computes the days whose inputs the last day changed); its derived tables kept aside.
+  if [ -d "$D/memo_before_last_day" ]; then
+    rm -rf "$S/ledger/.days"
+    cp -r "$D/memo_before_last_day" "$S/ledger/.days"
+    say "[$G GPUs] ledger, incremental after the last day..."
+    timed incremental "$D/incremental.out" "$BIN" ledger --store "$S" --config "$CONFIG" --progress off || true
+    mkdir -p "$D/incremental_tables"
+    cp "$S"/ledger/*.parquet "$D/incremental_tables/"
+  fi
+  # In process, every day computed, no limit. Its derived tables are kept aside for the comparisons.
+  say "[$G GPUs] ledger in process, every day..."
+  timed ledger "$D/ledger.out" "$BIN" ledger --store "$S" --config "$CONFIG" --progress off --full
   cp "$S/ledger/chargeback_monthly.parquet" "$D/inproc_chargeback.parquet"
   cp "$S/ledger/priced_state_hours.parquet" "$D/inproc_priced_state_hours.parquet"
+  mkdir -p "$D/inproc_tables"
+  cp "$S"/ledger/*.parquet "$D/inproc_tables/"
 
   # 4. in process with a memory limit (spilling to $D/spill).
   say "[$G GPUs] ledger in process with --memory-limit $LIMIT..."
   mkdir -p "$D/spill"
-  if timed limited "$D/limited.out" "$BIN" ledger --store "$S" --config "$CONFIG" --progress off \
+  if timed limited "$D/limited.out" "$BIN" ledger --store "$S" --config "$CONFIG" --progress off --full \
        --memory-limit "$LIMIT" --spill-dir "$D/spill"; then
     cp "$S/ledger/chargeback_monthly.parquet" "$D/limited_chargeback.parquet"
   fi
   rm -rf "$D/spill"
 
-  # 5. DuckDB running the whole of queries/ (bench/duckdb_port.py generates its dialect from the
-  # files) over the same store; it compares each of its derived tables with the ledger's, which
-  # steps 3 and 4 wrote (the same figures). Exit 1 = ran, some table differs (result.json says).
-  say "[$G GPUs] DuckDB, the whole accounting..."
-  timed duckdb "$D/duckdb.out" python3 bench/duckdb_port.py --store "$S" --config "$CONFIG" --out "$D/duckdb" \
-    ${DUCKDB_MEMORY_LIMIT:+--memory-limit "$DUCKDB_MEMORY_LIMIT"} || true
-  rm -rf "$D/duckdb/duckdb.tmp"
+  if skipped duckdb; then
+    say "[$G GPUs] duckdb skipped (SKIP=$SKIP)"
+    echo "SKIP=$SKIP" > "$D/duckdb.skipped"
+  else
+    # 5. DuckDB running the whole of queries/ (bench/duckdb_port.py generates its dialect from the
+    # files) over the same store; it compares each of its derived tables with the ledger's, which
+    # steps 3 and 4 wrote (the same figures). Exit 1 = ran, some table differs (result.json says).
+    say "[$G GPUs] DuckDB, the whole accounting..."
+    timed duckdb "$D/duckdb.out" python3 bench/duckdb_port.py --store "$S" --config "$CONFIG" --out "$D/duckdb" \
+      ${DUCKDB_MEMORY_LIMIT:+--memory-limit "$DUCKDB_MEMORY_LIMIT"} || true
+    rm -rf "$D/duckdb/duckdb.tmp"
+  fi
 
-  # 6. Ballista on loopback: a scheduler on P, executors on Q (Flight) and Q+1 (gRPC).
-  say "[$G GPUs] Ballista, $EXECUTORS executors..."
-  read -r P QS < <(python3 - "$EXECUTORS" <<'PY'
+  if skipped ballista; then
+    say "[$G GPUs] ballista skipped (SKIP=$SKIP)"
+    echo "SKIP=$SKIP" > "$D/ballista.skipped"
+  else
+    # 6. Ballista on loopback: a scheduler on P, executors on Q (Flight) and Q+1 (gRPC).
+    say "[$G GPUs] Ballista, $EXECUTORS executors..."
+    read -r P QS < <(python3 - "$EXECUTORS" <<'PY'
 import socket, sys
 n, held, found = int(sys.argv[1]), [], []
 def grab(port=0):
@@ -201,48 +246,49 @@ print(sched, ",".join(map(str, found)))
 for s in held:
     s.close()
 PY
-)
-  IFS=, read -r -a QPORTS <<< "$QS"
-  ok=1
-  "$BIN" ballista scheduler --listen "127.0.0.1:$P" > "$D/scheduler.log" 2>&1 &
-  sched=$!; pids+=("$sched")
-  wait_port "$P" "$sched" scheduler || ok=0
-  execs=()
-  if [ "$ok" = 1 ]; then
-    for i in $(seq "$EXECUTORS"); do
-      q=${QPORTS[$((i - 1))]}
-      mkdir -p "$D/exec-$i"
-      "$BIN" ballista executor --scheduler "127.0.0.1:$P" --listen "127.0.0.1:$q" --concurrency 1 \
-        --work-dir "$D/exec-$i" > "$D/executor-$i.log" 2>&1 &
-      execs+=($!); pids+=($!)
-    done
-    for i in $(seq "$EXECUTORS"); do
-      q=${QPORTS[$((i - 1))]}
-      wait_port "$q" "${execs[$((i - 1))]}" "executor $i (Flight)" && wait_port $((q + 1)) "${execs[$((i - 1))]}" "executor $i (gRPC)" || ok=0
-    done
+  )
+    IFS=, read -r -a QPORTS <<< "$QS"
+    ok=1
+    "$BIN" ballista scheduler --listen "127.0.0.1:$P" > "$D/scheduler.log" 2>&1 &
+    sched=$!; pids+=("$sched")
+    wait_port "$P" "$sched" scheduler || ok=0
+    execs=()
+    if [ "$ok" = 1 ]; then
+      for i in $(seq "$EXECUTORS"); do
+        q=${QPORTS[$((i - 1))]}
+        mkdir -p "$D/exec-$i"
+        "$BIN" ballista executor --scheduler "127.0.0.1:$P" --listen "127.0.0.1:$q" --concurrency 1 \
+          --work-dir "$D/exec-$i" > "$D/executor-$i.log" 2>&1 &
+        execs+=($!); pids+=($!)
+      done
+      for i in $(seq "$EXECUTORS"); do
+        q=${QPORTS[$((i - 1))]}
+        wait_port "$q" "${execs[$((i - 1))]}" "executor $i (Flight)" && wait_port $((q + 1)) "${execs[$((i - 1))]}" "executor $i (gRPC)" || ok=0
+      done
+    fi
+    if [ "$ok" = 1 ]; then
+      sleep 1   # the executors register with the scheduler once listening
+      timed ballista "$D/ballista.out" "$BIN" ledger --store "$S" --config "$CONFIG" --engine ballista \
+        --scheduler "df://127.0.0.1:$P" --progress off || true
+      # Peak memory of the cluster, read before the processes go.
+      : > "$D/ballista_hwm"
+      for p in "$sched" "${execs[@]}"; do
+        if [ "$p" = "$sched" ]; then role=scheduler; else role=executor; fi
+        hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$p/status" 2>/dev/null || true)
+        echo "$role ${hwm:-gone}" >> "$D/ballista_hwm"
+      done
+    else
+      echo 1 > "$D/ballista.rc"
+      echo "the Ballista cluster did not start (scheduler.log, executor-*.log in $D)" > "$D/ballista.err"
+      say "[$G GPUs] the Ballista cluster did not start; see $D/scheduler.log and $D/executor-*.log"
+    fi
+    stop "$sched" "${execs[@]}"
+    pids=()
+    # (no exec-* when the cluster did not start: du fails, which pipefail must not turn into an exit)
+    { du -sb "$D"/exec-* 2>/dev/null || true; } | awk '{s += $1} END {print s + 0}' > "$D/ballista_work_bytes"
+    rm -rf "$D"/exec-*
+    if [ "$(cat "$D/ballista.rc")" = 0 ]; then cp "$S/ledger/chargeback_monthly.parquet" "$D/ballista_chargeback.parquet"; cp "$S/ledger/priced_state_hours.parquet" "$D/ballista_priced_state_hours.parquet"; fi
   fi
-  if [ "$ok" = 1 ]; then
-    sleep 1   # the executors register with the scheduler once listening
-    timed ballista "$D/ballista.out" "$BIN" ledger --store "$S" --config "$CONFIG" --engine ballista \
-      --scheduler "df://127.0.0.1:$P" --progress off || true
-    # Peak memory of the cluster, read before the processes go.
-    : > "$D/ballista_hwm"
-    for p in "$sched" "${execs[@]}"; do
-      if [ "$p" = "$sched" ]; then role=scheduler; else role=executor; fi
-      hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$p/status" 2>/dev/null || true)
-      echo "$role ${hwm:-gone}" >> "$D/ballista_hwm"
-    done
-  else
-    echo 1 > "$D/ballista.rc"
-    echo "the Ballista cluster did not start (scheduler.log, executor-*.log in $D)" > "$D/ballista.err"
-    say "[$G GPUs] the Ballista cluster did not start; see $D/scheduler.log and $D/executor-*.log"
-  fi
-  stop "$sched" "${execs[@]}"
-  pids=()
-  # (no exec-* when the cluster did not start: du fails, which pipefail must not turn into an exit)
-  { du -sb "$D"/exec-* 2>/dev/null || true; } | awk '{s += $1} END {print s + 0}' > "$D/ballista_work_bytes"
-  rm -rf "$D"/exec-*
-  if [ "$(cat "$D/ballista.rc")" = 0 ]; then cp "$S/ledger/chargeback_monthly.parquet" "$D/ballista_chargeback.parquet"; cp "$S/ledger/priced_state_hours.parquet" "$D/ballista_priced_state_hours.parquet"; fi
 
   # result.json of this size.
   python3 - "$D" "$G" "$DAYS" "$SCRAPE" "$START" "$SEED" "$LIMIT" "$EXECUTORS" "$BIN" <<'PY'
@@ -299,6 +345,16 @@ res["simulate"] = timing("simulate")
 res["store_via"] = (read("via") or "text capture").strip()
 res["capture_bytes"] = int(read("capture_bytes", "0") or 0) or None
 it = timing("ingest")
+first = json.loads(read("ingest_first.json") or "null")
+if first is not None and timing("ingest_first"):
+    # Two windows of one simulation (the last day landing after the rest): their sum.
+    a = timing("ingest_first")
+    it = {"seconds": round(a["seconds"] + it["seconds"], 2), "peak_rss_mib": max(a["peak_rss_mib"], it["peak_rss_mib"])}
+    ing = {**ing, "samples": (first.get("samples") or 0) + (ing.get("samples") or 0),
+           "bytes_read": (first.get("bytes_read") or 0) + (ing.get("bytes_read") or 0),
+           "rows_written": {k: (first.get("rows_written") or {}).get(k, 0) + (ing.get("rows_written") or {}).get(k, 0)
+                            for k in set(first.get("rows_written") or {}) | set(ing.get("rows_written") or {})},
+           "elapsed_seconds": None}
 samples = ing.get("samples")
 res["ingest"] = {**it, "samples": samples, "bytes_read": ing.get("bytes_read"), "rows_written": ing.get("rows_written"),
                  "rows_written_total": sum((ing.get("rows_written") or {}).values()),
@@ -318,6 +374,26 @@ res["inprocess"] = step("ledger")
 if "error" not in res["inprocess"]:
     res["inprocess"]["operator_peak_mib"] = operator_peak("ledger.out")[0]
 
+# Incremental, after the last day landed: against the full run, every derived table.
+if read("incremental.rc") is None:
+    res["incremental"] = {"skipped": "no day memo from before the last day (TEXT=1, DAYS=1, or a store built before this bench had the step)"}
+else:
+    res["incremental"] = step("incremental")
+    if "error" not in res["incremental"]:
+        m = re.search(r"day memo: (\d+) computed, (\d+) read back", (read("incremental.err") or "") + (read("incremental.out") or ""))
+        if m:
+            res["incremental"].update({"days_computed": int(m[1]), "days_read_back": int(m[2])})
+        sys.path.insert(0, "bench")
+        from duckdb_port import compare_table
+        tables = {f[:-8]: compare_table(con, __import__("pathlib").Path(f"{d}/incremental_tables/{f}"), __import__("pathlib").Path(f"{d}/inproc_tables/{f}"))
+                  for f in sorted(os.listdir(f"{d}/inproc_tables")) if f.endswith(".parquet")}
+        res["incremental"].update({"tables_agree": sum(1 for t in tables.values() if t.get("agree")), "tables": len(tables),
+                                   "tables_differing": sorted(k for k, t in tables.items() if not t.get("agree"))})
+        if "error" not in res["inprocess"]:
+            res["incremental"]["vs_full_time"] = round(res["incremental"]["seconds"] / res["inprocess"]["seconds"], 3)
+    first_run = step("memo_run")
+    res["incremental"]["first_run_before_last_day"] = first_run
+
 # In process, limited.
 res["limited"] = step("limited")
 res["limited"]["limit"] = limit
@@ -334,6 +410,8 @@ if "error" not in res["limited"]:
 # DuckDB.
 # Exit 1 means it ran and some derived table differs: figures kept, the disagreement reported.
 res["duckdb"] = step("duckdb") if (read("duckdb.rc") or "").strip() != "1" else (timing("duckdb") or {"error": "no /usr/bin/time figures"})
+if read("duckdb.skipped") is not None:
+    res["duckdb"] = {"skipped": read("duckdb.skipped").strip()}
 cmp = json.loads(read("duckdb/duckdb_compare.json") or "{}")
 if "error" not in res["duckdb"] and cmp:
     tables = cmp.get("tables", {})
@@ -349,11 +427,11 @@ if "error" not in res["inprocess"] and "error" not in res["duckdb"]:
     res["ledger_vs_duckdb_time"] = round(res["inprocess"]["seconds"] / duck, 2) if duck else None
 
 # Ballista.
-b = step("ballista")
+b = step("ballista") if read("ballista.skipped") is None else {"skipped": read("ballista.skipped").strip()}
 b["executors"] = int(executors)
 b["executor_concurrency"] = 1
 b["shuffle_work_bytes"] = int((read("ballista_work_bytes") or "0").strip() or 0)
-if "error" not in b:
+if "error" not in b and "skipped" not in b:
     hwm = [l.split() for l in (read("ballista_hwm") or "").splitlines() if l.strip()]
     sched = [int(v) for r, v in hwm if r == "scheduler" and v.isdigit()]
     execs = [int(v) for r, v in hwm if r == "executor" and v.isdigit()]

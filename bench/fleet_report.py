@@ -75,6 +75,17 @@ def fit(points):
     return {"a": a, "b": b, "n": len(set(xs)), "r2": r2, "kind": "least squares"}
 
 
+def incremental_cells(inc):
+    """Seconds, share of the full run, days computed of all, tables agreeing: the incremental run."""
+    if "skipped" in inc:
+        return ["–"] * 4
+    if not ok(inc):
+        return ["failed"] * 4
+    days = f"{inc.get('days_computed')}/{inc.get('days_computed', 0) + inc.get('days_read_back', 0)}" if "days_computed" in inc else "?"
+    agree = f"{inc.get('tables_agree')}/{inc.get('tables')}" if inc.get("tables") else "–"
+    return [fmt(inc.get("seconds")), fmt(inc.get("vs_full_time"), 3), days, agree]
+
+
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
@@ -103,6 +114,7 @@ def main():
     # The table.
     head = ["GPUs", "gpu_samples rows", "ingest samples/s", "ingest s", "bytes/row",
             "in-proc s", "in-proc RSS MiB", "in-proc op. peak MiB",
+            "incremental s", "incremental/full", "days computed", "incremental tables agreeing",
             "limited s", "limited RSS MiB", "limited op. peak MiB",
             "DuckDB s", "DuckDB RSS MiB", "Ballista s", "Ballista RSS MiB (sum)",
             "ledger/DuckDB time", "DuckDB tables agreeing", "max Δ GPU-h vs DuckDB", "max Δ total Ballista", "max Δ total limited"]
@@ -110,12 +122,13 @@ def main():
     p("|" + "|".join("---:" for _ in head) + "|")
     for r in results:
         st, ing, ip, li, dk, ba = r["store"], r["ingest"], r["inprocess"], r["limited"], r["duckdb"], r["ballista"]
-        e = lambda s, k: fmt(s.get(k)) if ok(s) else "failed"
+        e = lambda s, k: fmt(s.get(k)) if ok(s) else ("skipped" if "skipped" in s else "failed")
         cells = [
             str(r["gpus"]) + (" (reused)" if r.get("reused_store") else ""),
             fmt(st["gpu_sample_rows"]), fmt(ing.get("samples_per_s")), fmt(ing.get("seconds")),
             fmt(st.get("bytes_per_gpu_sample_row")),
             e(ip, "seconds"), e(ip, "peak_rss_mib"), e(ip, "operator_peak_mib"),
+            *incremental_cells(r.get("incremental") or {"skipped": "not run"}),
             e(li, "seconds"), e(li, "peak_rss_mib"),
             (fmt(li.get("operator_peak_mib")) + (f" / {fmt(li.get('limit_mib'), 0)}" if li.get("limit_mib") else "")) if ok(li) else "failed",
             e(dk, "seconds"), e(dk, "peak_rss_mib"),
@@ -131,7 +144,9 @@ def main():
     p("Bytes/row: the gpu_samples Parquet files on disk over their rows; "
       + ", ".join(f"{r['gpus']} GPUs {fmt(r['store'].get('bytes_per_metric_sample'), 3)} B per metric sample read "
                   f"({fmt(r['ingest'].get('samples'))} samples)" for r in results)
-      + ". RSS: peak resident set (/usr/bin/time, MiB); Ballista's is the sum of the scheduler's and executors' "
+      + ". Incremental: `gpuledger ledger` after the last day landed, starting from the day memo of the run "
+        "before (days computed / all; its 17 derived tables compared with the full run's); incremental/full is its "
+        "time over the in-process run's, which computes every day (--full). RSS: peak resident set (/usr/bin/time, MiB); Ballista's is the sum of the scheduler's and executors' "
         "VmHWM and the client's peak. Op. peak: the most the ledger's operators held at once, as it prints it "
         "(/ the limit). Δ: largest absolute difference per month/team(/state) cell, GPU-hours or chargeback "
         "`total`, against the in-process run without a limit.\n")
@@ -157,6 +172,11 @@ def main():
                 problems.append(f"{g} GPUs, {key}: cells in one result only, e.g. {only}")
         if r["duckdb"].get("tables_differing"):
             problems.append(f"{g} GPUs, DuckDB: derived tables differing from the ledger's: {r['duckdb']['tables_differing']} (see duckdb/duckdb_compare.json)")
+        inc = r.get("incremental") or {}
+        if inc.get("tables_differing"):
+            problems.append(f"{g} GPUs, incremental: derived tables differing from the full run's: {inc['tables_differing']}")
+        if isinstance(inc, dict) and "error" in inc:
+            problems.append(f"{g} GPUs, incremental: {inc['error']}: " + " / ".join(inc.get("stderr_tail", [])[-3:]))
         if r["ballista"].get("warning"):
             problems.append(f"{g} GPUs, Ballista: {r['ballista']['warning']}")
         if r["ingest"].get("rejected"):
@@ -212,7 +232,7 @@ def main():
       f"executor: the per-row part b × rows of the measured time (with {execs} executors at --concurrency 1) "
       f"divides evenly among executors, the fixed part a does not shrink, and each executor has the CPU it had here.")
     if f is None:
-        p("\n- no Ballista run succeeded: no estimate.")
+        p("\n- no Ballista run succeeded (or it was skipped, SKIP): no estimate.")
     elif f["b"] <= 0:
         p(f"\n- the fit has no positive slope (b = {f['b']:.3g} s per row): no estimate; measure larger sizes.")
     elif f["a"] >= DEADLINE_S:
