@@ -331,6 +331,9 @@ impl Accounting {
                     let tables = day_pass2(&ctx, &samples, *day, spacings.as_ref(), scratch).await?;
                     if let (Some(m), Some(d), Some((pass1, pass2))) = (memo.as_mut(), day, keys) {
                         m.stats.pass2_computed += 1;
+                        let why = m.why(d);
+                        tracing::debug!(target: "gpuledger_ledger::memo", day = %d, changed = %why, "day computed");
+                        m.stats.computed.push(((*d).clone(), why));
                         m.write_pass2(d, pass1, pass2, &PASS2_TABLES, &tables).await?;
                     }
                     tables

@@ -25,6 +25,7 @@
 //! run cut short leaves days that are computed again, never tables read under a wrong key.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 use std::hash::Hasher;
 use std::sync::Arc;
 
@@ -66,21 +67,26 @@ impl MemoMode {
 /// What pass 1 keeps of a day: what later days and pass 2 read from it.
 pub(crate) const PASS1_TABLES: [&str; 5] = ["day_first_starts", "day_last_xids", "day_active_bounds", "spacing_counts", "day_pods"];
 
-/// How many days a run read back and computed, per pass.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// How many days a run read back and computed, per pass, and why each computed day was.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MemoStats {
     pub pass1_read: usize,
     pub pass1_computed: usize,
     pub pass2_read: usize,
     pub pass2_computed: usize,
+    /// (day, what changed): `new` (no memo of it), `--full`, else the inputs whose digest differs.
+    pub computed: Vec<(String, String)>,
 }
 
-/// `key.json`: the digests the day's stored tables were computed under (hex; absent: none).
+/// `key.json`: the digests the day's stored tables were computed under (hex; absent: none),
+/// and each input's own digest, to say what changed when a day is computed again.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Keys {
     format: u32,
     pass1: Option<String>,
     pass2: Option<String>,
+    #[serde(default)]
+    inputs: BTreeMap<String, String>,
 }
 
 /// Bumped when what is stored or how digests are taken changes: older memos are then misses.
@@ -104,6 +110,8 @@ pub(crate) struct DayMemo {
     files: HashMap<String, u64>,
     /// Per day: what its `key.json` says.
     stored: HashMap<String, Keys>,
+    /// Per day: each input's digest as this run found it.
+    inputs: Mutex<HashMap<String, BTreeMap<&'static str, u64>>>,
     pub stats: MemoStats,
 }
 
@@ -164,7 +172,7 @@ impl DayMemo {
                 }
             }
         }
-        Ok(DayMemo { location: location.clone(), mode, base1, base2, files, stored, stats: MemoStats::default() })
+        Ok(DayMemo { location: location.clone(), mode, base1, base2, files, stored, inputs: Mutex::default(), stats: MemoStats::default() })
     }
 
     /// Whether any day may be read back (else the caller need not prepare for it).
@@ -186,10 +194,11 @@ impl DayMemo {
     pub async fn pass1_key(&self, ctx: &SessionContext, day: &str, index: &DayIndex) -> Result<u64> {
         let (start, end) = bounds(day)?;
         register_index(ctx, index)?;
-        let mut h = Xxh3::new();
-        h.write_u64(self.base1);
-        h.write_u64(self.files.get(day).copied().unwrap_or_default());
-        h.write_u64(digest(ctx, &pod_runs_sql(start, end)).await?);
+        let mut parts = vec![
+            ("configuration or SQL", self.base1),
+            ("sample files", self.files.get(day).copied().unwrap_or_default()),
+            ("runs", digest(ctx, &pod_runs_sql(start, end)).await?),
+        ];
         let d = start / MS_PER_DAY;
         // Each GPU's first observation on the next later day it was seen.
         let successors = format!(
@@ -201,8 +210,33 @@ impl DayMemo {
                ON n.later_rank = 1 AND (n.hostname IS NOT DISTINCT FROM g.hostname) AND (n.uuid IS NOT DISTINCT FROM g.uuid)
               AND (n.mig_instance IS NOT DISTINCT FROM g.mig_instance)"
         );
-        h.write_u64(digest(ctx, &successors).await?);
-        Ok(h.finish())
+        parts.push(("next observations", digest(ctx, &successors).await?));
+        Ok(self.combine(day, 0, &parts))
+    }
+
+    /// One digest of the inputs' digests (after `seed`), which are noted for [`DayMemo::why`].
+    fn combine(&self, day: &str, seed: u64, parts: &[(&'static str, u64)]) -> u64 {
+        let mut h = Xxh3::new();
+        h.write_u64(seed);
+        for (name, part) in parts {
+            h.write(name.as_bytes());
+            h.write_u64(*part);
+        }
+        if let Ok(mut inputs) = self.inputs.lock() {
+            inputs.entry(day.to_string()).or_default().extend(parts.iter().copied());
+        }
+        h.finish()
+    }
+
+    /// What changed since the memo of `day` was kept: `new`, or the inputs whose digest differs.
+    pub fn why(&self, day: &str) -> String {
+        if self.mode == MemoMode::Write {
+            return "--full".into();
+        }
+        let Some(stored) = self.stored.get(day).filter(|k| k.pass2.is_some()) else { return "new".into() };
+        let now = self.inputs.lock().map(|i| i.get(day).cloned().unwrap_or_default()).unwrap_or_default();
+        let changed: Vec<&str> = now.iter().filter(|(name, v)| stored.inputs.get(**name) != Some(&hex(**v))).map(|(name, _)| *name).collect();
+        if changed.is_empty() { "its memo could not be read".into() } else { changed.join(", ") }
     }
 
     /// The day's pass 2 tables from the memo when their digest still holds; `None`: compute
@@ -222,9 +256,7 @@ impl DayMemo {
         let (start, end) = bounds(day)?;
         let d = start / MS_PER_DAY;
         register_index(ctx, index)?;
-        let mut h = Xxh3::new();
-        h.write_u64(pass1);
-        h.write_u64(self.base2);
+        let mut parts = vec![("namespaces or nodes", self.base2)];
         let month = &day[..7.min(day.len())];
         let intervals = format!(
             "SELECT g.hostname, g.uuid, g.mig_instance, i.interval_ms
@@ -234,11 +266,11 @@ impl DayMemo {
               AND (i.mig_instance IS NOT DISTINCT FROM g.mig_instance) AND i.month = '{month}'"
         );
         let (interval_digest, rows) = digest_rows(ctx, &intervals).await?;
-        h.write_u64(interval_digest);
+        parts.push(("scrape intervals", interval_digest));
         // A span is at most one interval past its observation, and the calendar reaches a day
         // past the data: only an interval of a day or more can reach past the calendar.
         if max_f64(&rows, 3) >= MS_PER_DAY as f64 {
-            h.write(last_day.as_bytes());
+            parts.push(("last day", xxhash_rust::xxh3::xxh3_64(last_day.as_bytes())));
         }
         let last_xids = format!(
             "SELECT g.hostname, g.uuid, x.xid
@@ -248,7 +280,7 @@ impl DayMemo {
                         FROM known_day_last_xids WHERE day_number < {d}) x
                ON x.earlier_rank = 1 AND (x.hostname IS NOT DISTINCT FROM g.hostname) AND (x.uuid IS NOT DISTINCT FROM g.uuid)"
         );
-        h.write_u64(digest(ctx, &last_xids).await?);
+        parts.push(("last XID readings", digest(ctx, &last_xids).await?));
         // A piece at t in [start, end) is `startup` if t < first, `teardown` if t > last: the
         // bounds clamped to the day decide the same.
         let active = format!(
@@ -262,19 +294,19 @@ impl DayMemo {
              JOIN (SELECT r.pod_key FROM pod_runs r JOIN memo_pods p ON r.namespace = p.namespace AND r.pod = p.pod
                    UNION SELECT namespace || '/' || pod FROM memo_pods) k ON k.pod_key = b.pod_key"
         );
-        h.write_u64(digest(ctx, &active).await?);
+        parts.push(("pods' active bounds", digest(ctx, &active).await?));
         // Windows are swept per node in time order: one wholly before the day (opened and closed)
         // or wholly after it changes nothing in it. A day's margin on each side, for samples
         // stored under a neighbouring day.
         let (lo, hi) = (start - MS_PER_DAY, end + MS_PER_DAY);
-        for table in ["node_unavailable", "stranding_windows"] {
+        for (table, name) in [("node_unavailable", "cordon windows"), ("stranding_windows", "stranding windows")] {
             let windows = format!(
                 "SELECT node, from_ms, to_ms FROM {table}
                  WHERE NOT (from_ms IS NOT NULL AND to_ms IS NOT NULL AND from_ms <= to_ms AND (to_ms < {lo} OR from_ms >= {hi}))"
             );
-            h.write_u64(digest(ctx, &windows).await?);
+            parts.push((name, digest(ctx, &windows).await?));
         }
-        Ok(h.finish())
+        Ok(self.combine(day, pass1, &parts))
     }
 
     /// Keeps the day's pass 1 tables (the day's `key.json` is emptied first).
@@ -282,7 +314,7 @@ impl DayMemo {
         if !self.mode.writes() {
             return Ok(());
         }
-        self.write_keys(day, &Keys { format: FORMAT, pass1: None, pass2: None }).await?;
+        self.write_keys(day, &Keys { format: FORMAT, ..Keys::default() }).await?;
         self.write_tables(day, &PASS1_TABLES, tables).await
     }
 
@@ -291,9 +323,11 @@ impl DayMemo {
         if !self.mode.writes() {
             return Ok(());
         }
-        self.write_keys(day, &Keys { format: FORMAT, pass1: None, pass2: None }).await?;
+        self.write_keys(day, &Keys { format: FORMAT, ..Keys::default() }).await?;
         self.write_tables(day, names, tables).await?;
-        self.write_keys(day, &Keys { format: FORMAT, pass1: Some(hex(pass1)), pass2: Some(hex(pass2)) }).await
+        let inputs = self.inputs.lock().map(|i| i.get(day).cloned().unwrap_or_default()).unwrap_or_default();
+        let inputs = inputs.into_iter().map(|(name, v)| (name.to_string(), hex(v))).collect();
+        self.write_keys(day, &Keys { format: FORMAT, pass1: Some(hex(pass1)), pass2: Some(hex(pass2)), inputs }).await
     }
 
     /// Removes the memo of days the store no longer has samples of (retention removed them).

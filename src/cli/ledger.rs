@@ -115,7 +115,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 pub async fn write_derived(accounting: &Accounting, store: &StoreLocation, started: Instant) -> anyhow::Result<()> {
     let written = gpuledger_ledger::run::write_derived(accounting, store).await?;
     eprintln!("ledger: {} days of samples accounted in {:.1} s; tables written to {}:", accounting.days.len(), started.elapsed().as_secs_f64(), store.join("ledger/"));
-    if let Some(m) = accounting.memo {
+    if let Some(m) = &accounting.memo {
         eprintln!(
             "  day memo: {} computed, {} read back (first pass: {} computed, {} read back) in {}",
             m.pass2_computed,
@@ -124,11 +124,32 @@ pub async fn write_derived(accounting: &Accounting, store: &StoreLocation, start
             m.pass1_read,
             store.join(gpuledger_ledger::memo::MEMO_DIR)
         );
+        print_computed_days(&m.computed);
     }
     for t in written {
         eprintln!("  {:<24} {:>9} rows {:>10.1} KiB", t.name, t.rows, t.bytes as f64 / 1024.0);
     }
     Ok(())
+}
+
+/// Which days a run computed and why (what changed since the day memo kept them); a long list
+/// (a first run, a changed configuration) as counts per reason.
+fn print_computed_days(computed: &[(String, String)]) {
+    const LISTED: usize = 8;
+    if computed.is_empty() {
+        return;
+    }
+    if computed.len() <= LISTED {
+        let days: Vec<String> = computed.iter().map(|(day, why)| format!("{day} ({why})")).collect();
+        eprintln!("  computed: {}", days.join(", "));
+        return;
+    }
+    let mut by_reason: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for (_, why) in computed {
+        *by_reason.entry(why.as_str()).or_default() += 1;
+    }
+    let reasons: Vec<String> = by_reason.iter().map(|(why, n)| format!("{n} x {why}")).collect();
+    eprintln!("  computed: {}", reasons.join("; "));
 }
 
 /// A store an older gpuledger wrote (raw tables without Delta logs) is converted on a writer's

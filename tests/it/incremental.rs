@@ -146,15 +146,29 @@ fn walk(dir: &Path) -> Vec<(PathBuf, PathBuf)> {
 
 /// What one `gpuledger ledger` run said about its days: (computed, read back), second pass.
 fn ledger(store: &Path, config: &Path, extra: &[&str]) -> (usize, usize) {
+    let (computed, read, _) = ledger_why(store, config, extra);
+    (computed, read)
+}
+
+/// [`ledger`], with the line naming the days computed and why (empty when none was).
+fn ledger_why(store: &Path, config: &Path, extra: &[&str]) -> (usize, usize, String) {
     let mut args = vec!["ledger", "--store", store.to_str().unwrap(), "--config", config.to_str().unwrap(), "--progress", "off"];
     args.extend(extra);
     let out = run(&args, 0);
     let text = String::from_utf8_lossy(&out.stderr).into_owned();
     let line = text.lines().find(|l| l.contains("day memo:")).unwrap_or_else(|| panic!("no day memo line in {text}"));
+    let why = text.lines().find(|l| l.trim_start().starts_with("computed:")).unwrap_or_default().to_string();
     // "  day memo: 3 computed, 1 read back (first pass: 2 computed, 2 read back) in ..."
-    eprintln!("ledger {extra:?}:{line}");
+    eprintln!("ledger {extra:?}:{line}\n{why}");
     let numbers: Vec<usize> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
-    (numbers[0], numbers[1])
+    (numbers[0], numbers[1], why)
+}
+
+/// The reason `why` (a `computed:` line) gives for `day`.
+fn reason<'a>(why: &'a str, day: &str) -> &'a str {
+    let at = why.find(&format!("{day} (")).unwrap_or_else(|| panic!("{day} not computed: {why}"));
+    let rest = &why[at + day.len() + 2..];
+    &rest[..rest.find(')').unwrap()]
 }
 
 /// Every derived table, its rows sorted by their values (numbers to 6 significant digits, so
@@ -236,24 +250,30 @@ fn a_day_later_only_what_changed_is_computed_and_the_ledger_is_that_of_a_full_ru
     // The next day and the objects' later versions: the new day and the day before it (its last
     // observations now have successors) computed; what else depends on which runs settled.
     ingest(&[&second], &store);
-    let (computed, read) = ledger(&store, &config, &[]);
+    let (computed, read, why) = ledger_why(&store, &config, &[]);
     assert_eq!(computed + read, 4);
     assert!(computed >= 2, "the new day and the one before it are computed ({computed})");
+    assert_eq!(reason(&why, "2026-11-01"), "new");
+    assert!(reason(&why, "2026-10-31").contains("next observations"), "{why}");
     assert_like_full(&store, tmp.path(), "next-day");
 
     // A late file into the second day: that day and the one after it (whose first observations
     // may start in its last second) are computed again; the last day is read back.
     ingest(&[&late], &store);
-    let (computed, read) = ledger(&store, &config, &[]);
+    let (computed, read, why) = ledger_why(&store, &config, &[]);
     assert_eq!(computed + read, 4);
+    for day in ["2026-10-30", "2026-10-31"] {
+        assert!(reason(&why, day).contains("sample files"), "{why}");
+    }
     assert!(computed >= 2 && read >= 1, "late file: {computed} computed, {read} read back");
     assert_like_full(&store, tmp.path(), "late-file");
 
     // The last version of a pod that failed days ago comes late (a watch that missed it): the
     // days it ran are restated (its time there is `failed` now), though no sample changed.
     ingest(&[&late_pod], &store);
-    let (computed, read) = ledger(&store, &config, &[]);
+    let (computed, read, why) = ledger_why(&store, &config, &[]);
     assert_eq!(computed + read, 4);
+    assert!(why.contains("(runs)"), "the pod's days were computed because its run changed: {why}");
     assert!(computed >= 1 && read >= 1, "late pod: {computed} computed, {read} read back");
     assert_like_full(&store, tmp.path(), "late-pod");
 
