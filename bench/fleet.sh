@@ -421,7 +421,7 @@ if "error" not in res["duckdb"] and cmp:
     diff, cells, only = max_diff(f"SELECT month, team, state, sum(gpu_hours) FROM '{d}/inproc_priced_state_hours.parquet' GROUP BY ALL",
                                  f"SELECT month, team, state, sum(gpu_hours) FROM '{d}/duckdb/priced_state_hours.parquet' GROUP BY ALL")
     res["duckdb"].update({"cells": cells, "max_gpu_hour_difference": diff, "cells_in_one_only": only})
-if "error" not in res["inprocess"] and "error" not in res["duckdb"]:
+if "error" not in res["inprocess"] and "error" not in res["duckdb"] and "skipped" not in res["duckdb"]:
     # DuckDB's own run (inputs, steps, writes), not the comparison the script does after it.
     duck = res["duckdb"].get("run_seconds") or res["duckdb"]["seconds"]
     res["ledger_vs_duckdb_time"] = round(res["inprocess"]["seconds"] / duck, 2) if duck else None
