@@ -310,7 +310,7 @@ pub const RUN_SEGMENTS: DerivedTable = DerivedTable {
         col("lost_gpu_hours", Float64, false, "GPU-hours in state failed or preempted"),
         col("lost_cost", Float64, false, "Cost of those hours"),
         col("xid_error", Int64, true, "Largest XID error DCGM reported on the segment's GPUs; null when none"),
-        col("nodes", LargeUtf8, true, "Nodes the segment's GPUs were on, comma-separated; null without GPU time"),
+        col("nodes", Utf8, true, "Nodes the segment's GPUs were on, comma-separated; null without GPU time"),
     ],
 };
 
@@ -331,7 +331,7 @@ pub const RUN_FAILURES: DerivedTable = DerivedTable {
         col("xid_error", Int64, true, "Largest XID error DCGM reported on the segment's GPUs; null when none"),
         col("gpu_hours", Float64, false, "Lost GPU-hours (failed and preempted time)"),
         col("cost", Float64, false, "Cost of those hours"),
-        col("nodes", LargeUtf8, true, "Nodes the segment's GPUs were on, comma-separated"),
+        col("nodes", Utf8, true, "Nodes the segment's GPUs were on, comma-separated"),
         col("event_reasons", LargeUtf8, true, "Reasons of Warning events about its pods or Workload while it ran, comma-separated"),
         col("paid_by", Utf8, true, "Who pays for the lost time: platform (hardware fault) or team"),
     ],
