@@ -8,6 +8,8 @@
 //! pass over the days, last day first, gathers what the month's scrape intervals and the
 //! observations after a day's last need (each GPU's first observation per day, spacing
 //! counts); the second computes the spans. The object steps run once before, the monthly steps once after.
+//! A day whose inputs did not change since an earlier run is read back from the store's day memo
+//! (`crate::memo`) instead, in either pass.
 
 use std::collections::BTreeMap;
 use gpuledger_store::StoreLocation;
@@ -862,6 +864,12 @@ mod tests {
             .filter(|n| n.ends_with(".sql"))
             .count();
         assert_eq!(on_disk, names.len(), "a queries/*.sql file is not run by the ledger");
+    }
+
+    #[test]
+    fn the_second_pass_yields_the_per_day_tables_then_the_rollups_then_the_xid_errors() {
+        let want: Vec<&str> = PER_DAY_TABLES.iter().chain(ROLLUP_TABLES).chain(&["xid_errors"]).copied().collect();
+        assert_eq!(PASS2_TABLES.to_vec(), want);
     }
 
     #[test]

@@ -25,9 +25,8 @@
 //! run cut short leaves days that are computed again, never tables read under a wrong key.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
 use std::hash::Hasher;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
