@@ -385,7 +385,8 @@ else:
             res["incremental"].update({"days_computed": int(m[1]), "days_read_back": int(m[2])})
         sys.path.insert(0, "bench")
         from duckdb_port import compare_table
-        tables = {f[:-8]: compare_table(con, __import__("pathlib").Path(f"{d}/incremental_tables/{f}"), __import__("pathlib").Path(f"{d}/inproc_tables/{f}"))
+        from pathlib import Path
+        tables = {f[:-8]: compare_table(con, Path(f"{d}/incremental_tables/{f}"), Path(f"{d}/inproc_tables/{f}"))
                   for f in sorted(os.listdir(f"{d}/inproc_tables")) if f.endswith(".parquet")}
         res["incremental"].update({"tables_agree": sum(1 for t in tables.values() if t.get("agree")), "tables": len(tables),
                                    "tables_differing": sorted(k for k, t in tables.items() if not t.get("agree"))})

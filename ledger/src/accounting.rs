@@ -540,7 +540,7 @@ fn narrow_samples(ctx: &SessionContext, samples: &Arc<dyn TableProvider>, day: O
 /// How far before midnight a day's pass reads: the 1000 ms that make one observation.
 const LOOKBEHIND_MS: i64 = 1000;
 
-const MS_PER_DAY: i64 = 86_400_000;
+pub(crate) const MS_PER_DAY: i64 = 86_400_000;
 
 /// Milliseconds since the epoch at the start of a `YYYY-MM-DD` day (UTC).
 pub(crate) fn day_start_ms(day: &str) -> Option<i64> {

@@ -36,6 +36,7 @@ use gpuledger_store::StoreLocation;
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
+use crate::accounting::MS_PER_DAY;
 use crate::error::{Error, Result};
 
 /// Whether a run reads and writes the day memo.
@@ -90,8 +91,6 @@ struct Keys {
 
 /// Bumped when what is stored or how digests are taken changes: older memos are then misses.
 const FORMAT: u32 = 1;
-
-const MS_PER_DAY: i64 = 86_400_000;
 
 /// One table as a run holds it.
 pub(crate) type Table = (SchemaRef, Vec<RecordBatch>);

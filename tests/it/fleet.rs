@@ -11,15 +11,11 @@ use std::process::{Child, Command, Output, Stdio};
 use serde_json::Value;
 
 use super::replay::{free_port, wait_for};
-use super::util::{assert_same_rows, bin};
+use super::util::{assert_same_rows, bin, example_config};
 
 /// Any secret works with moto; this one is looked for in every output, where it must not be.
 const SECRET: &str = "fleet-test-s3cret-never-print";
 const BUCKET: &str = "gpuledger-fleet";
-
-fn example_config() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gpuledger.toml")
-}
 
 /// A `moto` S3 server on a free loopback port, with one bucket; killed on drop.
 struct Moto {

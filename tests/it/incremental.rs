@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::util::{assert_same_rows, ingest, run};
+use crate::util::{assert_same_rows, example_config, ingest, run, walk};
 
 /// The simulated capture's first day.
 const START: &str = "2026-10-29T00:00:00Z";
@@ -83,18 +83,17 @@ fn cut_capture(capture: &Path, root: &Path) -> (PathBuf, PathBuf, PathBuf, PathB
     eprintln!("incremental test: the end of {held_key} comes late");
     std::fs::create_dir_all(late_pod.join("kubernetes")).unwrap();
     std::fs::write(late_pod.join("kubernetes/pods.watch.jsonl"), held_back.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
-    for (dir, node) in walk(&capture.join("dcgm")) {
-        let rel = dir.strip_prefix(capture).unwrap().to_path_buf();
-        let stem = node.file_stem().unwrap().to_string_lossy().into_owned();
+    for path in walk(&capture.join("dcgm")) {
+        let name = path.strip_prefix(capture).unwrap().to_path_buf();
+        let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
         // Per-day files are named by day, per-scrape files by their time in milliseconds.
         let before = match stem.parse::<i64>() {
             Ok(ms) => ms < cut,
             Err(_) => stem.as_str() < &CUT[..10],
         };
-        let name = rel.join(node.file_name().unwrap());
         let to = if name == Path::new(LATE) { &late } else if before { &first } else { &second };
-        std::fs::create_dir_all(to.join(&rel)).unwrap();
-        std::fs::copy(dir.join(node.file_name().unwrap()), to.join(&name)).unwrap();
+        std::fs::create_dir_all(to.join(name.parent().unwrap())).unwrap();
+        std::fs::copy(&path, to.join(&name)).unwrap();
     }
     assert!(late.join(LATE).exists(), "the capture has no {LATE}");
     let k8s = capture.join("kubernetes");
@@ -128,20 +127,6 @@ fn cut_capture(capture: &Path, root: &Path) -> (PathBuf, PathBuf, PathBuf, PathB
         }
     }
     (first, second, late, late_pod)
-}
-
-/// (directory, file) for every file under `dir`.
-fn walk(dir: &Path) -> Vec<(PathBuf, PathBuf)> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            out.extend(walk(&path));
-        } else {
-            out.push((dir.to_path_buf(), PathBuf::from(path.file_name().unwrap())));
-        }
-    }
-    out
 }
 
 /// What one `gpuledger ledger` run said about its days: (computed, read back), second pass.
@@ -214,16 +199,13 @@ fn assert_like_full(store: &Path, tmp: &Path, step: &str) {
 }
 
 fn copy_dir(from: &Path, to: &Path) {
-    for (dir, file) in walk(from) {
-        let rel = dir.strip_prefix(from).unwrap();
-        std::fs::create_dir_all(to.join(rel)).unwrap();
-        std::fs::copy(dir.join(&file), to.join(rel).join(&file)).unwrap();
+    for path in walk(from) {
+        let rel = path.strip_prefix(from).unwrap();
+        std::fs::create_dir_all(to.join(rel).parent().unwrap()).unwrap();
+        std::fs::copy(&path, to.join(rel)).unwrap();
     }
 }
 
-fn example_config() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gpuledger.toml")
-}
 
 #[test]
 fn a_day_later_only_what_changed_is_computed_and_the_ledger_is_that_of_a_full_run() {

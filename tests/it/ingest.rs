@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tempfile::TempDir;
 
-use crate::util::{bin, count, ingest, query, run, written};
+use crate::util::{bin, count, ingest, query, run, walk, written};
 
 fn write(dir: &Path, rel: &str, text: &str) -> std::path::PathBuf {
     let p = dir.join(rel);
@@ -178,20 +178,6 @@ fn killed_ingest_then_rerun_equals_one_clean_run() {
         let leftovers: Vec<_> = walk(&store).into_iter().filter(|p| p.to_string_lossy().ends_with(".tmp")).collect();
         assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
     }
-}
-
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            if e.path().is_dir() {
-                out.extend(walk(&e.path()));
-            } else {
-                out.push(e.path());
-            }
-        }
-    }
-    out
 }
 
 #[test]

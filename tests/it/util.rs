@@ -31,6 +31,26 @@ pub fn fixture(rel: &str) -> PathBuf {
     p
 }
 
+/// `examples/gpuledger.toml`: the documented configuration, as the tests' prices and overheads.
+pub fn example_config() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gpuledger.toml")
+}
+
+/// Every file under `dir`, at any depth (none if it does not exist).
+pub fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.path().is_dir() {
+                out.extend(walk(&e.path()));
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
 /// Runs the binary; panics with its output unless it exits with `code`.
 pub fn run(args: &[&str], code: i32) -> Output {
     let out = bin().args(args).output().expect("binary runs");
