@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use datafusion::error::Result as DfResult;
+use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation, TrackConsumersPool};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -120,6 +120,12 @@ pub fn session_config(memory_limit: Option<usize>) -> SessionConfig {
     let e = &mut c.options_mut().execution;
     if let Some(limit) = memory_limit {
         e.sort_spill_reservation_bytes = (limit / 64).clamp(256 << 10, e.sort_spill_reservation_bytes);
+        // A hash join holds its whole build side, and cannot spill it. DataFusion builds on the
+        // left input unless statistics say the right is smaller, and past a non-equi join they
+        // say nothing: `pieces LEFT JOIN pod_runs` built a day's pieces, about 300 MB per
+        // partition at 256 GPUs, three times over in gpu_state_hours. Sort-merge joins sort both
+        // sides, and sorts spill.
+        c.options_mut().optimizer.prefer_hash_join = false;
     }
     c
 }
@@ -130,6 +136,8 @@ pub fn session_config(memory_limit: Option<usize>) -> SessionConfig {
 struct PeakPool {
     inner: Arc<dyn MemoryPool>,
     peak: AtomicUsize,
+    /// The most the pool may hold while an operator that can spill asks for more.
+    spill_above: usize,
 }
 
 impl PeakPool {
@@ -142,7 +150,12 @@ impl PeakPool {
             Some(l) => Arc::new(TrackConsumersPool::new(GreedyMemoryPool::new(l), NonZeroUsize::new(5).unwrap_or(NonZeroUsize::MIN))),
             None => Arc::new(datafusion::execution::memory_pool::UnboundedMemoryPool::default()),
         };
-        PeakPool { inner, peak: AtomicUsize::new(0) }
+        // Operators that can spill (sorts, repartitions) take memory until a request fails, and
+        // first come, first served, one sort took 1.3 GB of a 2 GiB pool and left a merge, which
+        // cannot spill, short of 6 MB. They get at most half of the pool: the other half is for
+        // what cannot spill (merges, hash tables, kept tables).
+        let spill_above = limit.map(|l| l / 2).unwrap_or(usize::MAX);
+        PeakPool { inner, peak: AtomicUsize::new(0), spill_above }
     }
 
     fn note(&self) {
@@ -174,6 +187,13 @@ impl MemoryPool for PeakPool {
         self.inner.shrink(reservation, shrink)
     }
     fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> DfResult<()> {
+        // One that holds nothing yet has nothing to spill (a sort then fails): it gets its first batch.
+        if reservation.consumer().can_spill() && reservation.size() > 0 && self.inner.reserved().saturating_add(additional) > self.spill_above {
+            return Err(DataFusionError::ResourcesExhausted(format!(
+                "{} may not grow by {additional} bytes: operators that can spill get half of the memory limit",
+                reservation.consumer().name()
+            )));
+        }
         self.inner.try_grow(reservation, additional)?;
         self.note();
         Ok(())
@@ -193,7 +213,7 @@ mod tests {
     #[test]
     fn the_pool_remembers_its_peak_and_refuses_past_the_limit() {
         let pool: Arc<dyn MemoryPool> = Arc::new(PeakPool::new(Some(1000)));
-        let a = MemoryConsumer::new("a").with_can_spill(true).register(&pool);
+        let a = MemoryConsumer::new("a").register(&pool);
         a.try_grow(600).unwrap();
         a.shrink(500);
         a.try_grow(300).unwrap();
@@ -201,5 +221,23 @@ mod tests {
         let peak = pool.downcast_ref::<PeakPool>().unwrap().peak.load(Ordering::Relaxed);
         assert_eq!(peak, 600);
         assert_eq!(pool.reserved(), 400);
+    }
+
+    #[test]
+    fn operators_that_can_spill_leave_half_of_the_pool_to_those_that_cannot() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(PeakPool::new(Some(1000)));
+        let sort = MemoryConsumer::new("sort").with_can_spill(true).register(&pool);
+        let merge = MemoryConsumer::new("merge").register(&pool);
+        sort.try_grow(450).unwrap();
+        assert!(sort.try_grow(100).is_err(), "past half of the pool, a sort spills");
+        merge.try_grow(500).unwrap();
+        assert!(sort.try_grow(10).is_err());
+        let other = MemoryConsumer::new("other sort").with_can_spill(true).register(&pool);
+        other.try_grow(30).unwrap_or_else(|e| panic!("a first batch is let through: {e}"));
+        assert!(merge.try_grow(30).is_err(), "past the limit");
+        merge.shrink(500);
+        sort.try_grow(15).unwrap();
+        let unlimited: Arc<dyn MemoryPool> = Arc::new(PeakPool::new(None));
+        MemoryConsumer::new("sort").with_can_spill(true).register(&unlimited).try_grow(1 << 40).unwrap();
     }
 }
