@@ -551,7 +551,7 @@ class Plan:
         self.steps.append((step, sql))
 
     def exec_file(self, ledger: LedgerPlan, name: str):
-        """accounting.rs exec_file: each statement (a view), a reused view kept as a table."""
+        """accounting.rs exec_file: each statement (a view); one kept_on_creation names, kept as a table."""
         for statement in split_statements((QUERIES / name).read_text()):
             view = created_view(statement)
             if view and self.kinds.get(view) == "table":
@@ -559,7 +559,7 @@ class Plan:
             self.add(name, translate(statement))
             if view:
                 self.kinds[view] = "view"
-                if view in ledger.reused_views:
+                if view in ledger.object_tables + ledger.capacity_tables + ledger.reused_views + ledger.reported_tables:
                     self.materialise(name, view)
 
     def materialise(self, step: str, name: str, source: str | None = None):
@@ -592,11 +592,7 @@ def build_plan(ledger: LedgerPlan, con, store: Path, config: Path) -> tuple[Plan
     # object_steps
     p.exec_file(ledger, "10_objects.sql")
     p.exec_file(ledger, "20_runs.sql")
-    for t in ledger.object_tables:
-        p.materialise("20_runs.sql", t)
     p.exec_file(ledger, "25_capacity.sql")
-    for t in ledger.capacity_tables:
-        p.materialise("25_capacity.sql", t)
     for s in calendar_sql(days):
         p.add("calendar", s)
     # sample_and_monthly_steps
@@ -615,8 +611,6 @@ def build_plan(ledger: LedgerPlan, con, store: Path, config: Path) -> tuple[Plan
     # monthly_steps
     for f in ledger.monthly_files:
         p.exec_file(ledger, f)
-    for t in ledger.reported_tables:
-        p.materialise("monthly", t)
     p.exec_file(ledger, "90_reports.sql")
     done = {f for f, _ in p.steps}
     skipped = [f for f in ledger.query_files if f not in done]

@@ -23,6 +23,7 @@ pub mod config;
 pub mod decode;
 pub mod derived;
 pub mod engine;
+mod kept;
 pub mod memo;
 pub mod monthly;
 pub mod error;

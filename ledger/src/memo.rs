@@ -402,8 +402,8 @@ fn pod_runs_sql(start: i64, end: i64) -> String {
 
 /// The day's GPUs and pods as `memo_gpus` and `memo_pods`.
 fn register_index(ctx: &SessionContext, index: &DayIndex) -> Result<()> {
-    crate::accounting::replace_table(ctx, "memo_gpus", crate::accounting::mem_table(index.gpus.0.clone(), index.gpus.1.clone())?)?;
-    crate::accounting::replace_table(ctx, "memo_pods", crate::accounting::mem_table(index.pods.0.clone(), index.pods.1.clone())?)
+    crate::accounting::replace_table(ctx, "memo_gpus", crate::kept::table(ctx, "memo_gpus", index.gpus.0.clone(), index.gpus.1.clone())?)?;
+    crate::accounting::replace_table(ctx, "memo_pods", crate::kept::table(ctx, "memo_pods", index.pods.0.clone(), index.pods.1.clone())?)
 }
 
 /// [start, end) of a `YYYY-MM-DD` day in ms since the epoch.
