@@ -512,7 +512,8 @@ async fn day_pass2(ctx: &SessionContext, samples: &Arc<dyn TableProvider>, day: 
         out.push(collect(ctx, &format!("SELECT * FROM {table}{own}")).await?);
     }
     out.push(xids);
-    let_go(ctx, &DAY_FILES, &[])?;
+    // The monthly steps read the scrape intervals (over every day's spacing counts).
+    let_go(ctx, &DAY_FILES, &["spacing_counts", "scrape_intervals"])?;
     Ok(out)
 }
 
