@@ -500,7 +500,7 @@ async fn day_pass2(ctx: &SessionContext, samples: &Arc<dyn TableProvider>, day: 
     let xids = collect(ctx, &format!("SELECT * FROM xid_errors{}", day_filter(day))).await?;
     // The states read the kept spans and the samples (for the hourly rollups), no longer what
     // the spans were made from: let the day's pod samples go before the states' joins need room.
-    let_go(ctx, &["30_observations.sql", "31_intervals.sql", "32_spans.sql"], &["replica_samples", "counted_samples", "sample_spans"])?;
+    let_go(ctx, &["30_observations.sql", "31_intervals.sql", "32_spans.sql"], &["replica_samples", "counted_samples", "sample_spans", "spacing_counts", "scrape_intervals"])?;
     exec_file(ctx, "40_states.sql", scratch).await?;
     let mut out = Vec::with_capacity(PASS2_TABLES.len());
     for table in PER_DAY_TABLES {
