@@ -150,10 +150,10 @@ impl PeakPool {
             Some(l) => Arc::new(TrackConsumersPool::new(GreedyMemoryPool::new(l), NonZeroUsize::new(5).unwrap_or(NonZeroUsize::MIN))),
             None => Arc::new(datafusion::execution::memory_pool::UnboundedMemoryPool::default()),
         };
-        // Operators that can spill (sorts, repartitions) take memory until a request fails, and
-        // first come, first served, one sort took 1.3 GB of a 2 GiB pool and left a merge, which
-        // cannot spill, short of 6 MB. They get at most half of the pool: the other half is for
-        // what cannot spill (merges, hash tables, kept tables).
+        // A sort takes memory until a request fails, and first come, first served, one sort took
+        // 1.3 GB of a 2 GiB pool and left a merge, which cannot spill, short of 6 MB. Sorts spill
+        // once the pool is half full: the other half is for what cannot spill (merges, hash
+        // tables, kept tables).
         let spill_above = limit.map(|l| l / 2).unwrap_or(usize::MAX);
         PeakPool { inner, peak: AtomicUsize::new(0), spill_above }
     }
@@ -196,10 +196,14 @@ impl MemoryPool for PeakPool {
             self.note();
             return Ok(());
         }
-        // One that holds nothing yet has nothing to spill (a sort then fails): it gets its first batch.
-        if reservation.consumer().can_spill() && reservation.size() > 0 && self.inner.reserved().saturating_add(additional) > self.spill_above {
+        // Sorts only: an aggregation refused memory may fail rather than spill (a final one did,
+        // at 96 MiB). A sort that holds nothing yet has nothing to spill: it gets its first batch.
+        if reservation.consumer().name().starts_with("ExternalSorter[")
+            && reservation.size() > 0
+            && self.inner.reserved().saturating_add(additional) > self.spill_above
+        {
             return Err(DataFusionError::ResourcesExhausted(format!(
-                "{} may not grow by {additional} bytes: operators that can spill get half of the memory limit",
+                "{} may not grow by {additional} bytes: sorts get half of the memory limit",
                 reservation.consumer().name()
             )));
         }
@@ -233,23 +237,25 @@ mod tests {
     }
 
     #[test]
-    fn operators_that_can_spill_leave_half_of_the_pool_to_those_that_cannot() {
+    fn sorts_leave_half_of_the_pool_to_operators_that_cannot_spill() {
         let pool: Arc<dyn MemoryPool> = Arc::new(PeakPool::new(Some(1000)));
-        let sort = MemoryConsumer::new("sort").with_can_spill(true).register(&pool);
+        let sort = MemoryConsumer::new("ExternalSorter[0]").with_can_spill(true).register(&pool);
         let merge = MemoryConsumer::new("merge").register(&pool);
         sort.try_grow(450).unwrap();
         assert!(sort.try_grow(100).is_err(), "past half of the pool, a sort spills");
         merge.try_grow(500).unwrap();
         assert!(sort.try_grow(10).is_err());
-        let other = MemoryConsumer::new("other sort").with_can_spill(true).register(&pool);
+        let other = MemoryConsumer::new("ExternalSorter[1]").with_can_spill(true).register(&pool);
         other.try_grow(30).unwrap_or_else(|e| panic!("a first batch is let through: {e}"));
         assert!(merge.try_grow(30).is_err(), "past the limit");
         merge.shrink(500);
         sort.try_grow(15).unwrap();
+        let aggregate = MemoryConsumer::new("GroupedHashAggregateStream[0]").with_can_spill(true).register(&pool);
+        aggregate.try_grow(100).unwrap_or_else(|e| panic!("only sorts are held to half: {e}"));
         let repartition = MemoryConsumer::new("RepartitionExec[0]").with_can_spill(true).register(&pool);
         repartition.try_grow(600).unwrap_or_else(|e| panic!("a repartition is never refused: {e}"));
         assert!(pool.reserved() > 1000, "and it is counted");
         let unlimited: Arc<dyn MemoryPool> = Arc::new(PeakPool::new(None));
-        MemoryConsumer::new("sort").with_can_spill(true).register(&unlimited).try_grow(1 << 40).unwrap();
+        MemoryConsumer::new("ExternalSorter[0]").with_can_spill(true).register(&unlimited).try_grow(1 << 40).unwrap();
     }
 }
