@@ -525,8 +525,8 @@ const DAY_FILES: [&str; 5] = ["30_observations.sql", "31_intervals.sql", "32_spa
 /// next day's replaced them, held its kept pod samples and spans (about 215 MB each at 256
 /// GPUs) while the next day computed its own.
 fn let_go(ctx: &SessionContext, files: &[&str], keep: &[&str]) -> Result<()> {
-    for (_, sql) in QUERY_FILES.iter().filter(|(name, _)| files.contains(name)) {
-        for view in split_statements(sql).iter().filter_map(|s| created_view(s)) {
+    for file in files {
+        for view in split_statements(query_file(file)?).iter().filter_map(|s| created_view(s)) {
             if !keep.contains(&view.as_str()) {
                 ctx.deregister_table(view.as_str()).map_err(|source| Error::Query { sql: format!("drop {view}"), source })?;
             }
@@ -713,12 +713,7 @@ pub async fn create_report_views(ctx: &SessionContext) -> Result<()> {
 /// Runs every statement of one query file (they create views).
 async fn exec_file(ctx: &SessionContext, file: &str, scratch: Option<&Scratch>) -> Result<()> {
     let _timer = Timer::start(file);
-    let sql = QUERY_FILES
-        .iter()
-        .find(|(name, _)| *name == file)
-        .map(|(_, sql)| *sql)
-        .ok_or_else(|| Error::Store { path: file.into(), reason: "no such query file".into() })?;
-    for statement in split_statements(sql) {
+    for statement in split_statements(query_file(file)?) {
         // A view of the same name may exist as a table from an earlier day: drop it first.
         if let Some(view) = created_view(&statement) {
             ctx.deregister_table(view.as_str()).map_err(|source| Error::Query { sql: format!("{file}: drop {view}"), source })?;
@@ -739,12 +734,19 @@ fn kept_on_creation(name: &str) -> bool {
     [OBJECT_TABLES, CAPACITY_TABLES, REUSED_VIEWS, &REPORTED_TABLES].iter().any(|list| list.contains(&name))
 }
 
+/// The text of the query file `file`.
+fn query_file(file: &str) -> Result<&'static str> {
+    QUERY_FILES
+        .iter()
+        .find(|(name, _)| *name == file)
+        .map(|(_, sql)| *sql)
+        .ok_or_else(|| Error::Store { path: file.into(), reason: "no such query file".into() })
+}
+
 /// Runs the one statement of `file` that creates `view` (a view over tables already there).
 async fn exec_view(ctx: &SessionContext, file: &str, view: &str) -> Result<()> {
-    let statement = QUERY_FILES
-        .iter()
-        .filter(|(name, _)| *name == file)
-        .flat_map(|(_, sql)| split_statements(sql))
+    let statement = split_statements(query_file(file)?)
+        .into_iter()
         .find(|s| created_view(s).as_deref() == Some(view))
         .ok_or_else(|| Error::internal(format!("{file} creates no view {view}")))?;
     ctx.deregister_table(view).map_err(|source| Error::Query { sql: format!("{file}: drop {view}"), source })?;
@@ -789,7 +791,7 @@ pub(crate) async fn collect(ctx: &SessionContext, sql: &str) -> Result<(SchemaRe
     let err = |source| Error::Query { sql: first_line(sql), source };
     let df = ctx.sql(sql).await.map_err(err)?;
     let planned: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-    let batches = crate::kept::compact(df.collect().await.map_err(err)?)?;
+    let batches = df.collect().await.map_err(err)?;
     // Execution may settle nullability differently from planning: the batches have the last word.
     let schema = batches.first().map(|b| b.schema()).unwrap_or(planned);
     Ok((schema, batches))

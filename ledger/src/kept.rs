@@ -7,7 +7,6 @@
 //! its size for as long as it is registered; operators that need memory beyond what is left
 //! spill, and a run whose kept tables alone do not fit fails naming them.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use arrow::array::{RecordBatch, UInt32Array};
@@ -18,7 +17,7 @@ use datafusion::common::{Constraints, Statistics};
 use datafusion::datasource::{MemTable, TableType};
 use datafusion::error::Result as DfResult;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
-use datafusion::logical_expr::{Expr, LogicalPlan, TableProviderFilterPushDown};
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 
@@ -31,8 +30,10 @@ pub(crate) struct KeptTable {
     _reservation: MemoryReservation,
 }
 
-/// `batches` as a table of `ctx`, counted in its memory pool under `kept table <name>`.
+/// `batches` as a table of `ctx`, copied compact and counted in its memory pool under
+/// `kept table <name>`.
 pub(crate) fn table(ctx: &SessionContext, name: &str, schema: SchemaRef, batches: Vec<RecordBatch>) -> Result<Arc<dyn TableProvider>> {
+    let batches = compact(batches)?;
     let bytes: usize = batches.iter().map(RecordBatch::get_array_memory_size).sum();
     let rows = MemTable::try_new(schema, vec![batches]).map_err(|source| Error::Query { sql: format!("keep {name} in memory"), source })?;
     let reservation = MemoryConsumer::new(format!("kept table {name}")).register(&ctx.runtime_env().memory_pool);
@@ -46,7 +47,7 @@ pub(crate) fn table(ctx: &SessionContext, name: &str, schema: SchemaRef, batches
 /// DataFusion counts a slice's memory as the whole of the buffers it points into: a kept table
 /// of n such slices counted n times over. A day's `pod_samples` of 225 MB counted as 24 GB, and
 /// under a memory limit a repartition over it reserved gigabytes it did not hold.
-pub(crate) fn compact(batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
+fn compact(batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
     let out = batches
         .iter()
         .map(|b| arrow::compute::take_record_batch(b, &UInt32Array::from_iter_values(0..b.num_rows() as u32)))
@@ -64,9 +65,6 @@ impl TableProvider for KeptTable {
     }
     fn table_type(&self) -> TableType {
         self.rows.table_type()
-    }
-    fn get_logical_plan(&self) -> Option<Cow<'_, LogicalPlan>> {
-        None
     }
     async fn scan(&self, state: &dyn Session, projection: Option<&Vec<usize>>, filters: &[Expr], limit: Option<usize>) -> DfResult<Arc<dyn ExecutionPlan>> {
         self.rows.scan(state, projection, filters, limit).await
