@@ -9,8 +9,8 @@
 
 use std::sync::Arc;
 
-use arrow::array::{RecordBatch, UInt32Array};
-use arrow::datatypes::SchemaRef;
+use arrow::array::{ArrayRef, AsArray, RecordBatch, RecordBatchOptions, UInt32Array};
+use arrow::datatypes::{DataType, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::{Constraints, Statistics};
@@ -47,12 +47,29 @@ pub(crate) fn table(ctx: &SessionContext, name: &str, schema: SchemaRef, batches
 /// DataFusion counts a slice's memory as the whole of the buffers it points into: a kept table
 /// of n such slices counted n times over. A day's `pod_samples` of 225 MB counted as 24 GB, and
 /// under a memory limit a repartition over it reserved gigabytes it did not hold.
+///
+/// String views (what DataFusion reads Parquet strings as) need more than a `take`: it copies
+/// the views but shares the data buffers they point into, so each compacted batch still
+/// carried, and was counted as, every string of the batch it was cut from. Those columns are
+/// garbage-collected instead: only the strings the batch's own rows use are copied.
 fn compact(batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
-    let out = batches
+    batches.iter().map(compact_batch).collect()
+}
+
+fn compact_batch(batch: &RecordBatch) -> Result<RecordBatch> {
+    let rows = UInt32Array::from_iter_values(0..batch.num_rows() as u32);
+    let columns = batch
+        .columns()
         .iter()
-        .map(|b| arrow::compute::take_record_batch(b, &UInt32Array::from_iter_values(0..b.num_rows() as u32)))
+        .map(|column| -> std::result::Result<ArrayRef, arrow::error::ArrowError> {
+            Ok(match column.data_type() {
+                DataType::Utf8View => Arc::new(column.as_string_view().gc()),
+                DataType::BinaryView => Arc::new(column.as_binary_view().gc()),
+                _ => arrow::compute::take(column, &rows, None)?,
+            })
+        })
         .collect::<std::result::Result<Vec<_>, _>>()?;
-    Ok(out)
+    Ok(RecordBatch::try_new_with_options(batch.schema(), columns, &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())))?)
 }
 
 #[async_trait]
@@ -100,6 +117,23 @@ mod tests {
         let compacted = compact(slices.clone()).unwrap();
         let after: usize = compacted.iter().map(RecordBatch::get_array_memory_size).sum();
         assert!(after < 1_000_000, "ten slices of 80 KB each: {after}");
+        assert_eq!(compacted, slices, "same rows");
+    }
+
+    #[test]
+    fn compacted_string_views_keep_only_their_own_strings() {
+        use arrow::array::StringViewArray;
+        // Strings longer than 12 bytes live in the data buffers the views point into.
+        let names: StringViewArray = (0..100_000).map(|i| Some(format!("gpu-node-{i:08}-a100-80gb"))).collect();
+        let schema = Arc::new(Schema::new(vec![Field::new("name", DataType::Utf8View, true)]));
+        let whole = RecordBatch::try_new(schema, vec![Arc::new(names)]).unwrap();
+        let slices: Vec<RecordBatch> = (0..10).map(|i| whole.slice(i * 10_000, 10_000)).collect();
+        let before: usize = slices.iter().map(RecordBatch::get_array_memory_size).sum();
+        let compacted = compact(slices.clone()).unwrap();
+        let after: usize = compacted.iter().map(RecordBatch::get_array_memory_size).sum();
+        // 100,000 views of 16 bytes plus 100,000 strings of 26 bytes, once.
+        assert!(before > 5 * whole.get_array_memory_size(), "each slice counts every string: {before}");
+        assert!(after < 2 * whole.get_array_memory_size(), "each string once: {after} vs {}", whole.get_array_memory_size());
         assert_eq!(compacted, slices, "same rows");
     }
 
