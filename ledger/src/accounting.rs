@@ -799,8 +799,16 @@ pub(crate) async fn collect(ctx: &SessionContext, sql: &str) -> Result<(SchemaRe
 
 /// Replaces the view `name` with a table holding the result of `sql`.
 async fn materialise(ctx: &SessionContext, name: &str, sql: &str, scratch: Option<&Scratch>) -> Result<()> {
-    let (schema, batches) = collect(ctx, sql).await?;
-    keep_table(ctx, name, schema, batches, scratch).await
+    if scratch.is_some() {
+        let (schema, batches) = collect(ctx, sql).await?;
+        return keep_table(ctx, name, schema, batches, scratch).await;
+    }
+    // Streamed into the kept table: under a memory limit a large result goes to disk as it
+    // comes, rather than being whole in memory first.
+    let _timer = Timer::start(&first_line(sql));
+    let err = |source| Error::Query { sql: first_line(sql), source };
+    let rows = ctx.sql(sql).await.map_err(err)?.execute_stream().await.map_err(err)?;
+    replace_table(ctx, name, kept::stream(ctx, name, rows).await?)
 }
 
 /// Registers `batches` as the table `name`: in memory, or as a scratch Parquet file.
@@ -840,9 +848,18 @@ impl Timer {
 impl Drop for Timer {
     fn drop(&mut self) {
         if let Some((what, started)) = &self.what {
-            tracing::debug!(target: TIMINGS, step = %what, seconds = started.elapsed().as_secs_f64(), "step done");
+            let (rss_mib, peak_rss_mib) = process_memory();
+            tracing::debug!(target: TIMINGS, step = %what, seconds = started.elapsed().as_secs_f64(), rss_mib, peak_rss_mib, "step done");
         }
     }
+}
+
+/// The process's resident memory now and at its peak so far, in MiB (Linux; 0 elsewhere): with
+/// the step timings they show which step set the peak and how far it is above the memory pool.
+fn process_memory() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)?.split_whitespace().next()?.parse::<u64>().ok()).unwrap_or(0);
+    (kib("VmRSS:") / 1024, kib("VmHWM:") / 1024)
 }
 
 /// The days `gpu_samples` holds rows of (its log's partitions), oldest first.

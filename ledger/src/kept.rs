@@ -1,11 +1,16 @@
-//! The tables a run keeps in memory (intermediate results read by later steps), and what they
-//! hold counted against the session's memory pool.
+//! The tables a run keeps (intermediate results read by later steps), and what they hold
+//! counted against the session's memory pool.
 //!
 //! A `--memory-limit` is a limit on the run, not only on DataFusion's operators: a day's kept
 //! `pod_samples` and `sample_spans` are a few hundred MB at 256 GPUs, and held outside the pool
-//! they let the process grow that far past the limit. Each kept table holds a reservation of
+//! they let the process grow that far past the limit. Each kept table held in memory reserves
 //! its size for as long as it is registered; operators that need memory beyond what is left
-//! spill, and a run whose kept tables alone do not fit fails naming them.
+//! spill.
+//!
+//! Under a limit, kept tables hold at most a quarter of it in memory. A table that would take
+//! them past that is written to a Parquet file in the spill directory and read from there: at
+//! 1,024 GPUs a day's `pod_samples` and `sample_spans` are about 900 MB each, and in memory they
+//! alone would fill a 2 GiB limit and leave the operators nothing.
 
 use std::sync::Arc;
 
@@ -14,11 +19,19 @@ use arrow::datatypes::{DataType, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::{Constraints, Statistics};
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
 use datafusion::datasource::{MemTable, TableType};
-use datafusion::error::Result as DfResult;
-use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::SpillFile;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryReservation};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::ExecutionPlan;
+use futures::StreamExt;
 use datafusion::prelude::SessionContext;
 
 use crate::error::{Error, Result};
@@ -30,16 +43,134 @@ pub(crate) struct KeptTable {
     _reservation: MemoryReservation,
 }
 
-/// `batches` as a table of `ctx`, copied compact and counted in its memory pool under
-/// `kept table <name>`.
+/// `batches` as a table of `ctx`: copied compact and counted in its memory pool under
+/// `kept table <name>`, or, under a memory limit when kept tables would hold more than
+/// [`IN_MEMORY_SHARE`] of it, written to a file of its spill directory.
 pub(crate) fn table(ctx: &SessionContext, name: &str, schema: SchemaRef, batches: Vec<RecordBatch>) -> Result<Arc<dyn TableProvider>> {
-    let batches = compact(batches)?;
-    let bytes: usize = batches.iter().map(RecordBatch::get_array_memory_size).sum();
-    let rows = MemTable::try_new(schema, vec![batches]).map_err(|source| Error::Query { sql: format!("keep {name} in memory"), source })?;
-    let reservation = MemoryConsumer::new(format!("kept table {name}")).register(&ctx.runtime_env().memory_pool);
-    // Held whatever the limit: the rows are already in memory. Operators see less room.
-    reservation.grow(bytes);
-    Ok(Arc::new(KeptTable { rows, _reservation: reservation }))
+    let mut keeping = Keeping::new(ctx, name, schema);
+    for b in &batches {
+        keeping.push(b)?;
+    }
+    keeping.finish()
+}
+
+/// The result of `stream` as a table of `ctx`, kept as [`table`] keeps batches. Under a memory
+/// limit the batches go to the file as they come once they would pass the kept tables' share,
+/// so a large result is never whole in memory.
+pub(crate) async fn stream(ctx: &SessionContext, name: &str, mut rows: SendableRecordBatchStream) -> Result<Arc<dyn TableProvider>> {
+    let mut keeping = Keeping::new(ctx, name, rows.schema());
+    while let Some(b) = rows.next().await {
+        let b = b.map_err(|source| Error::Query { sql: format!("SELECT * FROM {name}"), source })?;
+        keeping.push(&b)?;
+    }
+    keeping.finish()
+}
+
+/// A kept table being filled: in memory while it fits, then in its file.
+struct Keeping<'a> {
+    ctx: &'a SessionContext,
+    name: &'a str,
+    schema: SchemaRef,
+    held: Vec<RecordBatch>,
+    bytes: usize,
+    /// What kept tables may still hold in memory (None: no limit).
+    room: Option<usize>,
+    file: Option<(Arc<dyn SpillFile>, ArrowWriter<std::fs::File>)>,
+}
+
+impl<'a> Keeping<'a> {
+    fn new(ctx: &'a SessionContext, name: &'a str, schema: SchemaRef) -> Self {
+        let pool = &ctx.runtime_env().memory_pool;
+        // Between steps nothing but kept tables holds the pool.
+        let room = match pool.memory_limit() {
+            MemoryLimit::Finite(limit) => Some((limit / IN_MEMORY_SHARE).saturating_sub(pool.reserved())),
+            _ => None,
+        };
+        Keeping { ctx, name, schema, held: Vec::new(), bytes: 0, room, file: None }
+    }
+
+    fn push(&mut self, batch: &RecordBatch) -> Result<()> {
+        let batch = compact_batch(batch)?;
+        if let Some((_, writer)) = &mut self.file {
+            return writer.write(&batch).map_err(|e| self.failed(e.into()));
+        }
+        self.bytes += batch.get_array_memory_size();
+        self.held.push(batch);
+        if self.room.is_some_and(|room| self.bytes > room) {
+            let mut writer = self.open()?;
+            for b in std::mem::take(&mut self.held) {
+                writer.1.write(&b).map_err(|e| self.failed(e.into()))?;
+            }
+            self.file = Some(writer);
+        }
+        Ok(())
+    }
+
+    fn open(&self) -> Result<(Arc<dyn SpillFile>, ArrowWriter<std::fs::File>)> {
+        let file = self.ctx.runtime_env().disk_manager.create_tmp_file(&format!("kept table {}", self.name)).map_err(|e| self.failed(e))?;
+        let path = file.path().ok_or_else(|| Error::internal(format!("the spill file for {} has no local path", self.name)))?;
+        let out = std::fs::File::create(path).map_err(|e| self.failed(DataFusionError::IoError(e)))?;
+        // Fast to write and read back: no compression; dictionaries take the repeated strings.
+        let props = WriterProperties::builder().set_compression(Compression::UNCOMPRESSED).build();
+        let writer = ArrowWriter::try_new(out, self.schema.clone(), Some(props)).map_err(|e| self.failed(e.into()))?;
+        Ok((file, writer))
+    }
+
+    fn failed(&self, source: DataFusionError) -> Error {
+        Error::Query { sql: format!("keep {} on disk (past the kept tables' share of the memory limit)", self.name), source }
+    }
+
+    fn finish(self) -> Result<Arc<dyn TableProvider>> {
+        let Keeping { ctx, name, schema, held, bytes, file, .. } = self;
+        let Some((file, writer)) = file else {
+            let rows = MemTable::try_new(schema, vec![held]).map_err(|source| Error::Query { sql: format!("keep {name} in memory"), source })?;
+            let reservation = MemoryConsumer::new(format!("kept table {name}")).register(&ctx.runtime_env().memory_pool);
+            // Held whatever the limit: the rows are already in memory. Operators see less room.
+            reservation.grow(bytes);
+            return Ok(Arc::new(KeptTable { rows, _reservation: reservation }));
+        };
+        let failed = |source| Error::Query { sql: format!("keep {name} on disk (past the kept tables' share of the memory limit)"), source };
+        let written = writer.close().map_err(|e| failed(e.into()))?;
+        let path = file.path().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+        tracing::debug!(target: "gpuledger_ledger::memory", table = name, rows = written.file_metadata().num_rows(), file = %path, "kept on disk");
+        let url = ListingTableUrl::parse(&path).map_err(failed)?;
+        let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension("");
+        let rows = ListingTable::try_new(ListingTableConfig::new(url).with_listing_options(options).with_schema(schema)).map_err(failed)?;
+        Ok(Arc::new(SpilledTable { rows, _file: file }))
+    }
+}
+
+/// Kept tables may hold one part in this many of a memory limit in memory; the rest is left to
+/// the operators (half of it to sorts, which spill past that: see `crate::engine`).
+pub(crate) const IN_MEMORY_SHARE: usize = 4;
+
+/// A kept table in a Parquet file of the session's spill directory, removed when the table is
+/// dropped.
+struct SpilledTable {
+    rows: ListingTable,
+    _file: Arc<dyn SpillFile>,
+}
+
+impl std::fmt::Debug for SpilledTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpilledTable").field("file", &self._file.path()).finish()
+    }
+}
+
+#[async_trait]
+impl TableProvider for SpilledTable {
+    fn schema(&self) -> SchemaRef {
+        self.rows.schema()
+    }
+    fn table_type(&self) -> TableType {
+        self.rows.table_type()
+    }
+    async fn scan(&self, state: &dyn Session, projection: Option<&Vec<usize>>, filters: &[Expr], limit: Option<usize>) -> DfResult<Arc<dyn ExecutionPlan>> {
+        self.rows.scan(state, projection, filters, limit).await
+    }
+    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        self.rows.supports_filters_pushdown(filters)
+    }
 }
 
 /// Copies each batch into buffers of its own. A query's batches are often slices of one larger
@@ -52,10 +183,6 @@ pub(crate) fn table(ctx: &SessionContext, name: &str, schema: SchemaRef, batches
 /// the views but shares the data buffers they point into, so each compacted batch still
 /// carried, and was counted as, every string of the batch it was cut from. Those columns are
 /// garbage-collected instead: only the strings the batch's own rows use are copied.
-fn compact(batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
-    batches.iter().map(compact_batch).collect()
-}
-
 fn compact_batch(batch: &RecordBatch) -> Result<RecordBatch> {
     let rows = UInt32Array::from_iter_values(0..batch.num_rows() as u32);
     let columns = batch
@@ -97,6 +224,10 @@ impl TableProvider for KeptTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn compact(batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
+        batches.iter().map(compact_batch).collect()
+    }
     use arrow::array::Int64Array;
     use arrow::datatypes::{DataType, Field, Schema};
     use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
@@ -151,5 +282,43 @@ mod tests {
         assert_eq!(n[0].column(0).as_any().downcast_ref::<Int64Array>().unwrap().value(0), (0..50_000i64).sum::<i64>());
         ctx.deregister_table("numbers").unwrap();
         assert_eq!(pool.reserved(), 0, "released with the table");
+    }
+
+    #[tokio::test]
+    async fn past_a_quarter_of_the_limit_kept_tables_go_to_disk_and_read_the_same() {
+        let spill = tempfile::tempdir().unwrap();
+        let b = numbers(50_000); // 400 KB
+        let size = b.get_array_memory_size();
+        let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(6 * size));
+        let runtime = RuntimeEnvBuilder::new().with_memory_pool(pool.clone()).with_temp_file_path(spill.path()).build_arc().unwrap();
+        let ctx = SessionContext::new_with_config_rt(SessionConfig::new(), runtime);
+        let files = || walk(spill.path());
+        // The first fits in a quarter of the limit (1.5 of them); the second would not.
+        ctx.register_table("first", table(&ctx, "first", b.schema(), vec![b.clone()]).unwrap()).unwrap();
+        assert_eq!((pool.reserved(), files().len()), (size, 0), "in memory");
+        ctx.register_table("second", table(&ctx, "second", b.schema(), vec![b.slice(0, 20_000), b.slice(20_000, 30_000)]).unwrap()).unwrap();
+        assert_eq!(pool.reserved(), size, "the second holds no memory");
+        assert_eq!(files().len(), 1, "it is a file of the spill directory");
+        assert!(ctx.table_provider("second").await.unwrap().is::<SpilledTable>());
+        let sum = |sql: &'static str| {
+            let ctx = ctx.clone();
+            async move { ctx.sql(sql).await.unwrap().collect().await.unwrap()[0].column(0).as_any().downcast_ref::<Int64Array>().unwrap().value(0) }
+        };
+        assert_eq!(sum("SELECT SUM(n) FROM second").await, (0..50_000i64).sum::<i64>());
+        assert_eq!(sum("SELECT COUNT(*) FROM second WHERE n >= 49990").await, 10);
+        ctx.deregister_table("second").unwrap();
+        assert!(files().is_empty(), "removed with the table");
+        let unlimited = SessionContext::new();
+        let big = table(&unlimited, "big", b.schema(), vec![b.clone(); 100]).unwrap();
+        assert!(big.is::<KeptTable>(), "without a limit, always in memory");
+    }
+
+    fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() { out.extend(walk(&p)) } else { out.push(p) }
+        }
+        out
     }
 }
