@@ -22,6 +22,7 @@ use datafusion::catalog::TableProvider;
 use datafusion::datasource::MemTable;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool};
 use datafusion::prelude::{SessionContext, col, lit};
 
 use crate::config::{Config, IdlePolicy};
@@ -320,6 +321,9 @@ impl Accounting {
         }
         let last_day = days.last().cloned().unwrap_or_default();
         let mut gathered: Vec<Option<Table>> = vec![None; PASS2_TABLES.len()];
+        // The gathered days are held until the month is done: counted, so that under a limit
+        // the operators of later days see that much less room (a 256-GPU month's are ~300 MB).
+        let gathered_bytes = MemoryConsumer::new("gathered day tables").register(&ctx.runtime_env().memory_pool);
         for (i, day) in passes.iter().enumerate() {
             let mut keys = None;
             let mut read = None;
@@ -349,8 +353,11 @@ impl Accounting {
                     tables
                 }
             };
-            for (into, table) in gathered.iter_mut().zip(tables) {
-                gather(into, table);
+            for (into, (schema, batches)) in gathered.iter_mut().zip(tables) {
+                // Compact: a slice of a query's batch holds the whole batch's buffers alive.
+                let batches = batches.iter().map(kept::compact_batch).collect::<Result<Vec<_>>>()?;
+                gathered_bytes.grow(batches.iter().map(RecordBatch::get_array_memory_size).sum());
+                gather(into, (schema, batches));
             }
             if let Some(d) = day {
                 progress(i + 1, days.len(), d);
@@ -359,8 +366,10 @@ impl Accounting {
         replace_table(&ctx, "gpu_samples", samples)?;
         // Every pass (at least one) yields each table, so each was gathered.
         for (table, (schema, batches)) in PASS2_TABLES.iter().zip(gathered.into_iter().flatten()) {
+            gathered_bytes.shrink(batches.iter().map(RecordBatch::get_array_memory_size).sum::<usize>().min(gathered_bytes.size()));
             replace_table(&ctx, table, kept::table(&ctx, table, schema, batches)?)?;
         }
+        drop(gathered_bytes);
         if let Some(m) = &memo {
             m.prune(&days).await?;
         }
@@ -712,7 +721,7 @@ pub async fn create_report_views(ctx: &SessionContext) -> Result<()> {
 
 /// Runs every statement of one query file (they create views).
 async fn exec_file(ctx: &SessionContext, file: &str, scratch: Option<&Scratch>) -> Result<()> {
-    let _timer = Timer::start(file);
+    let _timer = Timer::start(ctx, file);
     for statement in split_statements(query_file(file)?) {
         // A view of the same name may exist as a table from an earlier day: drop it first.
         if let Some(view) = created_view(&statement) {
@@ -787,7 +796,7 @@ pub fn split_statements(sql: &str) -> Vec<String> {
 }
 
 pub(crate) async fn collect(ctx: &SessionContext, sql: &str) -> Result<(SchemaRef, Vec<RecordBatch>)> {
-    let _timer = Timer::start(&first_line(sql));
+    let _timer = Timer::start(ctx, &first_line(sql));
     let err = |source| Error::Query { sql: first_line(sql), source };
     let df = ctx.sql(sql).await.map_err(err)?;
     let planned: SchemaRef = Arc::new(df.schema().as_arrow().clone());
@@ -805,7 +814,7 @@ async fn materialise(ctx: &SessionContext, name: &str, sql: &str, scratch: Optio
     }
     // Streamed into the kept table: under a memory limit a large result goes to disk as it
     // comes, rather than being whole in memory first.
-    let _timer = Timer::start(&first_line(sql));
+    let _timer = Timer::start(ctx, &first_line(sql));
     let err = |source| Error::Query { sql: first_line(sql), source };
     let rows = ctx.sql(sql).await.map_err(err)?.execute_stream().await.map_err(err)?;
     replace_table(ctx, name, kept::stream(ctx, name, rows).await?)
@@ -832,24 +841,25 @@ async fn keep_table(ctx: &SessionContext, name: &str, schema: SchemaRef, batches
 /// Each step's wall time, as a `debug` event of target [`TIMINGS`] (to see where time goes:
 /// `GPULEDGER_LOG=gpuledger_ledger::timings=debug`).
 struct Timer {
-    what: Option<(String, std::time::Instant)>,
+    what: Option<(String, std::time::Instant, Arc<dyn MemoryPool>)>,
 }
 
 /// The log target of the step timings.
 pub const TIMINGS: &str = "gpuledger_ledger::timings";
 
 impl Timer {
-    fn start(what: &str) -> Timer {
+    fn start(ctx: &SessionContext, what: &str) -> Timer {
         let on = tracing::enabled!(target: TIMINGS, tracing::Level::DEBUG);
-        Timer { what: on.then(|| (what.to_string(), std::time::Instant::now())) }
+        Timer { what: on.then(|| (what.to_string(), std::time::Instant::now(), Arc::clone(&ctx.runtime_env().memory_pool))) }
     }
 }
 
 impl Drop for Timer {
     fn drop(&mut self) {
-        if let Some((what, started)) = &self.what {
+        if let Some((what, started, pool)) = &self.what {
             let (rss_mib, peak_rss_mib) = process_memory();
-            tracing::debug!(target: TIMINGS, step = %what, seconds = started.elapsed().as_secs_f64(), rss_mib, peak_rss_mib, "step done");
+            let pool_mib = pool.reserved() >> 20;
+            tracing::debug!(target: TIMINGS, step = %what, seconds = started.elapsed().as_secs_f64(), rss_mib, peak_rss_mib, pool_mib, "step done");
         }
     }
 }

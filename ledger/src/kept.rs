@@ -183,7 +183,7 @@ impl TableProvider for SpilledTable {
 /// the views but shares the data buffers they point into, so each compacted batch still
 /// carried, and was counted as, every string of the batch it was cut from. Those columns are
 /// garbage-collected instead: only the strings the batch's own rows use are copied.
-fn compact_batch(batch: &RecordBatch) -> Result<RecordBatch> {
+pub(crate) fn compact_batch(batch: &RecordBatch) -> Result<RecordBatch> {
     let rows = UInt32Array::from_iter_values(0..batch.num_rows() as u32);
     let columns = batch
         .columns()
