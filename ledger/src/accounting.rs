@@ -22,7 +22,7 @@ use datafusion::catalog::TableProvider;
 use datafusion::datasource::MemTable;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
-use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryPool};
 use datafusion::prelude::{SessionContext, col, lit};
 
 use crate::config::{Config, IdlePolicy};
@@ -808,11 +808,15 @@ pub(crate) async fn collect(ctx: &SessionContext, sql: &str) -> Result<(SchemaRe
 
 /// Replaces the view `name` with a table holding the result of `sql`.
 async fn materialise(ctx: &SessionContext, name: &str, sql: &str, scratch: Option<&Scratch>) -> Result<()> {
-    if scratch.is_some() {
+    let limited = matches!(ctx.runtime_env().memory_pool.memory_limit(), MemoryLimit::Finite(_));
+    if scratch.is_some() || !limited {
+        // Collected: the first batch in partition order sets the table's nullability, as the
+        // declared schemas expect (a UNION's branches may differ, and a stream's first batch
+        // comes from whichever branch is ready first).
         let (schema, batches) = collect(ctx, sql).await?;
         return keep_table(ctx, name, schema, batches, scratch).await;
     }
-    // Streamed into the kept table: under a memory limit a large result goes to disk as it
+    // Under a memory limit, streamed into the kept table: a large result goes to disk as it
     // comes, rather than being whole in memory first.
     let _timer = Timer::start(ctx, &first_line(sql));
     let err = |source| Error::Query { sql: first_line(sql), source };

@@ -91,6 +91,11 @@ impl<'a> Keeping<'a> {
 
     fn push(&mut self, batch: &RecordBatch) -> Result<()> {
         let batch = compact_batch(batch)?;
+        if self.held.is_empty() && self.file.is_none() {
+            // Execution may settle nullability differently from planning: the batches have the
+            // last word (as in `accounting::collect`).
+            self.schema = batch.schema();
+        }
         if let Some((_, writer)) = &mut self.file {
             return writer.write(&batch).map_err(|e| self.failed(e.into()));
         }
