@@ -36,11 +36,26 @@ use datafusion::prelude::SessionContext;
 
 use crate::error::{Error, Result};
 
-/// An in-memory table whose bytes are reserved in the memory pool of the session it was made for.
+/// A kept table: its rows, and what keeps them (a reservation of their size in the pool, or the
+/// spill file they were written to, removed when the table is dropped).
 #[derive(Debug)]
 pub(crate) struct KeptTable {
-    rows: MemTable,
-    _reservation: MemoryReservation,
+    rows: Arc<dyn TableProvider>,
+    held: Held,
+}
+
+enum Held {
+    Memory(MemoryReservation),
+    Disk(Arc<dyn SpillFile>),
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Held::Memory(r) => write!(f, "{} bytes in memory", r.size()),
+            Held::Disk(file) => write!(f, "on disk at {:?}", file.path()),
+        }
+    }
 }
 
 /// `batches` as a table of `ctx`: copied compact and counted in its memory pool under
@@ -132,7 +147,7 @@ impl<'a> Keeping<'a> {
             let reservation = MemoryConsumer::new(format!("kept table {name}")).register(&ctx.runtime_env().memory_pool);
             // Held whatever the limit: the rows are already in memory. Operators see less room.
             reservation.grow(bytes);
-            return Ok(Arc::new(KeptTable { rows, _reservation: reservation }));
+            return Ok(Arc::new(KeptTable { rows: Arc::new(rows), held: Held::Memory(reservation) }));
         };
         let failed = |source| Error::Query { sql: format!("keep {name} on disk (past the kept tables' share of the memory limit)"), source };
         let written = writer.close().map_err(|e| failed(e.into()))?;
@@ -141,42 +156,13 @@ impl<'a> Keeping<'a> {
         let url = ListingTableUrl::parse(&path).map_err(failed)?;
         let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension("");
         let rows = ListingTable::try_new(ListingTableConfig::new(url).with_listing_options(options).with_schema(schema)).map_err(failed)?;
-        Ok(Arc::new(SpilledTable { rows, _file: file }))
+        Ok(Arc::new(KeptTable { rows: Arc::new(rows), held: Held::Disk(file) }))
     }
 }
 
 /// Kept tables may hold one part in this many of a memory limit in memory; the rest is left to
 /// the operators (half of it to sorts, which spill past that: see `crate::engine`).
 pub(crate) const IN_MEMORY_SHARE: usize = 4;
-
-/// A kept table in a Parquet file of the session's spill directory, removed when the table is
-/// dropped.
-struct SpilledTable {
-    rows: ListingTable,
-    _file: Arc<dyn SpillFile>,
-}
-
-impl std::fmt::Debug for SpilledTable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SpilledTable").field("file", &self._file.path()).finish()
-    }
-}
-
-#[async_trait]
-impl TableProvider for SpilledTable {
-    fn schema(&self) -> SchemaRef {
-        self.rows.schema()
-    }
-    fn table_type(&self) -> TableType {
-        self.rows.table_type()
-    }
-    async fn scan(&self, state: &dyn Session, projection: Option<&Vec<usize>>, filters: &[Expr], limit: Option<usize>) -> DfResult<Arc<dyn ExecutionPlan>> {
-        self.rows.scan(state, projection, filters, limit).await
-    }
-    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> DfResult<Vec<TableProviderFilterPushDown>> {
-        self.rows.supports_filters_pushdown(filters)
-    }
-}
 
 /// Copies each batch into buffers of its own. A query's batches are often slices of one larger
 /// batch (an aggregate emits all its groups at once and hands them out in slices), and
@@ -304,7 +290,9 @@ mod tests {
         ctx.register_table("second", table(&ctx, "second", b.schema(), vec![b.slice(0, 20_000), b.slice(20_000, 30_000)]).unwrap()).unwrap();
         assert_eq!(pool.reserved(), size, "the second holds no memory");
         assert_eq!(files().len(), 1, "it is a file of the spill directory");
-        assert!(ctx.table_provider("second").await.unwrap().is::<SpilledTable>());
+        let on_disk = |t: Arc<dyn TableProvider>| matches!(t.downcast_ref::<KeptTable>().unwrap().held, Held::Disk(_));
+        assert!(on_disk(ctx.table_provider("second").await.unwrap()));
+        assert!(!on_disk(ctx.table_provider("first").await.unwrap()));
         let sum = |sql: &'static str| {
             let ctx = ctx.clone();
             async move { ctx.sql(sql).await.unwrap().collect().await.unwrap()[0].column(0).as_any().downcast_ref::<Int64Array>().unwrap().value(0) }
@@ -315,7 +303,7 @@ mod tests {
         assert!(files().is_empty(), "removed with the table");
         let unlimited = SessionContext::new();
         let big = table(&unlimited, "big", b.schema(), vec![b.clone(); 100]).unwrap();
-        assert!(big.is::<KeptTable>(), "without a limit, always in memory");
+        assert!(matches!(big.downcast_ref::<KeptTable>().unwrap().held, Held::Memory(_)), "without a limit, always in memory");
     }
 
     fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
