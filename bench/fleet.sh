@@ -31,7 +31,10 @@
 # DUCKDB_MEMORY_LIMIT (DuckDB's memory_limit, e.g. 2GB; unset: DuckDB's default, 80% of RAM),
 # SKIP (steps left out, e.g. SKIP="ballista" or SKIP="duckdb ballista": the report shows "–"),
 # STORE_ONLY=1 (steps 1 and 2 only: build the store and its day memo, for a later run to reuse;
-# at 1,024 GPUs that takes about 40 minutes, so it can be staged ahead of the timed steps).
+# at 1,024 GPUs that takes about 40 minutes, so it can be staged ahead of the timed steps),
+# AGAIN (engine steps to run again on the stored store, keeping the other steps' figures of the
+# last run of that size, e.g. AGAIN="duckdb ballista"; steps: incremental ledger limited duckdb
+# ballista; the result then mixes two runs, and result.json says which steps came when).
 #
 # Disk: with TEXT=1 the simulated text is ~7.4 KB per GPU per scrape plus ~1 MB per GPU-day of
 # Kubernetes objects, so a month of 256 GPUs at 5m is ~22-24 GB; only one capture exists at a
@@ -51,6 +54,9 @@ TEXT=${TEXT:-0}
 SKIP=${SKIP:-}
 # skipped STEP: whether SKIP names STEP.
 skipped() { case " $SKIP " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+AGAIN=${AGAIN:-}
+# runs STEP: whether this run runs STEP (every step, unless AGAIN names some).
+runs() { [ -z "$AGAIN" ] && return 0; case " $AGAIN " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 CONFIG=examples/gpuledger.toml
 . bench/common.sh
 bench_setup fleet bench-data/fleet
@@ -113,7 +119,22 @@ for G in $SIZES; do
   mkdir -p "$D"
   PARAMS="$G $DAYS $SCRAPE $START $SEED"
   # Figures of an earlier run of this size go, the store (and its ingest figures) may stay.
-  rm -rf "$D/spill" "$D"/exec-* "$D/result.json" "$D"/inproc_*.parquet "$D/inproc_tables" "$D"/incremental* "$D"/duckdb* "$D"/*.skipped "$D"/ledger* "$D"/limited* "$D"/ballista* "$D"/scheduler* "$D"/executor-*
+  if [ -z "$AGAIN" ]; then
+    rm -rf "$D/spill" "$D"/exec-* "$D/result.json" "$D"/inproc_*.parquet "$D/inproc_tables" "$D"/incremental* "$D"/duckdb* "$D"/*.skipped "$D"/ledger* "$D"/limited* "$D"/ballista* "$D"/scheduler* "$D"/executor-* "$D/steps_run"
+  else
+    [ -f "$D/ledger.time" ] || { say "[$G GPUs] AGAIN=$AGAIN needs an earlier run of this size in $D"; exit 2; }
+    for step in $AGAIN; do
+      case $step in
+        incremental) rm -rf "$D"/incremental* ;;
+        ledger) rm -rf "$D"/inproc_*.parquet "$D/inproc_tables" "$D"/ledger* ;;
+        limited) rm -rf "$D"/limited* ;;
+        duckdb) rm -rf "$D"/duckdb* "$D/duckdb.skipped" ;;
+        ballista) rm -rf "$D"/ballista* "$D"/scheduler* "$D"/executor-* "$D"/exec-* ;;
+        *) say "AGAIN: unknown step $step (incremental ledger limited duckdb ballista)"; exit 2 ;;
+      esac
+    done
+    rm -f "$D/result.json"
+  fi
 
   # 1. simulate + ingest, unless the store of these parameters is there.
   if [ "$REUSE" = 1 ] && [ -f "$D/store/.gpuledger-store" ] && [ -f "$D/ingest.json" ] && [ -f "$D/ingest.time" ] \
@@ -184,10 +205,15 @@ PY
     say "[$G GPUs] store ready in $S (STORE_ONLY=1: no engine runs)"
     continue
   fi
+  if [ -n "$AGAIN" ] && [ "$(cat "$D/reused")" != 1 ]; then
+    say "[$G GPUs] AGAIN=$AGAIN: the store was rebuilt, so the earlier figures are of another store; run without AGAIN"
+    exit 2
+  fi
+  echo "$(date -u +%FT%TZ) ${AGAIN:-incremental ledger limited duckdb ballista}" >> "$D/steps_run"
 
   # 3. the incremental run: the day memo as the run before the last day left it, then one run
   # (it computes the days whose inputs the last day changed); its derived tables kept aside.
-  if [ -d "$D/memo_before_last_day" ]; then
+  if runs incremental && [ -d "$D/memo_before_last_day" ]; then
     rm -rf "$S/ledger/.days"
     cp -r "$D/memo_before_last_day" "$S/ledger/.days"
     say "[$G GPUs] ledger, incremental after the last day..."
@@ -196,23 +222,32 @@ PY
     cp "$S"/ledger/*.parquet "$D/incremental_tables/"
   fi
   # In process, every day computed, no limit. Its derived tables are kept aside for the comparisons.
-  say "[$G GPUs] ledger in process, every day..."
-  timed ledger "$D/ledger.out" "$BIN" ledger --store "$S" --config "$CONFIG" --progress off --full
-  cp "$S/ledger/chargeback_monthly.parquet" "$D/inproc_chargeback.parquet"
-  cp "$S/ledger/priced_state_hours.parquet" "$D/inproc_priced_state_hours.parquet"
-  mkdir -p "$D/inproc_tables"
-  cp "$S"/ledger/*.parquet "$D/inproc_tables/"
+  if runs ledger; then
+    say "[$G GPUs] ledger in process, every day..."
+    timed ledger "$D/ledger.out" "$BIN" ledger --store "$S" --config "$CONFIG" --progress off --full
+    cp "$S/ledger/chargeback_monthly.parquet" "$D/inproc_chargeback.parquet"
+    cp "$S/ledger/priced_state_hours.parquet" "$D/inproc_priced_state_hours.parquet"
+    mkdir -p "$D/inproc_tables"
+    cp "$S"/ledger/*.parquet "$D/inproc_tables/"
+  else
+    # The steps below compare with the store's derived tables: those of the kept full run.
+    cp "$D"/inproc_tables/*.parquet "$S/ledger/"
+  fi
 
   # 4. in process with a memory limit (spilling to $D/spill).
-  say "[$G GPUs] ledger in process with --memory-limit $LIMIT..."
-  mkdir -p "$D/spill"
-  if timed limited "$D/limited.out" "$BIN" ledger --store "$S" --config "$CONFIG" --progress off --full \
-       --memory-limit "$LIMIT" --spill-dir "$D/spill"; then
-    cp "$S/ledger/chargeback_monthly.parquet" "$D/limited_chargeback.parquet"
+  if runs limited; then
+    say "[$G GPUs] ledger in process with --memory-limit $LIMIT..."
+    mkdir -p "$D/spill"
+    if timed limited "$D/limited.out" "$BIN" ledger --store "$S" --config "$CONFIG" --progress off --full \
+         --memory-limit "$LIMIT" --spill-dir "$D/spill"; then
+      cp "$S/ledger/chargeback_monthly.parquet" "$D/limited_chargeback.parquet"
+    fi
+    rm -rf "$D/spill"
   fi
-  rm -rf "$D/spill"
 
-  if skipped duckdb; then
+  if ! runs duckdb; then
+    :
+  elif skipped duckdb; then
     say "[$G GPUs] duckdb skipped (SKIP=$SKIP)"
     echo "SKIP=$SKIP" > "$D/duckdb.skipped"
   else
@@ -225,7 +260,9 @@ PY
     rm -rf "$D/duckdb/duckdb.tmp"
   fi
 
-  if skipped ballista; then
+  if ! runs ballista; then
+    :
+  elif skipped ballista; then
     say "[$G GPUs] ballista skipped (SKIP=$SKIP)"
     echo "SKIP=$SKIP" > "$D/ballista.skipped"
   else
@@ -456,6 +493,8 @@ if "error" not in b and "skipped" not in b:
                               f"SELECT month, team, state, sum(gpu_hours) FROM '{d}/ballista_priced_state_hours.parquet' GROUP BY ALL")
         b["gpu_hour_max_difference"] = diff
 res["ballista"] = b
+# When AGAIN re-ran some steps: each run's time and the steps it ran.
+res["steps_run"] = [l.split(" ", 1) for l in (read("steps_run") or "").splitlines() if l.strip()]
 json.dump(res, open(f"{d}/result.json", "w"), indent=1)
 PY
   say "[$G GPUs] done: $D/result.json"
