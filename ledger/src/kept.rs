@@ -41,7 +41,8 @@ use crate::error::{Error, Result};
 #[derive(Debug)]
 pub(crate) struct KeptTable {
     rows: Arc<dyn TableProvider>,
-    held: Held,
+    /// Held for its drop: the reservation is released, or the file removed, with the table.
+    _held: Held,
 }
 
 enum Held {
@@ -147,7 +148,7 @@ impl<'a> Keeping<'a> {
             let reservation = MemoryConsumer::new(format!("kept table {name}")).register(&ctx.runtime_env().memory_pool);
             // Held whatever the limit: the rows are already in memory. Operators see less room.
             reservation.grow(bytes);
-            return Ok(Arc::new(KeptTable { rows: Arc::new(rows), held: Held::Memory(reservation) }));
+            return Ok(Arc::new(KeptTable { rows: Arc::new(rows), _held: Held::Memory(reservation) }));
         };
         let failed = |source| Error::Query { sql: format!("keep {name} on disk (past the kept tables' share of the memory limit)"), source };
         let written = writer.close().map_err(|e| failed(e.into()))?;
@@ -156,7 +157,7 @@ impl<'a> Keeping<'a> {
         let url = ListingTableUrl::parse(&path).map_err(failed)?;
         let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension("");
         let rows = ListingTable::try_new(ListingTableConfig::new(url).with_listing_options(options).with_schema(schema)).map_err(failed)?;
-        Ok(Arc::new(KeptTable { rows: Arc::new(rows), held: Held::Disk(file) }))
+        Ok(Arc::new(KeptTable { rows: Arc::new(rows), _held: Held::Disk(file) }))
     }
 }
 
@@ -290,7 +291,7 @@ mod tests {
         ctx.register_table("second", table(&ctx, "second", b.schema(), vec![b.slice(0, 20_000), b.slice(20_000, 30_000)]).unwrap()).unwrap();
         assert_eq!(pool.reserved(), size, "the second holds no memory");
         assert_eq!(files().len(), 1, "it is a file of the spill directory");
-        let on_disk = |t: Arc<dyn TableProvider>| matches!(t.downcast_ref::<KeptTable>().unwrap().held, Held::Disk(_));
+        let on_disk = |t: Arc<dyn TableProvider>| matches!(t.downcast_ref::<KeptTable>().unwrap()._held, Held::Disk(_));
         assert!(on_disk(ctx.table_provider("second").await.unwrap()));
         assert!(!on_disk(ctx.table_provider("first").await.unwrap()));
         let sum = |sql: &'static str| {
@@ -303,7 +304,7 @@ mod tests {
         assert!(files().is_empty(), "removed with the table");
         let unlimited = SessionContext::new();
         let big = table(&unlimited, "big", b.schema(), vec![b.clone(); 100]).unwrap();
-        assert!(matches!(big.downcast_ref::<KeptTable>().unwrap().held, Held::Memory(_)), "without a limit, always in memory");
+        assert!(matches!(big.downcast_ref::<KeptTable>().unwrap()._held, Held::Memory(_)), "without a limit, always in memory");
     }
 
     fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
