@@ -138,7 +138,7 @@ impl<'a> Keeping<'a> {
     }
 
     fn failed(&self, source: DataFusionError) -> Error {
-        Error::Query { sql: format!("keep {} on disk (past the kept tables' share of the memory limit)", self.name), source }
+        disk_error(self.name, source)
     }
 
     fn finish(self) -> Result<Arc<dyn TableProvider>> {
@@ -150,7 +150,7 @@ impl<'a> Keeping<'a> {
             reservation.grow(bytes);
             return Ok(Arc::new(KeptTable { rows: Arc::new(rows), _held: Held::Memory(reservation) }));
         };
-        let failed = |source| Error::Query { sql: format!("keep {name} on disk (past the kept tables' share of the memory limit)"), source };
+        let failed = |source| disk_error(name, source);
         let written = writer.close().map_err(|e| failed(e.into()))?;
         let path = file.path().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
         tracing::debug!(target: "gpuledger_ledger::memory", table = name, rows = written.file_metadata().num_rows(), file = %path, "kept on disk");
@@ -159,6 +159,11 @@ impl<'a> Keeping<'a> {
         let rows = ListingTable::try_new(ListingTableConfig::new(url).with_listing_options(options).with_schema(schema)).map_err(failed)?;
         Ok(Arc::new(KeptTable { rows: Arc::new(rows), _held: Held::Disk(file) }))
     }
+}
+
+/// Why keeping `name` in its spill file failed.
+fn disk_error(name: &str, source: DataFusionError) -> Error {
+    Error::Query { sql: format!("keep {name} on disk (past the kept tables' share of the memory limit)"), source }
 }
 
 /// Kept tables may hold one part in this many of a memory limit in memory; the rest is left to
