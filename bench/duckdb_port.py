@@ -5,9 +5,13 @@ Generated, not hand-kept: every run reads queries/*.sql and ledger/src/accountin
 order and which views the ledger keeps as tables), schemas/src/*.rs (the columns of the store's
 tables and of the derived tables) and the configuration file, rewrites the DataFusion SQL into
 DuckDB's dialect by the short list of mechanical edits in EDITS below, and runs it the way
-`Accounting::run_at_once` does (ledger/src/accounting.rs): the object steps, then the sample
-steps over every day at once, then the monthly steps. The generated SQL is written to
-<out>/ledger_duckdb.sql (runnable on its own: `duckdb < ledger_duckdb.sql`).
+`Accounting::run` runs it over a store (ledger/src/accounting.rs): the object steps, then the
+sample steps one day at a time (two passes over the days; every day computed, no day memo),
+then the monthly steps over the gathered days. `--at-once` runs the sample steps over every day
+at once instead, as `Accounting::run_at_once` (the SQL logic tests) does: on a month of 1,024
+GPUs at 30 s that needs more than 37 GB of DuckDB temporary files besides 19 GB of memory.
+The generated SQL is written to <out>/ledger_duckdb.sql (runnable on its own:
+`duckdb < ledger_duckdb.sql`).
 
 Inputs, as the ledger sees them:
   * each store table is a view over the Parquet files its Delta log lists as live (the last
@@ -23,7 +27,8 @@ Inputs, as the ledger sees them:
 
 What is kept as a table (CREATE TABLE) is what the ledger keeps: OBJECT_TABLES, CAPACITY_TABLES
 and REUSED_VIEWS of accounting.rs, the known_* tables and spacing_counts, sample_spans, the
-per-day tables and rollups, xid_errors and REPORTED_TABLES. Everything else is a view, as in
+per-day tables and rollups, xid_errors and REPORTED_TABLES (per day, the gathered ones are
+tables `__acc_<name>` that views of the ledger's names read). Everything else is a view, as in
 the ledger (DuckDB inlines views; a view read twice is computed twice there too).
 
 Each derived table (DERIVED_TABLES of accounting.rs) is written to <out>/<table>.parquet with the
@@ -576,17 +581,102 @@ class Plan:
         self.kinds[name] = "table"
 
 
-def build_plan(ledger: LedgerPlan, con, store: Path, config: Path) -> tuple[Plan, list[str]]:
+    def gather(self, step: str, acc: str, source: str):
+        """Adds `source`'s rows to the table `acc` (created by the first day): a day's result,
+        gathered over the days as accounting.rs `gather` does."""
+        if acc in self.kinds:
+            self.add(step, f"INSERT INTO {acc} SELECT * FROM {source}")
+        else:
+            self.add(step, f"CREATE TABLE {acc} AS SELECT * FROM {source}")
+            self.kinds[acc] = "table"
+
+    def keep_filtered(self, step: str, name: str, where: str):
+        """Keeps the rows of the view `name` that `where` selects as the table `name`."""
+        self.add(f"{step} keep {name}", f"CREATE TABLE __materialised AS SELECT * FROM {name} WHERE {where}")
+        self.add(f"{step} keep {name}", f"DROP {'VIEW' if self.kinds.get(name) == 'view' else 'TABLE'} {name}")
+        self.add(f"{step} keep {name}", f"ALTER TABLE __materialised RENAME TO {name}")
+        self.kinds[name] = "table"
+
+    def read_from(self, step: str, name: str, table: str):
+        """Makes `name` read the table `table` (what the ledger keeps under that name)."""
+        if name in self.kinds:
+            self.add(step, f"DROP {'VIEW' if self.kinds[name] == 'view' else 'TABLE'} {name}")
+        self.add(step, f"CREATE VIEW {name} AS SELECT * FROM {table}")
+        self.kinds[name] = "view"
+
+
+# The store's gpu_samples, all days; `gpu_samples` is narrowed to one day's pass at a time.
+ALL_SAMPLES = "__gpu_samples_all"
+
+
+def day_number(day: str) -> int:
+    return (date.fromisoformat(day) - date(1970, 1, 1)).days
+
+
+def narrow_samples(p: Plan, day: str):
+    """accounting.rs narrow_samples: the day's partition and the day before's, from 1000 ms
+    before midnight (LOOKBEHIND_MS) to the next midnight."""
+    start = date.fromisoformat(day)
+    prev = date.fromordinal(start.toordinal() - 1)
+    nxt = date.fromordinal(start.toordinal() + 1)
+    p.read_from(f"day {day}", "gpu_samples",
+                f"{ALL_SAMPLES} WHERE date IN ({q(prev.isoformat())}, {q(day)}) "
+                f"AND ts >= TIMESTAMPTZ {q(prev.isoformat() + ' 23:59:59+00')} AND ts < TIMESTAMPTZ {q(nxt.isoformat() + ' 00:00:00+00')}")
+
+
+def sample_steps_per_day(p: Plan, ledger: LedgerPlan, days: list[str]):
+    """The sample steps one day at a time, as Accounting::run does for a store (without the day
+    memo: every day computed): pass 1, last day first, gathers each day's first observations,
+    last XIDs, active bounds and spacing counts; pass 2 computes each day's spans, states and
+    rollups with the month's spacing counts, and gathers them for the monthly steps."""
+    for d in reversed(days):
+        n = day_number(d)
+        narrow_samples(p, d)
+        p.exec_file(ledger, "30_observations.sql")
+        step = f"pass 1 {d}"
+        p.gather(step, "__acc_known_day_starts", f"day_first_starts WHERE day_number = {n}")
+        p.gather(step, "__acc_known_day_last_xids", f"day_last_xids WHERE day_number = {n}")
+        p.gather(step, "__acc_known_active_bounds", f"day_active_bounds WHERE day_number = {n}")
+        if p.kinds.get("known_day_starts") != "view":
+            p.read_from(step, "known_day_starts", "__acc_known_day_starts")
+        p.exec_file(ledger, "31_intervals.sql")
+        p.gather(step, "__acc_spacing_counts", f"spacing_counts WHERE day_number = {n}")
+    p.read_from("pass 1", "known_day_last_xids", "__acc_known_day_last_xids")
+    p.read_from("pass 1", "known_active_bounds", "__acc_known_active_bounds")
+    for d in days:
+        n = day_number(d)
+        narrow_samples(p, d)
+        p.exec_file(ledger, "30_observations.sql")
+        p.exec_file(ledger, "31_intervals.sql")
+        step = f"pass 2 {d}"
+        p.read_from(step, "spacing_counts", "__acc_spacing_counts")
+        p.exec_file(ledger, "32_spans.sql")
+        p.keep_filtered("32_spans.sql", "sample_spans", f"date = {q(d)}")
+        p.gather(step, "__acc_xid_errors", f"xid_errors WHERE day_number = {n}")
+        p.exec_file(ledger, "40_states.sql")
+        for t in ledger.per_day_tables:
+            p.gather(step, f"__acc_{t}", t)
+        p.exec_file(ledger, "45_hourly.sql")
+        for t in ledger.rollup_tables:
+            p.gather(step, f"__acc_{t}", f"{t} WHERE date = {q(d)}")
+    for t in ledger.per_day_tables + ledger.rollup_tables + ["xid_errors"]:
+        p.read_from("gathered", t, f"__acc_{t}")
+
+
+def build_plan(ledger: LedgerPlan, con, store: Path, config: Path, per_day: bool = True) -> tuple[Plan, list[str]]:
     p = Plan()
     for s in split_statements(PRELUDE):
         p.add("prelude", s)
     days: list[str] = []
     for table, columns in raw_schemas().items():
         sql, d = register_table_sql(con, store, table, columns)
-        p.add("inputs", sql)
-        p.kinds[table] = "view" if sql.startswith("CREATE VIEW") else "table"
         if table == "gpu_samples":
             days = [x for x in d if re.fullmatch(r"\d{4}-\d{2}-\d{2}", x)]
+            if per_day and days:
+                sql = re.sub(r"^CREATE (VIEW|TABLE) gpu_samples\b", lambda m: f"CREATE {m.group(1)} {ALL_SAMPLES}", sql)
+                table = ALL_SAMPLES
+        p.add("inputs", sql)
+        p.kinds[table] = "view" if sql.startswith("CREATE VIEW") else "table"
     for s in config_sql(config):
         p.add("config", s)
     # object_steps
@@ -595,7 +685,23 @@ def build_plan(ledger: LedgerPlan, con, store: Path, config: Path) -> tuple[Plan
     p.exec_file(ledger, "25_capacity.sql")
     for s in calendar_sql(days):
         p.add("calendar", s)
-    # sample_and_monthly_steps
+    if per_day and days:
+        sample_steps_per_day(p, ledger, days)
+    else:
+        sample_steps_at_once(p, ledger)
+    # monthly_steps
+    for f in ledger.monthly_files:
+        p.exec_file(ledger, f)
+    p.exec_file(ledger, "90_reports.sql")
+    done = {f for f, _ in p.steps}
+    skipped = [f for f in ledger.query_files if f not in done]
+    if skipped:
+        raise SystemExit(f"duckdb_port: query files this port does not run: {skipped}")
+    return p, days
+
+
+def sample_steps_at_once(p: Plan, ledger: LedgerPlan):
+    """The sample steps over every day at once, as Accounting::run_at_once (sample_and_monthly_steps)."""
     p.exec_file(ledger, "30_observations.sql")
     p.materialise("30_observations.sql", "known_day_starts", "day_first_starts")
     p.materialise("30_observations.sql", "known_day_last_xids", "day_last_xids")
@@ -608,15 +714,6 @@ def build_plan(ledger: LedgerPlan, con, store: Path, config: Path) -> tuple[Plan
     p.exec_file(ledger, "45_hourly.sql")
     for t in ledger.per_day_tables + ledger.rollup_tables + ["xid_errors"]:
         p.materialise("45_hourly.sql", t)
-    # monthly_steps
-    for f in ledger.monthly_files:
-        p.exec_file(ledger, f)
-    p.exec_file(ledger, "90_reports.sql")
-    done = {f for f, _ in p.steps}
-    skipped = [f for f in ledger.query_files if f not in done]
-    if skipped:
-        raise SystemExit(f"duckdb_port: query files this port does not run: {skipped}")
-    return p, days
 
 
 def write_sql(path: Path, steps: list[tuple[str, str]], header: str, mode: str = "w"):
@@ -723,6 +820,7 @@ def main() -> int:
     ap.add_argument("--no-compare", action="store_true", help="run and write the derived tables, do not compare them")
     ap.add_argument("--progress", action="store_true", help="print each step's time on stderr as it ends")
     ap.add_argument("--sql-only", action="store_true", help="only generate <out>/ledger_duckdb.sql (the input registration needs the store)")
+    ap.add_argument("--at-once", action="store_true", help="the sample steps over every day at once (Accounting::run_at_once), not a day at a time")
     args = ap.parse_args()
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -737,11 +835,12 @@ def main() -> int:
         settings.append(f"SET memory_limit = {q(args.memory_limit)}")
     for s in settings:
         con.execute(s)
-    plan, days = build_plan(ledger, con, args.store.resolve(), args.config.resolve())
+    plan, days = build_plan(ledger, con, args.store.resolve(), args.config.resolve(), per_day=not args.at_once)
     plan.steps[:0] = [("settings", s) for s in settings]
     sql_path = args.out / "ledger_duckdb.sql"
+    how = "Accounting::run_at_once runs it (every day at once)" if args.at_once else "Accounting::run runs it (a day at a time)"
     header = (f"-- Generated by bench/duckdb_port.py from queries/*.sql: the ledger's accounting in DuckDB's dialect, run as\n"
-              f"-- Accounting::run_at_once runs it. Store {args.store}, configuration {args.config}. Do not edit: regenerate.\n"
+              f"-- {how}. Store {args.store}, configuration {args.config}. Do not edit: regenerate.\n"
               f"-- Edits applied to every statement of queries/: {'; '.join(e for e, _ in EDITS)}.\n")
     write_sql(sql_path, plan.steps, header)
     if args.sql_only:
@@ -782,7 +881,7 @@ def main() -> int:
         "store": str(args.store), "config": str(args.config), "duckdb_version": duckdb.__version__,
         "threads": con.execute("SELECT current_setting('threads')").fetchone()[0],
         "memory_limit": con.execute("SELECT current_setting('memory_limit')").fetchone()[0],
-        "days": len(days), "run_seconds": round(run_s, 3), "inputs_and_plan_seconds": round(register_s, 3),
+        "days": len(days), "sample_steps": "at once" if args.at_once else "per day", "run_seconds": round(run_s, 3), "inputs_and_plan_seconds": round(register_s, 3),
         "steps_seconds": round(steps_s, 3), "write_seconds": round(write_s, 3),
         "step_seconds": {k: round(v, 3) for k, v in timings.items()}, "peak_rss_mib_after_run": rss_run_mib,
         "edits": [e for e, _ in EDITS], "warnings": warnings,

@@ -105,24 +105,29 @@ fn duckdb_running_the_ported_queries_gives_every_derived_table_of_the_ledger() {
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/gpuledger.toml");
     run(&["simulate", "--store", &store, "--gpus", "16", "--days", "3", "--scrape-interval", "300s", "--progress", "off"], 0);
     run(&["ledger", "--store", &store, "--config", config, "--progress", "off"], 0);
-    let out = dir.path().join("duckdb");
-    let port = Command::new("python3")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/bench/duckdb_port.py"))
-        .args(["--store", &store, "--config", config, "--out", &out.display().to_string(), "--threads", "2"])
-        .output()
-        .unwrap();
-    let said = format!("{}{}", String::from_utf8_lossy(&port.stdout), String::from_utf8_lossy(&port.stderr));
-    assert_eq!(port.status.code(), Some(0), "the port disagrees with the ledger:\n{said}");
-    let compared: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("duckdb_compare.json")).unwrap()).unwrap();
-    assert_eq!(compared["all_agree"], true, "{said}");
-    // Every derived table was compared (none skipped), strictly, and the main ones are not empty.
-    for table in gpuledger_schemas::DERIVED_TABLES.iter().map(|t| t.name) {
-        let t = &compared["tables"][table];
-        assert_eq!(t["agree"], true, "{table}: {t}\n{said}");
-        assert_eq!(t["ours_rows"], t["ref_rows"], "{table}: {t}");
+    // A day at a time, as the ledger runs a store (the benchmark's way), and every day at once.
+    for (mode, extra) in [("per day", None), ("at once", Some("--at-once"))] {
+        let out = dir.path().join(format!("duckdb-{}", mode.replace(' ', "-")));
+        let port = Command::new("python3")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/bench/duckdb_port.py"))
+            .args(["--store", &store, "--config", config, "--out", &out.display().to_string(), "--threads", "2"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let said = format!("{mode}: {}{}", String::from_utf8_lossy(&port.stdout), String::from_utf8_lossy(&port.stderr));
+        assert_eq!(port.status.code(), Some(0), "the port disagrees with the ledger:\n{said}");
+        let compared: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("duckdb_compare.json")).unwrap()).unwrap();
+        assert_eq!(compared["all_agree"], true, "{said}");
+        assert_eq!(compared["sample_steps"], mode, "{said}");
+        // Every derived table was compared (none skipped), strictly, and the main ones are not empty.
+        for table in gpuledger_schemas::DERIVED_TABLES.iter().map(|t| t.name) {
+            let t = &compared["tables"][table];
+            assert_eq!(t["agree"], true, "{table}: {t}\n{said}");
+            assert_eq!(t["ours_rows"], t["ref_rows"], "{table}: {t}");
+        }
+        for table in ["priced_state_hours", "chargeback_monthly", "pod_runs", "run_segments", "queue_waits", "gpu_hourly"] {
+            assert!(compared["tables"][table]["ref_rows"].as_u64().unwrap() > 0, "{table} is empty: the case checks nothing there");
+        }
+        assert!(compared["warnings"].as_array().is_none_or(|w| w.is_empty()), "the port had to bend a comparison: {}", compared["warnings"]);
     }
-    for table in ["priced_state_hours", "chargeback_monthly", "pod_runs", "run_segments", "queue_waits", "gpu_hourly"] {
-        assert!(compared["tables"][table]["ref_rows"].as_u64().unwrap() > 0, "{table} is empty: the case checks nothing there");
-    }
-    assert!(compared["warnings"].as_array().is_none_or(|w| w.is_empty()), "the port had to bend a comparison: {}", compared["warnings"]);
 }
