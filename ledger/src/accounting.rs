@@ -136,7 +136,7 @@ pub enum Intermediates {
     Memory,
     /// As Parquet files in a scratch directory of the store, readable by every process of a
     /// cluster (Ballista's executors do not share the client's memory). The sample steps run
-    /// once over every day: the cluster, not one process, holds the data.
+    /// one day at a time, as in memory; each day's results are gathered in this process.
     Store(StoreLocation),
 }
 
@@ -210,14 +210,9 @@ impl Accounting {
         let snapshot = store.snapshot("gpu_samples").await?;
         let days = sample_days(&snapshot);
         register_calendar(&ctx, days.first().map(String::as_str), days.last().map(String::as_str), scratch).await?;
-        if let Some(s) = scratch {
-            // The sample steps once, over every day.
-            sample_and_monthly_steps(&ctx, scratch, carry.as_ref()).await?;
-            progress(days.len(), days.len(), days.last().map_or("", String::as_str));
-            return Ok(Accounting { ctx, days, scratch: Some(s.clone()), inputs, memo: None });
-        }
 
-        // The sample steps, one day partition at a time.
+        // The sample steps, one day partition at a time (on a cluster too: a month of a
+        // thousand GPUs at once is more than two executors of one machine hold).
         let samples = ctx
             .deregister_table("gpu_samples")
             .map_err(|source| Error::Query { sql: "deregister gpu_samples".into(), source })?
@@ -226,7 +221,8 @@ impl Accounting {
         let passes: Vec<Option<&String>> = if days.is_empty() { vec![None] } else { days.iter().map(Some).collect() };
         let mut memo = match options.memo {
             MemoMode::Off => None,
-            _ if days.is_empty() => None,
+            // A cluster computes every day: the memo's digests would be more distributed jobs.
+            _ if days.is_empty() || scratch.is_some() => None,
             mode => Some(DayMemo::open(&ctx, store, mode, &snapshot, &days).await?),
         };
         if memo.as_ref().is_some_and(DayMemo::reads) {
@@ -234,7 +230,7 @@ impl Accounting {
             // no samples, for the digests and the steps after.
             narrow_samples(&ctx, &samples, None)?;
             exec_file(&ctx, "30_observations.sql", scratch).await?;
-            materialise(&ctx, "known_day_starts", "SELECT * FROM day_first_starts", None).await?;
+            materialise(&ctx, "known_day_starts", "SELECT * FROM day_first_starts", scratch).await?;
             exec_file(&ctx, "31_intervals.sql", scratch).await?;
         }
 
@@ -260,10 +256,10 @@ impl Accounting {
                 None => {
                     narrow_samples(&ctx, &samples, day.map(String::as_str))?;
                     exec_file(&ctx, "30_observations.sql", scratch).await?;
-                    let own = day_filter(*day);
-                    let first = collect(&ctx, &format!("SELECT * FROM day_first_starts{own}")).await?;
-                    let xids = collect(&ctx, &format!("SELECT * FROM day_last_xids{own}")).await?;
-                    let bounds = collect(&ctx, &format!("SELECT * FROM day_active_bounds{own}")).await?;
+                    let own = DayRows::number(*day);
+                    let first = collect_day(&ctx, "day_first_starts", own, scratch).await?;
+                    let xids = collect_day(&ctx, "day_last_xids", own, scratch).await?;
+                    let bounds = collect_day(&ctx, "day_active_bounds", own, scratch).await?;
                     let pods = collect(&ctx, &day_pods_sql(*day)).await?;
                     let_go(&ctx, &["30_observations.sql"], &["observation_starts"])?;
                     (first, xids, bounds, None, pods, None)
@@ -273,13 +269,13 @@ impl Accounting {
             gather(&mut last_xids, xids.clone());
             gather(&mut active_bounds, bounds.clone());
             if let Some((schema, batches)) = &starts {
-                replace_table(&ctx, "known_day_starts", kept::table(&ctx, "known_day_starts", schema.clone(), batches.clone())?)?;
+                keep_table(&ctx, "known_day_starts", schema.clone(), batches.clone(), scratch).await?;
             }
             let spacing = match spacing {
                 Some(s) => s,
                 None => {
                     exec_file(&ctx, "31_intervals.sql", scratch).await?;
-                    let spacing = collect(&ctx, &format!("SELECT * FROM spacing_counts{}", day_filter(*day))).await?;
+                    let spacing = collect_day(&ctx, "spacing_counts", DayRows::number(*day), scratch).await?;
                     let_go(&ctx, &["30_observations.sql", "31_intervals.sql"], &[])?;
                     spacing
                 }
@@ -305,15 +301,15 @@ impl Accounting {
 
         // Pass 2: the spans and states of each day, with the month's scrape intervals.
         if let Some((schema, batches)) = last_xids {
-            replace_table(&ctx, "known_day_last_xids", kept::table(&ctx, "known_day_last_xids", schema, batches)?)?;
+            keep_table(&ctx, "known_day_last_xids", schema, batches, scratch).await?;
         }
         if let Some((schema, batches)) = active_bounds {
-            replace_table(&ctx, "known_active_bounds", kept::table(&ctx, "known_active_bounds", schema, batches)?)?;
+            keep_table(&ctx, "known_active_bounds", schema, batches, scratch).await?;
         }
         if memo.is_some() {
             // What pass 2's digests read: the month's intervals, the pods' active bounds.
             if let Some((schema, batches)) = &spacings {
-                replace_table(&ctx, "spacing_counts", kept::table(&ctx, "spacing_counts", schema.clone(), batches.clone())?)?;
+                keep_table(&ctx, "spacing_counts", schema.clone(), batches.clone(), scratch).await?;
             }
             exec_view(&ctx, "32_spans.sql", "scrape_intervals").await?;
             materialise(&ctx, "memo_intervals", crate::memo::INTERVALS_SQL, None).await?;
@@ -367,7 +363,7 @@ impl Accounting {
         // Every pass (at least one) yields each table, so each was gathered.
         for (table, (schema, batches)) in PASS2_TABLES.iter().zip(gathered.into_iter().flatten()) {
             gathered_bytes.shrink(batches.iter().map(RecordBatch::get_array_memory_size).sum::<usize>().min(gathered_bytes.size()));
-            replace_table(&ctx, table, kept::table(&ctx, table, schema, batches)?)?;
+            keep_table(&ctx, table, schema, batches, scratch).await?;
         }
         drop(gathered_bytes);
         if let Some(m) = &memo {
@@ -375,7 +371,7 @@ impl Accounting {
         }
 
         monthly_steps(&ctx, scratch, carry.as_ref()).await?;
-        Ok(Accounting { ctx, days, scratch: None, inputs, memo: memo.map(|m| m.stats) })
+        Ok(Accounting { ctx, days, scratch: scratch.cloned(), inputs, memo: memo.map(|m| m.stats) })
     }
 
     /// Runs every step once over the tables `ctx` already holds (in memory, say), all days at
@@ -388,7 +384,7 @@ impl Accounting {
         let (_, range) = collect(&ctx, "SELECT MIN(date), MAX(date) FROM gpu_samples").await?;
         let (first, last) = (strings(&range, 0).into_iter().flatten().next(), strings(&range, 1).into_iter().flatten().next());
         register_calendar(&ctx, first.as_deref(), last.as_deref(), None).await?;
-        sample_and_monthly_steps(&ctx, None, None).await?;
+        sample_and_monthly_steps(&ctx).await?;
         Ok(Accounting { ctx, days: Vec::new(), scratch: None, inputs: Default::default(), memo: None })
     }
 
@@ -440,8 +436,9 @@ async fn object_steps(ctx: &SessionContext, scratch: Option<&Scratch>) -> Result
     Ok(())
 }
 
-/// The sample steps over every day at once, then the monthly steps.
-async fn sample_and_monthly_steps(ctx: &SessionContext, scratch: Option<&Scratch>, carry: Option<&Carry>) -> Result<()> {
+/// The sample steps over every day at once, then the monthly steps (the SQL logic tests).
+async fn sample_and_monthly_steps(ctx: &SessionContext) -> Result<()> {
+    let scratch = None;
     exec_file(ctx, "30_observations.sql", scratch).await?;
     materialise(ctx, "known_day_starts", "SELECT * FROM day_first_starts", scratch).await?;
     materialise(ctx, "known_day_last_xids", "SELECT * FROM day_last_xids", scratch).await?;
@@ -455,7 +452,7 @@ async fn sample_and_monthly_steps(ctx: &SessionContext, scratch: Option<&Scratch
     for view in PER_DAY_TABLES.iter().chain(ROLLUP_TABLES).chain(&["xid_errors"]) {
         materialise(ctx, view, &format!("SELECT * FROM {view}"), scratch).await?;
     }
-    monthly_steps(ctx, scratch, carry).await
+    monthly_steps(ctx, scratch, None).await
 }
 
 /// The monthly files, then the report views over the tables they read.
@@ -497,16 +494,18 @@ async fn day_pass2(ctx: &SessionContext, samples: &Arc<dyn TableProvider>, day: 
     exec_file(ctx, "30_observations.sql", scratch).await?;
     exec_file(ctx, "31_intervals.sql", scratch).await?;
     if let Some((schema, batches)) = spacings {
-        replace_table(ctx, "spacing_counts", kept::table(ctx, "spacing_counts", schema.clone(), batches.clone())?)?;
+        keep_table(ctx, "spacing_counts", schema.clone(), batches.clone(), scratch).await?;
     }
     exec_file(ctx, "32_spans.sql", scratch).await?;
-    let keep = match day {
-        Some(d) => format!("SELECT * FROM sample_spans WHERE date = '{d}'"),
-        None => "SELECT * FROM sample_spans".to_string(),
-    };
-    materialise(ctx, "sample_spans", &keep, None).await?;
+    let own = DayRows::date(day);
+    if scratch.is_some() {
+        let (schema, batches) = collect_day(ctx, "sample_spans", own, scratch).await?;
+        keep_table(ctx, "sample_spans", schema, batches, scratch).await?;
+    } else {
+        materialise(ctx, "sample_spans", &format!("SELECT * FROM sample_spans{}", own.sql()), None).await?;
+    }
     // Read off the day's samples and the second before: keep the day's own.
-    let xids = collect(ctx, &format!("SELECT * FROM xid_errors{}", day_filter(day))).await?;
+    let xids = collect_day(ctx, "xid_errors", DayRows::number(day), scratch).await?;
     // The states read the kept spans and the samples (for the hourly rollups), no longer what
     // the spans were made from: let the day's pod samples go before the states' joins need room.
     let_go(ctx, &["30_observations.sql", "31_intervals.sql", "32_spans.sql"], &["replica_samples", "counted_samples", "sample_spans", "spacing_counts", "scrape_intervals"])?;
@@ -517,8 +516,7 @@ async fn day_pass2(ctx: &SessionContext, samples: &Arc<dyn TableProvider>, day: 
     }
     exec_file(ctx, "45_hourly.sql", scratch).await?;
     for table in ROLLUP_TABLES {
-        let own = day.map(|d| format!(" WHERE date = '{d}'")).unwrap_or_default();
-        out.push(collect(ctx, &format!("SELECT * FROM {table}{own}")).await?);
+        out.push(collect_day(ctx, table, own, scratch).await?);
     }
     out.push(xids);
     // The monthly steps read the scrape intervals (over every day's spacing counts).
@@ -580,13 +578,62 @@ pub(crate) fn day_start_ms(day: &str) -> Option<i64> {
     Some(d.and_hms_opt(0, 0, 0)?.and_utc().timestamp_millis())
 }
 
-/// `WHERE` clause keeping one day's rows of a table with a `day_number` column (the SQL's days
-/// since the epoch).
-fn day_filter(day: Option<&String>) -> String {
-    match day.and_then(|d| day_start_ms(d)) {
-        Some(ms) => format!(" WHERE day_number = {}", ms / MS_PER_DAY),
-        None => String::new(),
+/// Which rows of a day's view are the day's own: by `day_number` (the SQL's days since the
+/// epoch) or by the `date` partition. `All` for the pass over no samples.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum DayRows<'a> {
+    All,
+    Number(i64),
+    Date(&'a str),
+}
+
+impl<'a> DayRows<'a> {
+    fn number(day: Option<&String>) -> DayRows<'static> {
+        match day.and_then(|d| day_start_ms(d)) {
+            Some(ms) => DayRows::Number(ms / MS_PER_DAY),
+            None => DayRows::All,
+        }
     }
+
+    fn date(day: Option<&'a String>) -> DayRows<'a> {
+        day.map_or(DayRows::All, |d| DayRows::Date(d))
+    }
+
+    /// The `WHERE` clause that keeps them.
+    fn sql(&self) -> String {
+        match self {
+            DayRows::All => String::new(),
+            DayRows::Number(n) => format!(" WHERE day_number = {n}"),
+            DayRows::Date(d) => format!(" WHERE date = '{d}'"),
+        }
+    }
+
+    /// Keeps them of `batch`.
+    fn filter(&self, batch: &RecordBatch) -> std::result::Result<RecordBatch, arrow::error::ArrowError> {
+        let (column, value): (&str, ArrayRef) = match self {
+            DayRows::All => return Ok(batch.clone()),
+            DayRows::Number(n) => ("day_number", Arc::new(Int64Array::from(vec![*n]))),
+            DayRows::Date(d) => ("date", Arc::new(StringArray::from(vec![*d]))),
+        };
+        let values = batch.column_by_name(column).ok_or_else(|| arrow::error::ArrowError::SchemaError(format!("no {column} column")))?;
+        let value = arrow::compute::cast(&value, values.data_type())?;
+        let own = arrow::compute::kernels::cmp::eq(values, &arrow::array::Scalar::new(value))?;
+        arrow::compute::filter_record_batch(batch, &own)
+    }
+}
+
+/// The rows of the view `view` that are the day's own. In memory the condition is part of the
+/// query. On a cluster the rows are filtered here, after it: pushed below a window partitioned
+/// by the day, `day_number = N` makes the day a constant that the sort under the window leaves
+/// out, and the executor reading that sort's output from a shuffle no longer knows it is one
+/// (Ballista 55: "Expects PARTITION BY expression to be ordered").
+async fn collect_day(ctx: &SessionContext, view: &str, own: DayRows<'_>, scratch: Option<&Scratch>) -> Result<Table> {
+    if scratch.is_none() {
+        return collect(ctx, &format!("SELECT * FROM {view}{}", own.sql())).await;
+    }
+    let (schema, batches) = collect(ctx, &format!("SELECT * FROM {view}")).await?;
+    let err = |e: arrow::error::ArrowError| Error::Query { sql: format!("SELECT * FROM {view}{} (after the query)", own.sql()), source: e.into() };
+    Ok((schema, batches.iter().map(|b| own.filter(b).map_err(err)).collect::<Result<Vec<_>>>()?))
 }
 
 /// Adds one day's result to what earlier passes gathered.
@@ -949,6 +996,7 @@ mod tests {
         assert_eq!(previous_day("2026-11-01"), "2026-10-31");
         assert_eq!(previous_day("2027-01-01"), "2026-12-31");
         assert_eq!(day_start_ms("1970-01-02"), Some(MS_PER_DAY));
-        assert_eq!(day_filter(Some(&"1970-01-03".to_string())), " WHERE day_number = 2");
+        assert_eq!(DayRows::number(Some(&"1970-01-03".to_string())).sql(), " WHERE day_number = 2");
+        assert_eq!(DayRows::number(None).sql(), "");
     }
 }

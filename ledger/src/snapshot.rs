@@ -69,6 +69,10 @@ pub struct SnapshotTable {
     def: Definition,
     /// The files' columns, then `date`.
     schema: SchemaRef,
+    /// Whether a scan declares its files' sort order (see `scan`). Not on a cluster: a Ballista
+    /// shuffle does not keep the order a plan was made with, and an executor then refused the
+    /// day's window over its samples ("Expects PARTITION BY expression to be ordered").
+    ordered_files: bool,
 }
 
 impl SnapshotTable {
@@ -87,13 +91,13 @@ impl SnapshotTable {
             .iter()
             .map(|f| SnapshotFile { location: format!("{dir}/{}", f.path), size: f.size, date: f.date.clone().unwrap_or_default() })
             .collect();
-        Self::from_definition(table, Definition { table: table.name.to_string(), store_url, version: snapshot.version, files })
+        Self::from_definition(table, Definition { table: table.name.to_string(), store_url, version: snapshot.version, files }, true)
     }
 
-    fn from_definition(table: &'static Table, def: Definition) -> SnapshotTable {
+    fn from_definition(table: &'static Table, def: Definition, ordered_files: bool) -> SnapshotTable {
         let mut fields: Vec<Field> = table.arrow_schema().fields().iter().map(|f| f.as_ref().clone()).collect();
         fields.push(Field::new(PARTITION_KEY, DataType::Utf8, false));
-        SnapshotTable { table, def, schema: Arc::new(Schema::new(fields)) }
+        SnapshotTable { table, def, schema: Arc::new(Schema::new(fields)), ordered_files }
     }
 
     /// The log version this table reads (`None`: the table has no log yet).
@@ -159,7 +163,7 @@ impl TableProvider for SnapshotTable {
         // combines them. A merge holds a batch of every stream at once, though: past
         // MAX_ORDERED_FILES (an uncompacted stretch of days, ~290 files a day) the files are
         // read in a few sequential groups instead and sorted, which spills under a limit.
-        let ordered = files.len() <= MAX_ORDERED_FILES;
+        let ordered = self.ordered_files && files.len() <= MAX_ORDERED_FILES;
         let groups: Vec<FileGroup> = if ordered {
             files.into_iter().map(|f| FileGroup::new(vec![f])).collect()
         } else {
@@ -225,7 +229,8 @@ impl LogicalExtensionCodec for StoreCodec {
         let Some(table) = gpuledger_schemas::TABLES.iter().find(|t| t.name == def.table) else {
             return exec_err!("a snapshot of unknown table {}", def.table);
         };
-        Ok(Arc::new(SnapshotTable::from_definition(table, def)))
+        // Decoded on the scheduler, which plans the cluster's stages: no declared file order.
+        Ok(Arc::new(SnapshotTable::from_definition(table, def, false)))
     }
 
     fn try_encode_table_provider(&self, table_ref: &TableReference, node: Arc<dyn TableProvider>, buf: &mut Vec<u8>) -> DfResult<()> {
