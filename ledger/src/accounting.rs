@@ -999,4 +999,25 @@ mod tests {
         assert_eq!(DayRows::number(Some(&"1970-01-03".to_string())).sql(), " WHERE day_number = 2");
         assert_eq!(DayRows::number(None).sql(), "");
     }
+
+    #[test]
+    fn a_days_own_rows_are_kept_by_number_or_by_date_of_any_string_type() {
+        use arrow::array::{Array, StringViewArray};
+        let schema = Arc::new(Schema::new(vec![Field::new("date", DataType::Utf8View, false), Field::new("day_number", DataType::Int64, false)]));
+        // 2026-11-02 is day 20,759 since the epoch; the first row is the last second before it.
+        let dates: ArrayRef = Arc::new(StringViewArray::from(vec!["2026-11-01", "2026-11-02", "2026-11-02"]));
+        let numbers: ArrayRef = Arc::new(Int64Array::from(vec![20_758, 20_759, 20_759]));
+        let batch = RecordBatch::try_new(schema, vec![dates, numbers]).unwrap();
+        let day = "2026-11-02".to_string();
+        for own in [DayRows::date(Some(&day)), DayRows::number(Some(&day))] {
+            let kept = own.filter(&batch).unwrap();
+            assert_eq!(kept.num_rows(), 2, "{own:?}");
+            assert_eq!(kept.column(1).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec(), vec![20_759, 20_759], "{own:?}");
+            assert_eq!(kept.column(0).len(), 2);
+        }
+        assert_eq!(DayRows::All.filter(&batch).unwrap().num_rows(), 3);
+        assert_eq!(DayRows::Number(1).filter(&batch).unwrap().num_rows(), 0);
+        let no_day = RecordBatch::try_new(Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)])), vec![Arc::new(Int64Array::from(vec![1]))]).unwrap();
+        assert!(DayRows::Number(1).filter(&no_day).is_err(), "a table without the day's column is an error, not every row");
+    }
 }

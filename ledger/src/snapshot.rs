@@ -69,9 +69,9 @@ pub struct SnapshotTable {
     def: Definition,
     /// The files' columns, then `date`.
     schema: SchemaRef,
-    /// Whether a scan declares its files' sort order (see `scan`). Not on a cluster: a Ballista
-    /// shuffle does not keep the order a plan was made with, and an executor then refused the
-    /// day's window over its samples ("Expects PARTITION BY expression to be ordered").
+    /// Whether a scan declares its files' sort order (see `scan`). Not on a cluster: the stages
+    /// of a Ballista plan meet through shuffles, which do not keep an order the plan counts on
+    /// (a merge of sorted streams instead of a sort), so there every ordered step sorts.
     ordered_files: bool,
 }
 
