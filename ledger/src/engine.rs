@@ -215,6 +215,17 @@ impl MemoryPool for PeakPool {
                 reservation.consumer().name()
             )));
         }
+        // A merge of a sort's spill files takes as many files at once as the pool lets it seat
+        // (DataFusion 55's multi-level merge), and holds that until it is done: at 1,024 GPUs one
+        // held 763 MB of a 2 GiB pool and the next sort could not get its 10 MB. Held to an
+        // eighth of the limit, it merges fewer files per pass (at least two; it re-spills a file
+        // in smaller batches when two do not fit).
+        if reservation.consumer().name().starts_with("ExternalSorterMerge[") && reservation.size().saturating_add(additional) > self.sort_cap {
+            return Err(DataFusionError::ResourcesExhausted(format!(
+                "{} may not grow by {additional} bytes: a merge of spill files gets an eighth of the memory limit",
+                reservation.consumer().name()
+            )));
+        }
         self.inner.try_grow(reservation, additional)?;
         self.note();
         Ok(())
@@ -274,5 +285,23 @@ mod tests {
         assert!(one.try_grow(1).is_err(), "one sort spills past an eighth of the limit, the pool nearly empty");
         let unlimited: Arc<dyn MemoryPool> = Arc::new(PeakPool::new(None));
         MemoryConsumer::new("ExternalSorter[0]").with_can_spill(true).register(&unlimited).try_grow(1 << 40).unwrap();
+        MemoryConsumer::new("ExternalSorterMerge[0]").register(&unlimited).try_grow(1 << 40).unwrap();
+    }
+
+    #[test]
+    fn a_merge_of_spill_files_is_held_to_an_eighth_of_the_limit() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(PeakPool::new(Some(8000)));
+        let merge = MemoryConsumer::new("ExternalSorterMerge[1]").register(&pool);
+        // Its first seat (a sort's spill reservation, then the streams it merges) up to 1000.
+        merge.try_grow(10).unwrap();
+        merge.try_grow(990).unwrap();
+        assert!(merge.try_grow(1).is_err(), "past an eighth of the limit, a merge seats fewer files");
+        merge.shrink(500);
+        merge.try_grow(500).unwrap_or_else(|e| panic!("the cap is on what it holds, not what it asked before: {e}"));
+        let other = MemoryConsumer::new("ExternalSorterMerge[0]").register(&pool);
+        other.try_grow(1000).unwrap_or_else(|e| panic!("each merge has its own eighth: {e}"));
+        let final_aggregate = MemoryConsumer::new("FinalHashAggregateStream[0]").with_can_spill(true).register(&pool);
+        final_aggregate.try_grow(5000).unwrap_or_else(|e| panic!("the cap is a merge's only: {e}"));
+        assert_eq!(pool.reserved(), 7000);
     }
 }
