@@ -328,7 +328,7 @@ PY
     stop "$sched" "${execs[@]}"
     pids=()
     # (no exec-* when the cluster did not start: du fails, which pipefail must not turn into an exit)
-    { du -sb "$D"/exec-* 2>/dev/null || true; } | awk '{s += $1} END {print s + 0}' > "$D/ballista_work_bytes"
+    { du -sb "$D"/exec-* 2>/dev/null || true; } | awk '{s += $1} END {printf "%.0f\n", s}' > "$D/ballista_work_bytes"
     rm -rf "$D"/exec-*
     if [ "$(cat "$D/ballista.rc")" = 0 ]; then cp "$S/ledger/chargeback_monthly.parquet" "$D/ballista_chargeback.parquet"; cp "$S/ledger/priced_state_hours.parquet" "$D/ballista_priced_state_hours.parquet"; fi
   fi

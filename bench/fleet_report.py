@@ -14,9 +14,32 @@ import math
 import os
 import sys
 
-# gpu_samples rows of a 30-day month at a 30 s scrape (the simulator's mix of MIG instances):
-# 1,024 GPUs ~ 88.5 M rows, 10,000 GPUs ~ 860 M rows.
-TARGETS = [("1,024 GPUs x 30 d @ 30 s", 88.5e6), ("10,000 GPUs x 30 d @ 30 s", 860e6)]
+# The months projected to: GPUs, at a 30 s scrape for 30 days. Their gpu_samples rows follow the
+# rows per GPU and scrape of the largest size measured (MIG instances and pods make more than
+# one row of a GPU per scrape: 1.49 in the simulator's mix at 1,024 GPUs); 2,880 scrapes a day.
+TARGET_GPUS = [1_024, 10_000]
+FALLBACK_ROWS_PER_GPU_SCRAPE = 1.0
+
+
+def scrape_seconds(text):
+    """30s, 5m, 1h -> seconds (None if unreadable)."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        return float(text[:-1]) * units[text[-1]]
+    except (KeyError, ValueError, IndexError, TypeError):
+        return None
+
+
+def targets(results):
+    """[(name, rows)] of the projected months."""
+    per = FALLBACK_ROWS_PER_GPU_SCRAPE
+    biggest = max(results, key=lambda r: r["store"]["gpu_sample_rows"], default=None)
+    if biggest:
+        step = scrape_seconds(biggest.get("scrape"))
+        scrapes = biggest["gpus"] * biggest["days"] * 86400 / step if step else 0
+        if scrapes:
+            per = biggest["store"]["gpu_sample_rows"] / scrapes
+    return [(f"{g:,} GPUs x 30 d @ 30 s", per * g * 30 * 2880) for g in TARGET_GPUS]
 DEADLINE_S = 3600.0
 
 ENGINES = [  # key in result.json, label, RSS field
@@ -190,45 +213,46 @@ def main():
     # Projection.
     p("## Projection\n")
     measured = [r["store"]["gpu_sample_rows"] for r in results]
+    projected = targets(results)
     p(f"Fit of seconds = a + b × rows per engine over the sizes measured ({', '.join(f'{m:,}' for m in measured)} "
       f"gpu_samples rows), evaluated at a month at a 30 s scrape: " +
-      "; ".join(f"{name} = {rows / 1e6:,.1f} M rows ({rows / max(measured):,.0f}× the largest size measured)" for name, rows in TARGETS) +
+      "; ".join(f"{name} = {rows / 1e6:,.1f} M rows ({rows / max(measured):,.0f}× the largest size measured)" for name, rows in projected) +
       ". Far outside the measured range, so a rough guide: the fit assumes time stays linear in rows.\n")
-    head = ["engine", "distinct sizes", "a (s)", "b (s per M rows)", "R²"] + [n for n, _ in TARGETS]
+    head = ["engine", "distinct sizes", "a (s)", "b (s per M rows)", "R²"] + [n for n, _ in projected]
     p("| " + " | ".join(head) + " |")
-    p("|---|---:|---:|---:|---:|" + "|".join("---:" for _ in TARGETS) + "|")
+    p("|---|---:|---:|---:|---:|" + "|".join("---:" for _ in projected) + "|")
     fits = {}
     for key, label, _ in ENGINES:
         pts = [(r["store"]["gpu_sample_rows"], r[key]["seconds"]) for r in results if ok(r[key])]
         f = fit(pts)
         fits[key] = f
         if f is None:
-            p(f"| {label} | 0 | – | – | – | " + " | ".join("–" for _ in TARGETS) + " |")
+            p(f"| {label} | 0 | – | – | – | " + " | ".join("–" for _ in projected) + " |")
             continue
-        proj = [duration(f["a"] + f["b"] * rows) for _, rows in TARGETS]
+        proj = [duration(f["a"] + f["b"] * rows) for _, rows in projected]
         p(f"| {label} | {f['n']} | {f['a']:,.2f} | {f['b'] * 1e6:,.3f} | {fmt(f['r2'], 3)} | " + " | ".join(proj) + " |")
     if any(f and f["kind"] != "least squares" for f in fits.values()):
         p("\n(one distinct row count only: the line goes through the origin, seconds proportional to rows, "
           "so fixed start-up costs count as per-row work and the projection overstates)")
     p("")
-    head = ["engine (peak RSS)", "a (MiB)", "b (MiB per M rows)"] + [n for n, _ in TARGETS]
+    head = ["engine (peak RSS)", "a (MiB)", "b (MiB per M rows)"] + [n for n, _ in projected]
     p("| " + " | ".join(head) + " |")
-    p("|---|---:|---:|" + "|".join("---:" for _ in TARGETS) + "|")
+    p("|---|---:|---:|" + "|".join("---:" for _ in projected) + "|")
     for key, label, field in ENGINES:
         pts = [(r["store"]["gpu_sample_rows"], r[key][field]) for r in results if ok(r[key]) and r[key].get(field) is not None]
         f = fit(pts)
         if f is None or f["kind"] != "least squares":
-            p(f"| {label} | – | – | " + " | ".join("– (needs two sizes)" for _ in TARGETS) + " |")
+            p(f"| {label} | – | – | " + " | ".join("– (needs two sizes)" for _ in projected) + " |")
             continue
         p(f"| {label} | {f['a']:,.0f} | {f['b'] * 1e6:,.2f} | " +
-          " | ".join(f"{(f['a'] + f['b'] * rows) / 1024:,.1f} GiB" for _, rows in TARGETS) + " |")
+          " | ".join(f"{(f['a'] + f['b'] * rows) / 1024:,.1f} GiB" for _, rows in projected) + " |")
     p("\n(in process the sample steps run one day at a time, so its peak memory should follow a day of the fleet's "
       "samples rather than the month's rows: read this table as an upper trend, not a forecast)\n")
 
     f = fits["ballista"]
     execs = r0["ballista"]["executors"]
-    rows = TARGETS[-1][1]
-    p(f"Ballista executors for {TARGETS[-1][0]} within {DEADLINE_S / 3600:.0f} h, assuming linear speed-up per "
+    rows = projected[-1][1]
+    p(f"Ballista executors for {projected[-1][0]} within {DEADLINE_S / 3600:.0f} h, assuming linear speed-up per "
       f"executor: the per-row part b × rows of the measured time (with {execs} executors at --concurrency 1) "
       f"divides evenly among executors, the fixed part a does not shrink, and each executor has the CPU it had here.")
     if f is None:
