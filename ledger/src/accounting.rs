@@ -265,6 +265,8 @@ impl Accounting {
                     (first, xids, bounds, None, pods, None)
                 }
             };
+            // Held to the end of the run: copied compact first (see `compacted`).
+            let (first, xids, bounds, pods) = (compacted(first)?, compacted(xids)?, compacted(bounds)?, compacted(pods)?);
             gather(&mut starts, first.clone());
             gather(&mut last_xids, xids.clone());
             gather(&mut active_bounds, bounds.clone());
@@ -280,6 +282,7 @@ impl Accounting {
                     spacing
                 }
             };
+            let spacing = compacted(spacing)?;
             gather(&mut spacings, spacing.clone());
             if let (Some(m), Some(d)) = (memo.as_mut(), day) {
                 let index = DayIndex { gpus: first.clone(), pods: pods.clone() };
@@ -634,6 +637,16 @@ async fn collect_day(ctx: &SessionContext, view: &str, own: DayRows<'_>, scratch
     let (schema, batches) = collect(ctx, &format!("SELECT * FROM {view}")).await?;
     let err = |e: arrow::error::ArrowError| Error::Query { sql: format!("SELECT * FROM {view}{} (after the query)", own.sql()), source: e.into() };
     Ok((schema, batches.iter().map(|b| own.filter(b).map_err(err)).collect::<Result<Vec<_>>>()?))
+}
+
+/// `table` with each batch copied into buffers of its own ([`kept::compact_batch`]). A day's
+/// query results share buffers with what they were cut from (the pages decoded from a kept
+/// table's file, an aggregate's whole output): gathered as they came, pass 1's small results
+/// kept each day's larger buffers alive until the run ended. At 1,024 GPUs under a 2 GiB limit
+/// the process grew by about 0.2 GB a day through pass 1 (1.2 to 6.1 GB in 25 days, the pool
+/// flat at 0.5 GB); compacted, it stays at 3.0-3.7 GB.
+fn compacted((schema, batches): Table) -> Result<Table> {
+    Ok((schema, batches.iter().map(kept::compact_batch).collect::<Result<Vec<_>>>()?))
 }
 
 /// Adds one day's result to what earlier passes gathered.

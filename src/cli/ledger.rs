@@ -21,7 +21,7 @@ use super::progress::ProgressMode;
 /// In process (the default) the sample steps run one day at a time, so memory follows a day of
 /// samples, not the month; --memory-limit caps what sorts, joins and aggregations hold and makes
 /// them spill to disk beyond it. With --engine ballista the same SQL runs on a Ballista cluster
-/// (`gpuledger ballista scheduler|executor`) over the whole month at once.
+/// (`gpuledger ballista scheduler|executor`), also a day at a time, every day computed.
 ///
 /// Incremental: each day's results are kept in <STORE>/ledger/.days/ with a digest of what they
 /// were computed from (the day's sample files, the runs and pods it names, its GPUs' scrape
