@@ -643,8 +643,8 @@ async fn collect_day(ctx: &SessionContext, view: &str, own: DayRows<'_>, scratch
 /// query results share buffers with what they were cut from (the pages decoded from a kept
 /// table's file, an aggregate's whole output): gathered as they came, pass 1's small results
 /// kept each day's larger buffers alive until the run ended. At 1,024 GPUs under a 2 GiB limit
-/// the process grew by about 0.2 GB a day through pass 1 (1.2 to 6.1 GB in 25 days, the pool
-/// flat at 0.5 GB); compacted, it stays at 3.0-3.7 GB.
+/// the process grew by about 0.2 GiB a day through pass 1 (1.2 to 6.0 GiB in 25 days, the pool
+/// flat at 0.5 GiB); compacted, it levels off at 2.5-3.9 GiB.
 fn compacted((schema, batches): Table) -> Result<Table> {
     Ok((schema, batches.iter().map(kept::compact_batch).collect::<Result<Vec<_>>>()?))
 }
