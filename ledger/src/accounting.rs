@@ -352,9 +352,8 @@ impl Accounting {
                     tables
                 }
             };
-            for (into, (schema, batches)) in gathered.iter_mut().zip(tables) {
-                // Compact: a slice of a query's batch holds the whole batch's buffers alive.
-                let batches = batches.iter().map(kept::compact_batch).collect::<Result<Vec<_>>>()?;
+            for (into, table) in gathered.iter_mut().zip(tables) {
+                let (schema, batches) = compacted(table)?;
                 gathered_bytes.grow(batches.iter().map(RecordBatch::get_array_memory_size).sum());
                 gather(into, (schema, batches));
             }
