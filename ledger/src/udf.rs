@@ -1,14 +1,25 @@
-//! The four small SQL functions the accounting in `queries/` needs beyond DataFusion's own.
+//! The small SQL functions the accounting in `queries/` needs beyond DataFusion's own.
 //!
-//! Each has the same name and meaning as a DuckDB built-in or a one-line DuckDB macro, so the
-//! SQL files also run there (see `queries/README.md`):
+//! Each has the same name and meaning as a DuckDB built-in or a short DuckDB macro, so the SQL
+//! files also run there (see `queries/README.md` and `bench/duckdb_port.py`'s prelude):
 //!
 //! | function | returns | DuckDB |
 //! | --- | --- | --- |
 //! | `label(labels_json, key)` | the value of `key` in a JSON object of string labels, else null | `json_extract_string(labels_json, '$."' \|\| key \|\| '"')` |
 //! | `epoch_ms(ts)` | milliseconds since the Unix epoch | `epoch_ms(ts)` (built in) |
 //! | `json_contains(haystack_json, needle_json)` | true when every key of the `needle` object is in `haystack` with a value that contains the needle's (a scalar: equal; an array: each needle element is contained in some haystack element); null when either is null or not JSON | `json_contains(haystack_json, needle_json)` (built in) |
-//! | `mig_sevenths(profile)` | `N` of a MIG profile `Ng.*` (or `Mc.Ng.*`), the instance's share of its GPU in sevenths; null for a whole GPU | `TRY_CAST(regexp_extract(profile, '^(?:[0-9]+c\.)?([0-9]+)g', 1) AS BIGINT)` |
+//! | `mig_sevenths(profile)` | `N` of a MIG profile `Ng.*` (or `Mc.Ng.*`), the instance's compute slices (of 7, of 4 on an A30); null for a whole GPU | `TRY_CAST(regexp_extract(profile, '^(?:[0-9]+c\.)?([0-9]+)g', 1) AS BIGINT)` |
+//!
+//! Money is exact: `DECIMAL(38, 6)` (micro-units of the currency), computed in 128-bit integers
+//! by the four money functions ([`money`]). Each rounds at one place, said below; DuckDB does
+//! the same arithmetic on HUGEINT (`//`, `%`) in a macro.
+//!
+//! | function | returns |
+//! | --- | --- |
+//! | `price_ns(gpu_ns, price)` | the cost of `gpu_ns` GPU-nanoseconds at `price` per GPU-hour: `gpu_ns x price / 3.6e12`, rounded half to even to micro-units |
+//! | `money_ratio(amount, num, den)` | `amount x num / den`, rounded half to even to micro-units (a forecast, a cost per unit); null when `den` is 0 |
+//! | `share_floor(amount, part, whole)` | `amount x part / whole` rounded down to micro-units: a part's share of an amount spread in proportion; null when `whole` is 0 |
+//! | `share_remainder(amount, part, whole)` | what `share_floor` left over, in `1/whole` of a micro-unit (`amount_micros x part mod whole`, a `DECIMAL(38, 0)`): the parts with the largest remainders get the micro-units the floors left |
 
 use std::sync::Arc;
 
@@ -18,7 +29,9 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Volatility, create_udf};
 use datafusion::prelude::SessionContext;
 
-/// Registers `label`, `epoch_ms`, `json_contains` and `mig_sevenths` with `ctx`.
+pub mod money;
+
+/// Registers `label`, `epoch_ms`, `json_contains`, `mig_sevenths` and the money functions with `ctx`.
 pub fn register(ctx: &SessionContext) {
     for f in all() {
         ctx.register_udf(f);
@@ -27,7 +40,9 @@ pub fn register(ctx: &SessionContext) {
 
 /// The ledger's functions, for sessions built by hand (Ballista's scheduler and executors).
 pub fn all() -> Vec<ScalarUDF> {
-    vec![label_udf(), epoch_ms_udf(), json_contains_udf(), mig_sevenths_udf()]
+    let mut all = vec![label_udf(), epoch_ms_udf(), json_contains_udf(), mig_sevenths_udf()];
+    all.extend(money::all());
+    all
 }
 
 fn json_contains_udf() -> ScalarUDF {
