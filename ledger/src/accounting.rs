@@ -25,7 +25,7 @@ use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTable
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryPool};
 use datafusion::prelude::{SessionContext, col, lit};
 
-use crate::config::{Config, IdlePolicy};
+use crate::config::{Config, IdlePolicy, Money};
 use crate::error::{Error, Result};
 use crate::first_line;
 use crate::kept;
@@ -689,7 +689,7 @@ async fn register_config(ctx: &SessionContext, config: &Config, options: &RunOpt
         ("active_threshold_engine", float(vec![a.active_threshold_engine])),
         ("active_threshold_util", float(vec![a.active_threshold_util])),
         ("max_gap_factor", float(vec![a.max_gap_factor])),
-        ("default_price", float(vec![config.prices.default])),
+        ("default_price", float(vec![config.prices.default.to_f64()])),
         ("currency", text(vec![Some(a.currency.clone())])),
         ("hardware_failures", text(vec![Some(a.hardware_failures.as_str().to_string())])),
         ("preemptions", text(vec![Some(a.preemptions.as_str().to_string())])),
@@ -702,12 +702,12 @@ async fn register_config(ctx: &SessionContext, config: &Config, options: &RunOpt
         ("rank", Arc::new(Int64Array::from_iter_values(0..labels.len() as i64)) as ArrayRef),
         ("label_key", text(labels.iter().map(|p| Some(p.label_key.clone())).collect())),
         ("label_value", text(labels.iter().map(|p| Some(p.label_value.clone())).collect())),
-        ("price", float(labels.iter().map(|p| p.price).collect())),
+        ("price", float(labels.iter().map(|p| p.price.to_f64()).collect())),
     ])?;
     let models = &config.prices.by_model;
     let by_model = batch(vec![
         ("model_name", text(models.iter().map(|(m, _)| Some(m.clone())).collect())),
-        ("price", float(models.iter().map(|(_, p)| *p).collect())),
+        ("price", float(models.iter().map(|(_, p)| p.to_f64()).collect())),
     ])?;
     let mut o_month = Vec::new();
     let mut o_team = Vec::new();
@@ -715,11 +715,11 @@ async fn register_config(ctx: &SessionContext, config: &Config, options: &RunOpt
     let mut o_amount = Vec::new();
     for o in &config.overheads {
         for (component, amount) in [("network", o.network), ("storage", o.storage), ("support", o.support), ("operations", o.operations)] {
-            if amount != 0.0 {
+            if amount != Money::ZERO {
                 o_month.push(Some(o.month.clone()));
                 o_team.push(o.team.clone());
                 o_component.push(Some(component.to_string()));
-                o_amount.push(amount);
+                o_amount.push(amount.to_f64());
             }
         }
     }
@@ -735,7 +735,7 @@ async fn register_config(ctx: &SessionContext, config: &Config, options: &RunOpt
     let budgets = batch(vec![
         ("team", text(b.iter().map(|r| Some(r.team.clone())).collect())),
         ("month", text(b.iter().map(|r| r.month.clone()).collect())),
-        ("amount", float(b.iter().map(|r| r.amount).collect())),
+        ("amount", float(b.iter().map(|r| r.amount.to_f64()).collect())),
     ])?;
     let tables = [
         ("settings", settings),

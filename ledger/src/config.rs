@@ -159,6 +159,107 @@ impl FromStr for Payer {
 
 pub use gpuledger_config::{ConfigError, Problem};
 
+/// An amount of the currency, exact to the micro-unit (6 decimals): a price, an overhead, a
+/// budget. The file's numbers are read as written (`2.49` is 2.490000, not the float nearest to
+/// it); a number with more than 6 decimals is refused rather than rounded, since no rule says
+/// which way a configured amount should round. The SQL holds it as `DECIMAL(38, 6)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Money {
+    micros: i128,
+}
+
+/// Why a configured number is not an amount of money.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MoneyError {
+    #[error("{0} is not a finite number")]
+    NotFinite(f64),
+    #[error("{0} has more than 6 decimals: amounts are exact to the micro-unit (0.000001)")]
+    TooPrecise(f64),
+    #[error("{0} is too large for an amount (at most 32 digits before the decimal point)")]
+    TooLarge(f64),
+}
+
+impl Money {
+    pub const ZERO: Money = Money { micros: 0 };
+    /// Micro-units in one unit of the currency.
+    pub const MICROS_PER_UNIT: i128 = 1_000_000;
+
+    pub const fn from_micros(micros: i128) -> Money {
+        Money { micros }
+    }
+
+    /// The amount in micro-units (millionths of the currency).
+    pub const fn micros(self) -> i128 {
+        self.micros
+    }
+
+    /// The amount a TOML number spells. A float's shortest decimal spelling (what Rust prints,
+    /// which reads back to the same float) is the number as the file wrote it for any literal
+    /// of up to 15 significant digits, so `2.49` is exactly 2.490000. More than 6 decimals, a
+    /// value beyond 10^32 or a non-finite one is an error.
+    pub fn from_f64(value: f64) -> Result<Money, MoneyError> {
+        if !value.is_finite() {
+            return Err(MoneyError::NotFinite(value));
+        }
+        // Display never uses an exponent: 1e-7 prints as 0.0000001, 1e20 as 100000000000000000000.
+        format!("{value}").parse::<Money>().map_err(|e| match e {
+            MoneyError::TooPrecise(_) => MoneyError::TooPrecise(value),
+            _ => MoneyError::TooLarge(value),
+        })
+    }
+
+    /// `value` rounded to the nearest micro-unit (half away from zero): for an amount given in
+    /// code rather than read from a file. A non-finite value or one beyond 10^32 is 0.
+    pub fn rounded(value: f64) -> Money {
+        let micros = (value * 1e6).round();
+        if micros.is_finite() && micros.abs() < 1e38 { Money { micros: micros as i128 } } else { Money::ZERO }
+    }
+
+    /// The nearest float (for display; sums are taken in SQL on the exact amounts).
+    pub fn to_f64(self) -> f64 {
+        self.micros as f64 / 1e6
+    }
+}
+
+impl FromStr for Money {
+    type Err = MoneyError;
+
+    /// A decimal spelled in digits (`2.49`, `-0.000001`, `100`): exact, at most 6 decimals and
+    /// 32 digits before the point.
+    fn from_str(s: &str) -> Result<Money, MoneyError> {
+        let bad = || MoneyError::TooLarge(s.parse().unwrap_or(f64::NAN));
+        let (negative, digits) = match s.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, s),
+        };
+        let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+        if whole.is_empty() || !whole.bytes().all(|b| b.is_ascii_digit()) || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(MoneyError::NotFinite(s.parse().unwrap_or(f64::NAN)));
+        }
+        if fraction.len() > 6 {
+            return Err(MoneyError::TooPrecise(s.parse().unwrap_or(f64::NAN)));
+        }
+        if whole.len() > 32 {
+            return Err(bad());
+        }
+        let micros: i128 = format!("{whole}{fraction:0<6}").parse().map_err(|_| bad())?;
+        Ok(Money { micros: if negative { -micros } else { micros } })
+    }
+}
+
+impl std::fmt::Display for Money {
+    /// The amount with its decimals, trailing zeros dropped: `2.49`, `100`, `-0.000001`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sign = if self.micros < 0 { "-" } else { "" };
+        let (whole, fraction) = (self.micros.unsigned_abs() / 1_000_000, self.micros.unsigned_abs() % 1_000_000);
+        if fraction == 0 {
+            return write!(f, "{sign}{whole}");
+        }
+        let fraction = format!("{fraction:06}");
+        write!(f, "{sign}{whole}.{}", fraction.trim_end_matches('0'))
+    }
+}
+
 /// The whole configuration, validated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -198,7 +299,7 @@ pub struct Budget {
     pub team: String,
     /// `YYYY-MM`; `None` for every month without an entry of its own.
     pub month: Option<String>,
-    pub amount: f64,
+    pub amount: Money,
 }
 
 /// `[focus]`: the parties of the FOCUS export, which only the user knows. FOCUS requires them
@@ -272,9 +373,9 @@ impl Default for Accounting {
 /// model's `by_model` price, else `default`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Prices {
-    pub default: f64,
+    pub default: Money,
     /// `(DCGM modelName, price)`, sorted by model name.
-    pub by_model: Vec<(String, f64)>,
+    pub by_model: Vec<(String, Money)>,
     /// In file order: label keys in the order they first appear in the text, and within a key
     /// the values in the order they appear. When a node matches several label keys, the first
     /// one in the file wins.
@@ -285,7 +386,7 @@ pub struct Prices {
 pub struct NodeLabelPrice {
     pub label_key: String,
     pub label_value: String,
-    pub price: f64,
+    pub price: Money,
 }
 
 /// One `[[overheads]]` entry. Without `team` it is spread over the teams by allocated
@@ -295,10 +396,10 @@ pub struct Overhead {
     /// `YYYY-MM`.
     pub month: String,
     pub team: Option<String>,
-    pub network: f64,
-    pub storage: f64,
-    pub support: f64,
-    pub operations: f64,
+    pub network: Money,
+    pub storage: Money,
+    pub support: Money,
+    pub operations: Money,
 }
 
 /// One row of an extra-units file: units accepted outside the cluster's own annotations.
@@ -374,11 +475,12 @@ impl Config {
         Some(Config { accounting, prices: prices?, overheads, units, unit_files, budgets, energy, focus })
     }
 
-    /// A configuration with every default and one price for every GPU, for runs without a file.
+    /// A configuration with every default and one price for every GPU, for runs without a file
+    /// (the price rounded to the micro-unit: [`Money::rounded`]).
     pub fn with_default_price(price: f64) -> Config {
         Config {
             accounting: Accounting::default(),
-            prices: Prices { default: price, by_model: Vec::new(), by_node_label: Vec::new() },
+            prices: Prices { default: Money::rounded(price), by_model: Vec::new(), by_node_label: Vec::new() },
             overheads: Vec::new(),
             units: Vec::new(),
             unit_files: Vec::new(),
@@ -474,7 +576,7 @@ fn budgets(doc: &Document<'_>, raw: Vec<Spanned<RawBudget>>) -> Vec<Budget> {
                 doc.report(v.span(), format!("{at}.amount"), format!("{} must be a finite amount > 0", v.get_ref()));
                 None
             }
-            Some(v) => Some(v.into_inner()),
+            Some(v) => amount(doc, &v, &format!("{at}.amount")),
         };
         let (Some(team), Some(amount)) = (team, amount) else { continue };
         if out.iter().any(|b| b.team == team && b.month == month) {
@@ -634,13 +736,21 @@ fn ranged(doc: &Document<'_>, v: &Spanned<f64>, key: &str, lo: f64, hi: f64, wha
     Some(f)
 }
 
-fn amount(doc: &Document<'_>, v: &Spanned<f64>, key: &str) -> Option<f64> {
+/// An amount of money (a price, an overhead, a budget): a finite number >= 0 with at most 6
+/// decimals ([`Money::from_f64`]).
+fn amount(doc: &Document<'_>, v: &Spanned<f64>, key: &str) -> Option<Money> {
     let f = *v.get_ref();
     if !f.is_finite() || f < 0.0 {
         doc.report(v.span(), key, format!("{f} must be a finite number >= 0"));
         return None;
     }
-    Some(f)
+    match Money::from_f64(f) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            doc.report(v.span(), key, e.to_string());
+            None
+        }
+    }
 }
 
 /// `[prices]`; `None` when the default price is missing or bad (there is nothing to fall
@@ -727,10 +837,10 @@ fn overhead(doc: &Document<'_>, index: usize, raw: Spanned<RawOverhead>) -> Opti
         ok = false;
     }
     let mut amount_of = |v: &Option<Spanned<f64>>, name: &str| match v {
-        None => 0.0,
+        None => Money::ZERO,
         Some(v) => amount(doc, v, &format!("{at}.{name}")).unwrap_or_else(|| {
             ok = false;
-            0.0
+            Money::ZERO
         }),
     };
     let network = amount_of(&raw.network, "network");
@@ -963,6 +1073,11 @@ team = "serving"
 support = 50.0
 "#;
 
+    /// An amount as written (exact).
+    fn m(s: &str) -> Money {
+        s.parse().unwrap()
+    }
+
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::parse(text, Path::new("gpuledger.toml"))
     }
@@ -1003,13 +1118,13 @@ support = 50.0
                     preemptions: Payer::Platform,
                 },
                 prices: Prices {
-                    default: 2.0,
-                    by_model: vec![("NVIDIA H100 80GB HBM3".into(), 2.49)],
-                    by_node_label: vec![NodeLabelPrice { label_key: "gpuledger.io/pool".into(), label_value: "spot-h100".into(), price: 1.10 }],
+                    default: m("2"),
+                    by_model: vec![("NVIDIA H100 80GB HBM3".into(), m("2.49"))],
+                    by_node_label: vec![NodeLabelPrice { label_key: "gpuledger.io/pool".into(), label_value: "spot-h100".into(), price: m("1.1") }],
                 },
                 overheads: vec![
-                    Overhead { month: "2026-10".into(), team: None, network: 310.0, storage: 190.0, support: 120.0, operations: 380.0 },
-                    Overhead { month: "2026-10".into(), team: Some("serving".into()), network: 0.0, storage: 0.0, support: 50.0, operations: 0.0 },
+                    Overhead { month: "2026-10".into(), team: None, network: m("310"), storage: m("190"), support: m("120"), operations: m("380") },
+                    Overhead { month: "2026-10".into(), team: Some("serving".into()), network: Money::ZERO, storage: Money::ZERO, support: m("50"), operations: Money::ZERO },
                 ],
                 units: vec![],
                 unit_files: vec![],
@@ -1041,7 +1156,7 @@ support = 50.0
         let c = parse(&format!("{p}[[budgets]]\nteam = \"ml\"\namount = 100.0\n[[budgets]]\nteam = \"ml\"\nmonth = \"2026-10\"\namount = 50\n")).unwrap();
         assert_eq!(
             c.budgets,
-            vec![Budget { team: "ml".into(), month: None, amount: 100.0 }, Budget { team: "ml".into(), month: Some("2026-10".into()), amount: 50.0 }]
+            vec![Budget { team: "ml".into(), month: None, amount: m("100") }, Budget { team: "ml".into(), month: Some("2026-10".into()), amount: m("50") }]
         );
         assert_error(&format!("{p}[[budgets]]\nteam = \"ml\"\namount = 0.0\n"), 5, "budgets[0].amount", &["> 0"]);
         assert_error(&format!("{p}[[budgets]]\nteam = \"ml\"\nmonth = \"2026-13\"\namount = 1.0\n"), 5, "budgets[0].month", &["YYYY-MM"]);
@@ -1086,9 +1201,27 @@ support = 50.0
     }
 
     #[test]
+    fn amounts_are_read_as_written() {
+        // The float nearest 2.49 is 2.4900000000000002131...: the amount is 2.490000 exactly.
+        assert_eq!(Money::from_f64(2.49).unwrap().micros(), 2_490_000);
+        assert_eq!(Money::from_f64(0.1).unwrap().micros(), 100_000);
+        assert_eq!(Money::from_f64(1e-6).unwrap().micros(), 1);
+        assert_eq!(Money::from_f64(123456789.123456).unwrap().micros(), 123_456_789_123_456);
+        assert_eq!(Money::from_f64(1e20).unwrap().micros(), 100_000_000_000_000_000_000_000_000);
+        assert_eq!(Money::from_f64(0.0000005), Err(MoneyError::TooPrecise(0.0000005)));
+        assert_eq!(Money::from_f64(1.0 / 3.0), Err(MoneyError::TooPrecise(1.0 / 3.0)));
+        assert!(matches!(Money::from_f64(f64::INFINITY), Err(MoneyError::NotFinite(_))));
+        assert_eq!(m("-0.000001").micros(), -1);
+        assert_eq!((m("2.49").to_string(), m("100").to_string(), m("-0.000001").to_string()), ("2.49".into(), "100".into(), "-0.000001".into()));
+        assert!("1.2345678".parse::<Money>().is_err() && "x".parse::<Money>().is_err() && ".5".parse::<Money>().is_err());
+        assert_eq!(Money::rounded(2.4999995).micros(), 2_500_000);
+        assert_eq!(Money::rounded(f64::NAN), Money::ZERO);
+    }
+
+    #[test]
     fn integers_are_accepted_where_numbers_are_expected() {
         let c = parse("[prices]\ndefault = 2\n[accounting]\nmax_gap_factor = 3\n").unwrap();
-        assert_eq!(c.prices.default, 2.0);
+        assert_eq!(c.prices.default, m("2"));
         assert_eq!(c.accounting.max_gap_factor, 3.0);
     }
 
@@ -1177,6 +1310,10 @@ support = 50.0
         let p = "[prices]\ndefault = 1.0\n";
         assert_error("[prices]\ndefault = -1.0\n", 2, "prices.default", &["-1", ">= 0"]);
         assert_error("[prices]\ndefault = nan\n", 2, "prices.default", &["NaN", "finite"]);
+        // Money is exact to the micro-unit: a seventh decimal is refused, not rounded.
+        assert_error("[prices]\ndefault = 2.4999995\n", 2, "prices.default", &["2.4999995", "more than 6 decimals"]);
+        assert_error("[prices]\ndefault = 1.0\n[[overheads]]\nmonth = \"2026-10\"\nnetwork = 1e-7\n", 5, "overheads[0].network", &["more than 6 decimals"]);
+        assert_error("[prices]\ndefault = 1e40\n", 2, "prices.default", &["too large"]);
         assert_error(&format!("{p}[prices.by_model]\n\"NVIDIA L4\" = inf\n"), 4, "prices.by_model.\"NVIDIA L4\"", &["inf", "finite"]);
         assert_error(
             &format!("{p}[prices.by_node_label.\"gpuledger.io/pool\"]\nt4 = -0.35\n"),
@@ -1212,7 +1349,7 @@ support = 50.0
 
         // Two spread entries for the same month and component are both kept: they add up.
         let c = parse(&format!("{p}[[overheads]]\nmonth = \"2026-10\"\nnetwork = 1.0\n[[overheads]]\nmonth = \"2026-10\"\nnetwork = 2.5\n")).unwrap();
-        assert_eq!(c.overheads.iter().map(|o| o.network).sum::<f64>(), 3.5);
+        assert_eq!(c.overheads.iter().map(|o| o.network.micros()).sum::<i128>(), 3_500_000);
         assert_eq!(c.overheads.len(), 2);
     }
 
@@ -1235,8 +1372,8 @@ support = 50.0
         )
         .unwrap();
         let order: Vec<_> = c.prices.by_node_label.iter().map(|p| (p.label_key.as_str(), p.label_value.as_str(), p.price)).collect();
-        assert_eq!(order, [("z.io/pool", "b", 1.0), ("z.io/pool", "a", 2.0), ("a.io/pool", "x", 3.0)]);
-        assert_eq!(c.prices.by_model, [("NVIDIA L4".to_string(), 0.8), ("Tesla T4".to_string(), 0.3)]);
+        assert_eq!(order, [("z.io/pool", "b", m("1")), ("z.io/pool", "a", m("2")), ("a.io/pool", "x", m("3"))]);
+        assert_eq!(c.prices.by_model, [("NVIDIA L4".to_string(), m("0.8")), ("Tesla T4".to_string(), m("0.3"))]);
     }
 
     fn config_with_units(dir: &Path, files: &str) -> Result<Config, ConfigError> {
@@ -1344,11 +1481,11 @@ support = 50.0
     fn example_file_loads() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/gpuledger.toml");
         let c = Config::load(&path).unwrap();
-        assert_eq!(c.prices.default, 2.0);
+        assert_eq!(c.prices.default, m("2"));
         assert_eq!(c.accounting.idle_policy, IdlePolicy::Platform);
         let pools: Vec<_> = c.prices.by_node_label.iter().filter(|p| p.label_key == "gpuledger.io/pool").map(|p| (p.label_value.as_str(), p.price)).collect();
-        assert_eq!(pools, [("h100", 2.49), ("a100-mig", 1.60), ("l4", 0.80), ("t4", 0.35)]);
-        assert!(c.prices.by_model.iter().any(|(m, p)| m == "NVIDIA H100 80GB HBM3" && *p == 2.49));
+        assert_eq!(pools, [("h100", m("2.49")), ("a100-mig", m("1.6")), ("l4", m("0.8")), ("t4", m("0.35"))]);
+        assert!(c.prices.by_model.iter().any(|(model, p)| model == "NVIDIA H100 80GB HBM3" && *p == m("2.49")));
         let months: BTreeSet<_> = c.overheads.iter().map(|o| o.month.as_str()).collect();
         assert_eq!(months, BTreeSet::from(["2026-10", "2026-11"]));
         assert!(c.overheads.iter().any(|o| o.team.as_deref() == Some("serving")));
