@@ -57,6 +57,7 @@ import tomllib
 import urllib.parse
 from dataclasses import dataclass, field
 from datetime import date
+from decimal import Decimal
 from pathlib import Path
 
 import duckdb
@@ -112,7 +113,7 @@ def read_ledger_plan() -> LedgerPlan:
 
 # Column types: schemas/src's names -> DuckDB's. Timestamps are Timestamp(ms, "UTC").
 RAW_TYPES = {"Timestamp": "TIMESTAMPTZ", "Utf8": "VARCHAR", "Int32": "INTEGER", "Int64": "BIGINT", "Float64": "DOUBLE", "Boolean": "BOOLEAN"}
-DERIVED_TYPES = dict(RAW_TYPES, Utf8View="VARCHAR", LargeUtf8="VARCHAR", UInt64="UBIGINT", Decimal20="DECIMAL(20,0)")
+DERIVED_TYPES = dict(RAW_TYPES, Utf8View="VARCHAR", LargeUtf8="VARCHAR", UInt64="UBIGINT", Decimal20="DECIMAL(20,0)", Money="DECIMAL(38,6)")
 COL_RE = re.compile(r'\bcol\(\s*"([^"]+)"\s*,\s*(\w+)\s*,\s*(true|false)')
 
 
@@ -301,6 +302,27 @@ CREATE OR REPLACE MACRO label(j, k) AS json_extract_string(j, '$."' || k || '"')
 CREATE OR REPLACE MACRO mig_sevenths(p) AS
     CASE WHEN TRY_CAST(regexp_extract(p, '^(?:[0-9]*c\.)?([0-9]+)g', 1) AS BIGINT) BETWEEN 1 AND 7
          THEN TRY_CAST(regexp_extract(p, '^(?:[0-9]*c\.)?([0-9]+)g', 1) AS BIGINT) END;
+-- The money functions (ledger/src/udf/money.rs): the same integer arithmetic on HUGEINT. Money
+-- is DECIMAL(38,6); __micros is an amount's micro-units, __money the amount of a count of
+-- micro-units. DuckDB's // truncates toward zero and % takes the dividend's sign, as Rust's.
+CREATE OR REPLACE MACRO __micros(x) AS CAST(x * 1000000 AS HUGEINT);
+CREATE OR REPLACE MACRO __money(m) AS CAST(m AS DECIMAL(38,0)) * CAST(0.000001 AS DECIMAL(38,6));
+-- n / d rounded half to even (d <> 0).
+CREATE OR REPLACE MACRO __div_half_even(n, d) AS
+    (CASE WHEN (n < 0) <> (d < 0) THEN -1 ELSE 1 END)
+    * (abs(n) // abs(d) + CASE WHEN 2 * (abs(n) % abs(d)) > abs(d)
+                                 OR (2 * (abs(n) % abs(d)) = abs(d) AND (abs(n) // abs(d)) % 2 = 1) THEN 1 ELSE 0 END);
+-- n / d rounded toward negative infinity (d <> 0), and what it leaves (of d's sign).
+CREATE OR REPLACE MACRO __div_floor(n, d) AS n // d - CASE WHEN n % d <> 0 AND (n % d < 0) <> (d < 0) THEN 1 ELSE 0 END;
+CREATE OR REPLACE MACRO price_ns(ns, price) AS
+    __money(__div_half_even(CAST(ns AS HUGEINT) * __micros(price), CAST(3600000000000 AS HUGEINT)));
+CREATE OR REPLACE MACRO money_ratio(a, n, d) AS
+    CASE WHEN __micros(d) <> 0 THEN __money(__div_half_even(__micros(a) * __micros(n), __micros(d))) END;
+CREATE OR REPLACE MACRO share_floor(a, p, w) AS
+    CASE WHEN CAST(w AS HUGEINT) <> 0 THEN __money(__div_floor(__micros(a) * CAST(p AS HUGEINT), CAST(w AS HUGEINT))) END;
+CREATE OR REPLACE MACRO share_remainder(a, p, w) AS
+    CASE WHEN CAST(w AS HUGEINT) <> 0
+         THEN CAST(__micros(a) * CAST(p AS HUGEINT) - __div_floor(__micros(a) * CAST(p AS HUGEINT), CAST(w AS HUGEINT)) * CAST(w AS HUGEINT) AS DECIMAL(38,0)) END;
 """
 
 # chrono (DataFusion to_char) -> strftime (DuckDB) format pieces that differ.
@@ -481,6 +503,8 @@ def table_sql(name: str, columns: list[tuple[str, str]], rows: list[tuple]) -> l
                 return "NULL"
             if t == "VARCHAR":
                 return q(v)
+            if isinstance(v, Decimal):
+                return f"CAST('{v}' AS {t})"  # the decimal's text: exact
             return f"CAST({v!r} AS {t})"
         vals = ",\n    ".join("(" + ", ".join(lit(v, t) for v, (_, t) in zip(r, columns)) + ")" for r in rows)
         out.append(f"INSERT INTO {name} VALUES\n    {vals}")
@@ -500,6 +524,15 @@ def read_units(path: Path) -> list[tuple]:
     return [(r[pos[0]].strip(), r[pos[1]].strip(), r[pos[2]].strip(), float(r[pos[3]])) for r in reader]
 
 
+def money(value) -> Decimal:
+    """A configured amount as config.rs `Money::from_f64` reads it: the number as written (the
+    float's shortest spelling), at most 6 decimals."""
+    d = Decimal(repr(float(value)))
+    if d != d.quantize(Decimal("0.000001")):
+        raise SystemExit(f"duckdb_port: amount {value} has more than 6 decimals")
+    return d.quantize(Decimal("0.000001"))
+
+
 def config_sql(config_path: Path) -> list[str]:
     cfg = tomllib.loads(config_path.read_text())
     a = cfg.get("accounting", {})
@@ -510,27 +543,27 @@ def config_sql(config_path: Path) -> list[str]:
     out = []
     out += table_sql("settings", [
         ("team_label", "VARCHAR"), ("idle_policy", "VARCHAR"), ("active_threshold_engine", "DOUBLE"), ("active_threshold_util", "DOUBLE"),
-        ("max_gap_factor", "DOUBLE"), ("default_price", "DOUBLE"), ("currency", "VARCHAR"), ("hardware_failures", "VARCHAR"),
+        ("max_gap_factor", "DOUBLE"), ("default_price", "DECIMAL(38,6)"), ("currency", "VARCHAR"), ("hardware_failures", "VARCHAR"),
         ("preemptions", "VARCHAR"), ("pue", "DOUBLE"), ("grid_gco2_per_kwh", "DOUBLE"),
     ], [(
         a.get("team_label", "team"), a.get("idle_policy", "platform"), float(a.get("active_threshold_engine", 0.05)),
-        float(a.get("active_threshold_util", 5.0)), float(a.get("max_gap_factor", 2.5)), float(prices["default"]),
+        float(a.get("active_threshold_util", 5.0)), float(a.get("max_gap_factor", 2.5)), money(prices["default"]),
         a.get("currency", "USD"), a.get("hardware_failures", "platform"), a.get("preemptions", "team"),
         float(energy.get("pue", 1.0)), None if energy.get("grid_gco2_per_kwh") is None else float(energy["grid_gco2_per_kwh"]),
     )])
     # Label keys in file order, each key's values in file order (TOML tables keep it in Python).
-    by_label = [(k, v, float(p)) for k, values in prices.get("by_node_label", {}).items() for v, p in values.items()]
-    out += table_sql("price_by_node_label", [("rank", "BIGINT"), ("label_key", "VARCHAR"), ("label_value", "VARCHAR"), ("price", "DOUBLE")],
+    by_label = [(k, v, money(p)) for k, values in prices.get("by_node_label", {}).items() for v, p in values.items()]
+    out += table_sql("price_by_node_label", [("rank", "BIGINT"), ("label_key", "VARCHAR"), ("label_value", "VARCHAR"), ("price", "DECIMAL(38,6)")],
                      [(i, k, v, p) for i, (k, v, p) in enumerate(by_label)])
-    out += table_sql("price_by_model", [("model_name", "VARCHAR"), ("price", "DOUBLE")], sorted((m, float(p)) for m, p in prices.get("by_model", {}).items()))
-    overheads = [(o["month"], o.get("team"), c, float(o.get(c, 0.0))) for o in cfg.get("overheads", [])
-                 for c in ("network", "storage", "support", "operations") if float(o.get(c, 0.0)) != 0.0]
-    out += table_sql("overheads", [("month", "VARCHAR"), ("team", "VARCHAR"), ("component", "VARCHAR"), ("amount", "DOUBLE")], overheads)
+    out += table_sql("price_by_model", [("model_name", "VARCHAR"), ("price", "DECIMAL(38,6)")], sorted((m, money(p)) for m, p in prices.get("by_model", {}).items()))
+    overheads = [(o["month"], o.get("team"), c, money(o.get(c, 0))) for o in cfg.get("overheads", [])
+                 for c in ("network", "storage", "support", "operations") if money(o.get(c, 0)) != 0]
+    out += table_sql("overheads", [("month", "VARCHAR"), ("team", "VARCHAR"), ("component", "VARCHAR"), ("amount", "DECIMAL(38,6)")], overheads)
     units = [r for f in cfg.get("units", {}).get("files", []) for r in read_units(config_path.parent / f)]
     out += table_sql("extra_units", [("month", "VARCHAR"), ("team", "VARCHAR"), ("unit", "VARCHAR"), ("accepted_units", "DOUBLE")], units)
     out += table_sql("hardware_xids", [("xid", "BIGINT")], [(int(x),) for x in a.get("hardware_xids", DEFAULT_HARDWARE_XIDS)])
-    out += table_sql("budgets", [("team", "VARCHAR"), ("month", "VARCHAR"), ("amount", "DOUBLE")],
-                     [(b["team"], b.get("month"), float(b["amount"])) for b in cfg.get("budgets", [])])
+    out += table_sql("budgets", [("team", "VARCHAR"), ("month", "VARCHAR"), ("amount", "DECIMAL(38,6)")],
+                     [(b["team"], b.get("month"), money(b["amount"])) for b in cfg.get("budgets", [])])
     return out
 
 

@@ -46,7 +46,9 @@ WHERE s.mig_instance IS NULL AND m.uuid IS NULL;
 -- One row per GPU, instant and pod (several containers of one pod, or a row stored twice, are
 -- one holder of the GPU). The steps below read the samples only through it. `pod_uid`: the
 -- pod's uid where the exporter writes it (DESIGN.md "Identity": it decides which pod of that
--- name the sample names). An A30's MIG instance is N/4 of its GPU, not N/7: in sevenths, 7N/4.
+-- name the sample names). A MIG instance holds `slices` of its GPU's `gpu_slices` compute
+-- slices: N of profile Ng.* (3g.40gb: 3) of 7, or of 4 on an A30; a whole GPU holds all of them.
+-- Both are integers, so that GPU time can be split exactly (40_states.sql).
 -- `active`: the GPU was busy at that instant, by engine activity
 -- (DCGM_FI_PROF_GR_ENGINE_ACTIVE >= active_threshold_engine) where the sample has it, else by
 -- utilisation (DCGM_FI_DEV_GPU_UTIL >= active_threshold_util); with neither, not active.
@@ -59,7 +61,8 @@ CROSS JOIN (
 SELECT date, hostname, uuid, mig_instance, epoch_ms(ts) AS t, namespace, pod,
        MIN(model_name) AS model_name, MAX(engine_active) AS engine_active, MAX(gpu_util) AS gpu_util,
        MAX(xid_error) AS xid_error, MIN(energy_mj) AS energy_mj, MAX(power_w) AS power_w,
-       MIN(COALESCE(mig_sevenths(mig_profile) * CASE WHEN strpos(upper(model_name), 'A30') > 0 THEN 1.75 ELSE 1.0 END, 7.0)) AS sevenths,
+       MIN(COALESCE(mig_sevenths(mig_profile), CASE WHEN strpos(upper(model_name), 'A30') > 0 THEN 4 ELSE 7 END)) AS slices,
+       MIN(CASE WHEN strpos(upper(model_name), 'A30') > 0 THEN 4 ELSE 7 END) AS gpu_slices,
        MAX(CASE WHEN strpos(labels, 'pod_uid') > 0 THEN NULLIF(label(labels, 'pod_uid'), '') END) AS pod_uid
 FROM counted_samples
 GROUP BY date, hostname, uuid, mig_instance, epoch_ms(ts), namespace, pod

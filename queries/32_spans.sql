@@ -8,8 +8,10 @@
 -- repeats the GPU's series once per pod) gives each pod 1/k of the span (`pods` = k); the pods
 -- and values are those of the observation's earliest sample.
 --
--- A MIG instance with profile Ng.* (3g.40gb) weighs N sevenths of its GPU; a whole GPU weighs 7.
--- What a MIG GPU's instances leave over (7 minus their sevenths) is the parent GPU's own time.
+-- A MIG instance with profile Ng.* (3g.40gb) holds N of its GPU's M compute slices (`slices` of
+-- `gpu_slices`: M = 7, 4 on an A30); a whole GPU holds all M. What a MIG GPU's instances leave
+-- over (M minus their slices) is the parent GPU's own time. 40_states.sql splits the spans into
+-- integer GPU-nanoseconds.
 --
 -- Input besides 30 and 31: `spacing_counts` (31) over the whole month; the in-process ledger
 -- gathers it day by day before it computes any span.
@@ -44,7 +46,7 @@ LEFT JOIN scrape_intervals i
 
 CREATE OR REPLACE VIEW sample_spans AS
 SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, xid_error,
-       sevenths, pods, t, covered_end,
+       slices, gpu_slices, pods, t, covered_end,
        -- The part of a long gap not covered (0 when the next observation came in time).
        CASE WHEN t_next IS NOT NULL AND t_next > covered_end THEN t_next - covered_end ELSE 0 END AS unobserved_ms,
        watts

@@ -13,6 +13,9 @@
 -- still running is `provisional`: it is restated when a later ledger run sees the outcome.
 -- Idle time also gets a reason (`startup`, `stall`, `teardown`; `cordoned`, `stranded`,
 -- `no_demand`): see gpu_state_pieces below.
+-- GPU time is exact: integer GPU-nanoseconds, each piece split by largest remainder among a MIG
+-- GPU's instances and leftover and among the pods sharing it, so that the parts add up to the
+-- piece and no order of summation changes a sum (mig_piece_parts, gpu_state_piece_states).
 -- Energy goes with the time: each span's mean power (32_spans.sql) times its share of the GPU.
 --
 -- Inputs besides 32: the object tables, `known_active_bounds` (`day_active_bounds` of 30 over
@@ -23,39 +26,86 @@
 -- the next hour only (nearly all that cross one: a span is at most max_gap long) has piece 1
 -- from there to its end; a span longer than an hour (scrape intervals over 24 minutes) has one
 -- piece per later hour it reaches, found in `calendar_hours` (every hour of `calendar_days`).
--- For MIG instances, `gpu_sevenths` is what all instances of the same GPU hold at that instant,
--- and `instances` how many there are, to hand out the parent GPU's leftover share. Whole GPUs
--- (most rows) skip that window: it would sort every row for nothing.
+-- `piece_ns`: the piece's length in nanoseconds (a whole number of milliseconds).
 CREATE OR REPLACE VIEW sample_pieces AS
 WITH pieces AS (
     SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, xid_error,
-           sevenths, pods, watts, t, t AS piece_start, LEAST(covered_end, (t / 3600000 + 1) * 3600000) AS piece_end
+           slices, gpu_slices, pods, watts, t, t AS piece_start, LEAST(covered_end, (t / 3600000 + 1) * 3600000) AS piece_end
     FROM sample_spans
     UNION ALL
     SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, xid_error,
-           sevenths, pods, watts, t, (t / 3600000 + 1) * 3600000 AS piece_start, covered_end AS piece_end
+           slices, gpu_slices, pods, watts, t, (t / 3600000 + 1) * 3600000 AS piece_start, covered_end AS piece_end
     FROM sample_spans
     WHERE covered_end > (t / 3600000 + 1) * 3600000 AND covered_end <= (t / 3600000 + 2) * 3600000
     UNION ALL
     SELECT s.date, s.hostname, s.uuid, s.mig_instance, s.model_name, s.namespace, s.pod, s.pod_uid, s.active, s.xid_error,
-           s.sevenths, s.pods, s.watts, s.t, h.hour_number * 3600000 AS piece_start,
+           s.slices, s.gpu_slices, s.pods, s.watts, s.t, h.hour_number * 3600000 AS piece_start,
            LEAST(s.covered_end, (h.hour_number + 1) * 3600000) AS piece_end
     FROM sample_spans s
     JOIN calendar_hours h ON h.hour_number > s.t / 3600000 AND h.hour_number * 3600000 < s.covered_end
     WHERE s.covered_end > (s.t / 3600000 + 2) * 3600000
 )
 SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, xid_error,
-       sevenths, pods, watts, t, piece_start, piece_end - piece_start AS piece_ms, 7.0 AS gpu_sevenths, 1.0 AS instances
+       slices, gpu_slices, pods, watts, t, piece_start, (piece_end - piece_start) * 1000000 AS piece_ns
 FROM pieces
-WHERE mig_instance IS NULL AND piece_end > piece_start
-UNION ALL
-SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, xid_error,
-       sevenths, pods, watts, t, piece_start, piece_end - piece_start AS piece_ms,
-       -- k pods sharing one instance are k rows of it: each counts 1/k.
-       SUM(CAST(sevenths AS DOUBLE) / pods) OVER (PARTITION BY hostname, uuid, t, piece_start) AS gpu_sevenths,
-       SUM(1.0 / pods) OVER (PARTITION BY hostname, uuid, t, piece_start) AS instances
-FROM pieces
-WHERE mig_instance IS NOT NULL AND piece_end > piece_start;
+WHERE piece_end > piece_start;
+
+-- GPU time is counted in integer GPU-nanoseconds, split so that the parts of a piece add up to
+-- the piece exactly, whatever order anything is summed in (DESIGN.md "Money is exact"). Each
+-- split is by largest remainder: every part gets the floor of its exact share, and the
+-- nanoseconds the floors leave go one each to the parts with the largest remainders.
+--
+-- A MIG GPU's piece is split first among its instances (N/M each) and its leftover ((M - sum of
+-- N)/M, unallocated); each instance's part is then split among its pods (gpu_state_piece_states).
+-- Equal remainders go to the instances in id order, the leftover last. The split is per GPU,
+-- instant and piece: `n` instances seen at that instant, with the same piece, weigh N x n of
+-- M x n, and the leftover L x n. (Instances of one GPU are read in one scrape, so their pieces
+-- are the same; where one's is not, its group gets L x its own count of the leftover, as if
+-- each instance carried an equal part of it, and the group's total is rounded to whole
+-- nanoseconds before it is split.)
+CREATE OR REPLACE VIEW mig_piece_parts AS
+WITH instances AS (
+    -- One row per instance piece: its k pods' rows are one here.
+    SELECT date, hostname, uuid, mig_instance, t, piece_start, piece_ns, MIN(model_name) AS model_name,
+           MAX(xid_error) AS xid_error, MAX(watts) AS watts, MIN(slices) AS slices, MIN(gpu_slices) AS gpu_slices
+    FROM sample_pieces
+    WHERE mig_instance IS NOT NULL
+    GROUP BY date, hostname, uuid, mig_instance, t, piece_start, piece_ns
+),
+at_instant AS (
+    SELECT *, COUNT(*) OVER (PARTITION BY hostname, uuid, t, piece_start) AS n,
+              gpu_slices - SUM(slices) OVER (PARTITION BY hostname, uuid, t, piece_start) AS leftover_slices
+    FROM instances
+),
+parts AS (
+    SELECT date, hostname, uuid, mig_instance, model_name, xid_error, watts, t, piece_start, piece_ns,
+           slices * n AS weight, gpu_slices * n AS gpu_weight
+    FROM at_instant
+    UNION ALL
+    -- The leftover (none where the instances hold every slice). Its power is the instances'
+    -- mean: all of them read the same GPU.
+    SELECT date, hostname, uuid, CAST(NULL AS INT), MIN(model_name), MAX(xid_error), AVG(watts), t, piece_start, piece_ns,
+           MIN(leftover_slices) * COUNT(*), MIN(gpu_slices * n)
+    FROM at_instant
+    WHERE leftover_slices > 0
+    GROUP BY date, hostname, uuid, t, piece_start, piece_ns
+),
+totals AS (
+    -- The group's nanoseconds: the piece's whole length where the group holds every slice
+    -- (the usual case: weights add up to gpu_weight), else its share rounded to whole ns.
+    SELECT *, (piece_ns * group_weight + gpu_weight / 2) / gpu_weight AS group_ns
+    FROM (SELECT *, SUM(weight) OVER (PARTITION BY hostname, uuid, t, piece_start, piece_ns) AS group_weight FROM parts)
+),
+floors AS (
+    SELECT *, group_ns * weight / group_weight AS floor_ns, group_ns * weight % group_weight AS remainder
+    FROM totals
+)
+SELECT date, hostname, uuid, mig_instance, model_name, xid_error, watts, t, piece_start,
+       floor_ns + CASE WHEN ROW_NUMBER() OVER (PARTITION BY hostname, uuid, t, piece_start, piece_ns
+                                              ORDER BY remainder DESC, mig_instance NULLS LAST)
+                            <= group_ns - SUM(floor_ns) OVER (PARTITION BY hostname, uuid, t, piece_start, piece_ns)
+                       THEN 1 ELSE 0 END AS part_ns
+FROM floors;
 
 -- The Node each DCGM Hostname names: an exact match (without case) first, else by first DNS
 -- label; the alphabetically first node where two match equally. A hostname no node matches
@@ -68,50 +118,80 @@ SELECT hostname, node FROM (
     JOIN node_keys k ON k.key = lower(h.hostname) OR (NOT k.exact AND k.key = split_part(lower(h.hostname), '.', 1))
 ) WHERE match_rank = 1;
 
--- Each piece with its state, run and team. A pod the Kubernetes capture does not know is its
--- own run with an unknown (so provisional) outcome, its team taken from its namespace.
--- A MIG piece also yields the parent GPU's leftover (the second part of the union):
--- unallocated, split evenly between the instances seen at that instant.
+-- Each piece with its state, run, team and GPU-nanoseconds. A pod the Kubernetes capture does
+-- not know is its own run with an unknown (so provisional) outcome, its team taken from its
+-- namespace. What a piece's GPU holds (the whole piece; a MIG instance's part of it,
+-- mig_piece_parts) goes to the k pods the observation names: the floor of 1/k each, and the
+-- nanoseconds left one each to the pods with the smallest uid (the exporter's `pod_uid`, else
+-- the uid of the pod incarnation the sample names, else namespace/name). A MIG GPU's leftover
+-- is the second part of the union: unallocated. `mig`: the piece is of a GPU in MIG mode.
+-- Energy goes with the time: the span's mean power (W) x its nanoseconds / 10^6 = mJ.
 CREATE OR REPLACE VIEW gpu_state_piece_states AS
-SELECT sp.date, sp.hostname, COALESCE(hn.node, sp.hostname) AS node, sp.uuid, sp.mig_instance, sp.model_name,
-       sp.t, sp.piece_start, sp.xid_error,
-       CASE WHEN sp.pod IS NOT NULL AND sp.namespace IS NOT NULL THEN COALESCE(r.pod_key, sp.namespace || '/' || sp.pod) END AS pod_key,
-       CASE WHEN sp.pod IS NULL OR sp.namespace IS NULL THEN 'platform'
-            ELSE COALESCE(r.team, n.team_label, sp.namespace) END AS team,
-       CASE WHEN sp.pod IS NOT NULL AND sp.namespace IS NOT NULL THEN sp.namespace END AS namespace,
-       CASE WHEN sp.pod IS NOT NULL AND sp.namespace IS NOT NULL THEN COALESCE(r.run, 'pod/' || sp.pod) END AS run,
-       CASE WHEN sp.pod IS NOT NULL AND sp.namespace IS NOT NULL THEN COALESCE(r.segment, 1) END AS segment,
-       CASE WHEN sp.pod IS NOT NULL AND sp.namespace IS NOT NULL THEN COALESCE(r.outcome, 'unknown') END AS outcome,
+WITH held AS (
+    SELECT sp.*, sp.piece_ns AS held_ns FROM sample_pieces sp WHERE sp.mig_instance IS NULL
+    UNION ALL
+    SELECT sp.*, mp.part_ns AS held_ns
+    FROM sample_pieces sp
+    JOIN mig_piece_parts mp
+      ON (mp.hostname IS NOT DISTINCT FROM sp.hostname) AND (mp.uuid IS NOT DISTINCT FROM sp.uuid)
+     AND mp.mig_instance = sp.mig_instance AND mp.t = sp.t AND mp.piece_start = sp.piece_start
+    -- Said, not only implied by the join: under a memory limit the join sorts its inputs, and
+    -- the whole GPUs' pieces (nearly all of them) must not be among them.
+    WHERE sp.mig_instance IS NOT NULL
+),
+resolved AS (
+    SELECT h.date, h.hostname, COALESCE(hn.node, h.hostname) AS node, h.uuid, h.mig_instance, h.model_name,
+           h.t, h.piece_start, h.xid_error, h.namespace, h.pod, h.active, h.watts, h.pods, h.held_ns,
+           COALESCE(h.pod_uid, r.pod_key, h.namespace || '/' || h.pod) AS uid,
+           r.pod_key AS run_pod_key, r.team AS run_team, n.team_label, r.run AS run_name, r.segment AS run_segment,
+           r.outcome AS run_outcome, r.pod_failed
+    FROM held h
+    -- A name may have several incarnations: the sample's pod_uid picks one where the exporter
+    -- writes it (and the capture knows the pod's uid), else the sample's time.
+    LEFT JOIN pod_runs r ON r.namespace = h.namespace AND r.pod = h.pod
+                        AND CASE WHEN h.pod_uid IS NOT NULL AND r.uid IS NOT NULL THEN r.uid = h.pod_uid
+                                 ELSE h.t >= r.valid_from_ms AND (r.valid_to_ms IS NULL OR h.t < r.valid_to_ms) END
+    LEFT JOIN namespaces_latest n ON n.namespace = h.namespace
+    LEFT JOIN hostname_nodes hn ON hn.hostname = h.hostname
+),
+split AS (
+    -- One pod (nearly every row): it holds it all. k pods: the window only over those rows.
+    SELECT *, held_ns AS gpu_ns FROM resolved WHERE pods = 1
+    UNION ALL
+    SELECT *, held_ns / pods
+              + CASE WHEN ROW_NUMBER() OVER (PARTITION BY hostname, uuid, mig_instance, t, piece_start ORDER BY uid, namespace, pod)
+                          <= held_ns % pods THEN 1 ELSE 0 END AS gpu_ns
+    FROM resolved WHERE pods > 1
+)
+SELECT date, hostname, node, uuid, mig_instance, mig_instance IS NOT NULL AS mig, model_name, t, piece_start, xid_error,
+       CASE WHEN pod IS NOT NULL AND namespace IS NOT NULL THEN COALESCE(run_pod_key, namespace || '/' || pod) END AS pod_key,
+       CASE WHEN pod IS NULL OR namespace IS NULL THEN 'platform'
+            ELSE COALESCE(run_team, team_label, namespace) END AS team,
+       CASE WHEN pod IS NOT NULL AND namespace IS NOT NULL THEN namespace END AS namespace,
+       CASE WHEN pod IS NOT NULL AND namespace IS NOT NULL THEN COALESCE(run_name, 'pod/' || pod) END AS run,
+       CASE WHEN pod IS NOT NULL AND namespace IS NOT NULL THEN COALESCE(run_segment, 1) END AS segment,
+       CASE WHEN pod IS NOT NULL AND namespace IS NOT NULL THEN COALESCE(run_outcome, 'unknown') END AS outcome,
        CASE
-           WHEN sp.pod IS NULL OR sp.namespace IS NULL THEN 'unallocated'
-           WHEN r.outcome = 'failed' THEN 'failed'
-           WHEN r.outcome = 'preempted' THEN 'preempted'
-           WHEN r.pod_failed THEN 'failed'
-           WHEN sp.active THEN 'productive'
+           WHEN pod IS NULL OR namespace IS NULL THEN 'unallocated'
+           WHEN run_outcome = 'failed' THEN 'failed'
+           WHEN run_outcome = 'preempted' THEN 'preempted'
+           WHEN pod_failed THEN 'failed'
+           WHEN active THEN 'productive'
            ELSE 'allocated_idle'
        END AS state,
-       -- GPU-milliseconds x 7 (sevenths of a GPU); k pods sharing the GPU hold 1/k each.
-       CAST(sp.piece_ms * sp.sevenths AS DOUBLE) / sp.pods AS gpu_ms7,
-       -- Energy in mJ x 7, shared the same way (W x ms = mJ); null where nothing was measured.
-       sp.watts * CAST(sp.piece_ms * sp.sevenths AS DOUBLE) / sp.pods AS energy_mj7
-FROM sample_pieces sp
--- A name may have several incarnations: the sample's pod_uid picks one where the exporter writes
--- it (and the capture knows the pod's uid), else the sample's time.
-LEFT JOIN pod_runs r ON r.namespace = sp.namespace AND r.pod = sp.pod
-                    AND CASE WHEN sp.pod_uid IS NOT NULL AND r.uid IS NOT NULL THEN r.uid = sp.pod_uid
-                             ELSE sp.t >= r.valid_from_ms AND (r.valid_to_ms IS NULL OR sp.t < r.valid_to_ms) END
-LEFT JOIN namespaces_latest n ON n.namespace = sp.namespace
-LEFT JOIN hostname_nodes hn ON hn.hostname = sp.hostname
+       gpu_ns,
+       -- mJ; null where nothing was measured.
+       watts * gpu_ns / 1000000.0 AS energy_mj
+FROM split
 UNION ALL
-SELECT sp.date, sp.hostname, COALESCE(hn.node, sp.hostname) AS node, sp.uuid, sp.mig_instance, sp.model_name,
-       sp.t, sp.piece_start, sp.xid_error, CAST(NULL AS VARCHAR) AS pod_key,
+SELECT mp.date, mp.hostname, COALESCE(hn.node, mp.hostname) AS node, mp.uuid, mp.mig_instance, true AS mig, mp.model_name,
+       mp.t, mp.piece_start, mp.xid_error, CAST(NULL AS VARCHAR) AS pod_key,
        'platform' AS team, CAST(NULL AS VARCHAR) AS namespace, CAST(NULL AS VARCHAR) AS run,
        CAST(NULL AS BIGINT) AS segment, CAST(NULL AS VARCHAR) AS outcome, 'unallocated' AS state,
-       sp.piece_ms * (7 - sp.gpu_sevenths) / sp.instances / sp.pods AS gpu_ms7,
-       sp.watts * sp.piece_ms * (7 - sp.gpu_sevenths) / sp.instances / sp.pods AS energy_mj7
-FROM sample_pieces sp
-LEFT JOIN hostname_nodes hn ON hn.hostname = sp.hostname
-WHERE sp.mig_instance IS NOT NULL AND sp.gpu_sevenths < 7;
+       mp.part_ns AS gpu_ns, mp.watts * mp.part_ns / 1000000.0 AS energy_mj
+FROM mig_piece_parts mp
+LEFT JOIN hostname_nodes hn ON hn.hostname = mp.hostname
+WHERE mp.mig_instance IS NULL;
 
 -- Each pod incarnation's first and last active observation on each GPU over all days
 -- (`known_active_bounds` is `day_active_bounds` of 30_observations.sql over every day).
@@ -128,20 +208,20 @@ GROUP BY hostname, uuid, mig_instance, pod_key;
 -- one at to_ms outside. (A sweep, not an outer join against the windows: Ballista 55 cannot run
 -- that join, and the sweep sorts only the unallocated pieces.)
 CREATE OR REPLACE VIEW unallocated_piece_windows AS
-SELECT date, node, uuid, mig_instance, model_name, t, piece_start, xid_error, gpu_ms7, energy_mj7,
+SELECT date, node, uuid, mig, model_name, t, piece_start, xid_error, gpu_ns, energy_mj,
        cordons > 0 AS cordoned, strandings > 0 AS stranded
 FROM (
     SELECT *,
            SUM(cordon_step) OVER (PARTITION BY node ORDER BY t, is_piece ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cordons,
            SUM(strand_step) OVER (PARTITION BY node ORDER BY t, is_piece ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS strandings
     FROM (
-        SELECT date, node, uuid, mig_instance, model_name, t, piece_start, xid_error, gpu_ms7, energy_mj7,
+        SELECT date, node, uuid, mig, model_name, t, piece_start, xid_error, gpu_ns, energy_mj,
                1 AS is_piece, 0 AS cordon_step, 0 AS strand_step
         FROM gpu_state_piece_states
         WHERE state = 'unallocated'
         UNION ALL
         -- The edges; their piece columns are placeholders (the edges are dropped after the sweep).
-        SELECT '', node, '', '', '', edge_ms, 0, 0, 0.0, 0.0, 0, cordon_step, strand_step
+        SELECT '', node, '', false, '', edge_ms, 0, 0, 0, 0.0, 0, cordon_step, strand_step
         FROM (
             SELECT node, from_ms AS edge_ms, 1 AS cordon_step, 0 AS strand_step FROM node_unavailable
             UNION ALL SELECT node, to_ms, -1, 0 FROM node_unavailable
@@ -172,7 +252,7 @@ SELECT p.date, p.node, p.uuid, p.model_name, p.piece_start, p.xid_error, p.team,
                     WHEN p.t > b.last_active_t THEN 'teardown'
                     ELSE 'stall' END
        END AS reason,
-       p.gpu_ms7, p.energy_mj7
+       p.gpu_ns, p.energy_mj
 FROM gpu_state_piece_states p
 LEFT JOIN pod_active_bounds b
        ON p.state = 'allocated_idle' AND (b.hostname IS NOT DISTINCT FROM p.hostname) AND (b.uuid IS NOT DISTINCT FROM p.uuid)
@@ -182,9 +262,9 @@ UNION ALL
 SELECT date, node, uuid, model_name, piece_start, xid_error, 'platform' AS team, CAST(NULL AS VARCHAR) AS namespace,
        CAST(NULL AS VARCHAR) AS run, CAST(NULL AS BIGINT) AS segment, CAST(NULL AS VARCHAR) AS outcome, 'unallocated' AS state,
        CASE WHEN cordoned THEN 'cordoned'
-            WHEN stranded AND mig_instance IS NULL THEN 'stranded'
+            WHEN stranded AND NOT mig THEN 'stranded'
             ELSE 'no_demand' END AS reason,
-       gpu_ms7, energy_mj7
+       gpu_ns, energy_mj
 FROM unallocated_piece_windows;
 
 -- The pod incarnations a sample names: they held a GPU (only GPU runs accept units).
@@ -206,6 +286,9 @@ WHERE state IN ('failed', 'preempted');
 -- Days and months are sums of hours. `date` is the day of the samples (the store partition they
 -- came from); `hour` (RFC 3339, `2026-10-01T13:00:00Z`), `day` and `month` are where the time
 -- itself falls (they differ from `date` for the piece of a span after midnight).
+-- `gpu_ns` is the exact figure, a sum of integers: every coarser GPU-hour figure (chargeback,
+-- reports) sums `gpu_ns` and converts to hours once, at the end. `gpu_hours` is this row's
+-- `gpu_ns` in hours (3.6e12 ns), for reading; never sum it where the sum must be exact.
 CREATE OR REPLACE VIEW gpu_state_hours AS
 SELECT date,
        to_char(to_timestamp_millis(hour_number * 3600000), '%Y-%m-%dT%H:00:00Z') AS hour,
@@ -213,13 +296,15 @@ SELECT date,
        to_char(to_timestamp_millis(hour_number * 3600000), '%Y-%m') AS month,
        node, uuid, model_name, team, namespace, run, segment, outcome, state, reason,
        outcome IN ('running', 'unknown') AS provisional,
-       gpu_ms7 / 7.0 / 3600000.0 AS gpu_hours,
+       gpu_ns,
+       gpu_ns / 3600000000000.0 AS gpu_hours,
        -- kWh = mJ / 3.6e9; null where no piece of the group had a power reading or counter.
-       energy_mj7 / 7.0 / 3600000000.0 AS energy_kwh,
+       -- Energy is a measurement, not money: a float, summed in whatever order.
+       energy_mj / 3600000000.0 AS energy_kwh,
        xid_error
 FROM (
     SELECT date, piece_start / 3600000 AS hour_number, node, uuid, model_name, team, namespace, run, segment,
-           outcome, state, reason, SUM(gpu_ms7) AS gpu_ms7, SUM(energy_mj7) AS energy_mj7,
+           outcome, state, reason, SUM(gpu_ns) AS gpu_ns, SUM(energy_mj) AS energy_mj,
            MAX(CASE WHEN xid_error > 0 THEN xid_error END) AS xid_error
     FROM gpu_state_pieces
     GROUP BY date, piece_start / 3600000, node, uuid, model_name, team, namespace, run, segment, outcome, state, reason

@@ -12,6 +12,10 @@
 --   used_ratio     = spend / budget
 --   forecast_ratio = forecast / budget
 --
+-- Amounts are exact (DECIMAL(38, 6), 60_chargeback.sql): the forecast's scaled GPU cost is
+-- rounded once, half to even, to the micro-unit (`money_ratio`); the ratios are floats (they are
+-- shares, not money).
+--
 -- A team's budget for a month is its `[[budgets]]` entry for that month, else its entry
 -- without a month. Every budgeted team has a row in every month of the chargeback, at 0 spend
 -- where it used nothing, so that an alert on it always has a value.
@@ -40,9 +44,9 @@ month_budgets AS (
 ),
 spent AS (
     SELECT b.month, b.team, b.amount AS budget, m.start_ms, m.end_ms,
-           COALESCE(c.total, 0.0) AS spend,
-           COALESCE(c.compute + c.idle + c.failed_runs, 0.0) AS gpu_cost,
-           COALESCE(c.network + c.storage + c.support + c.operations, 0.0) AS overheads
+           COALESCE(c.total, 0) AS spend,
+           COALESCE(c.compute + c.idle + c.failed_runs, 0) AS gpu_cost,
+           COALESCE(c.network + c.storage + c.support + c.operations, 0) AS overheads
     FROM month_budgets b
     JOIN months m ON m.month = b.month
     LEFT JOIN chargeback_monthly c ON c.month = b.month AND c.team = b.team
@@ -58,13 +62,13 @@ forecast AS (
     SELECT e.*,
            CASE WHEN passed THEN spend
                 WHEN elapsed_ms = 0 THEN overheads
-                ELSE gpu_cost * CAST(end_ms - start_ms AS DOUBLE) / elapsed_ms + overheads END AS forecast
+                ELSE money_ratio(gpu_cost, end_ms - start_ms, elapsed_ms) + overheads END AS forecast
     FROM elapsed e
 )
 SELECT month, team, budget, spend, gpu_cost, overheads,
        elapsed_ms / 86400000.0 AS elapsed_days,
        (end_ms - start_ms) / 86400000.0 AS month_days,
        forecast,
-       spend / budget AS used_ratio,
-       forecast / budget AS forecast_ratio
+       CAST(spend AS DOUBLE) / CAST(budget AS DOUBLE) AS used_ratio,
+       CAST(forecast AS DOUBLE) / CAST(budget AS DOUBLE) AS forecast_ratio
 FROM forecast;

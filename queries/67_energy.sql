@@ -9,11 +9,13 @@
 --   measured_gpu_hours = the GPU-hours whose energy is known; a GPU with neither a counter nor
 --                        a power reading has time but no energy
 --
--- Energy is reported beside the chargeback, never added to it.
+-- Energy is reported beside the chargeback, never added to it. GPU-hours are summed as integer
+-- GPU-nanoseconds (exact) and turned into hours at the end; kWh are floats (a measurement, not
+-- money), summed in whatever order.
 CREATE OR REPLACE VIEW energy_monthly AS
 SELECT h.month, h.team, h.state,
-       SUM(h.gpu_hours) AS gpu_hours,
-       SUM(CASE WHEN h.energy_kwh IS NOT NULL THEN h.gpu_hours ELSE 0 END) AS measured_gpu_hours,
+       CAST(SUM(CAST(h.gpu_ns AS DECIMAL(38, 0))) AS DOUBLE) / 3600000000000.0 AS gpu_hours,
+       CAST(SUM(CASE WHEN h.energy_kwh IS NOT NULL THEN CAST(h.gpu_ns AS DECIMAL(38, 0)) ELSE 0 END) AS DOUBLE) / 3600000000000.0 AS measured_gpu_hours,
        COALESCE(SUM(h.energy_kwh), 0) AS kwh,
        COALESCE(SUM(h.energy_kwh), 0) * s.pue AS facility_kwh,
        COALESCE(SUM(h.energy_kwh), 0) * s.pue * s.grid_gco2_per_kwh / 1000.0 AS kg_co2e

@@ -6,7 +6,8 @@
 --   unallocated     cordoned (node unschedulable or not Ready), stranded (a GPU Workload waited
 --                   for quota that could have used the node), no_demand
 -- `cost` is the price-list cost of those hours (60_chargeback.sql), before the idle policy moves
--- any of it: it says what each reason burned, not who pays.
+-- any of it: it says what each reason burned, not who pays. Costs are exact sums of the priced
+-- rows (DECIMAL(38, 6)); hours are summed as integer GPU-nanoseconds and converted at the end.
 
 -- Idle hours and cost per month, team, state and reason; `rank` orders a month's rows by cost,
 -- then hours (1 = the costliest).
@@ -14,7 +15,8 @@ CREATE OR REPLACE VIEW idle_reasons_monthly AS
 SELECT month, team, state, reason, gpu_hours, cost,
        ROW_NUMBER() OVER (PARTITION BY month ORDER BY cost DESC, gpu_hours DESC, team, state, reason) AS rank
 FROM (
-    SELECT month, team, state, reason, SUM(gpu_hours) AS gpu_hours, SUM(cost) AS cost
+    SELECT month, team, state, reason,
+           CAST(SUM(CAST(gpu_ns AS DECIMAL(38, 0))) AS DOUBLE) / 3600000000000.0 AS gpu_hours, SUM(cost) AS cost
     FROM priced_state_hours
     WHERE state IN ('allocated_idle', 'unallocated')
     GROUP BY month, team, state, reason
@@ -25,10 +27,10 @@ FROM (
 -- cordoned, and the stranded hours' cost. Reported, never charged.
 CREATE OR REPLACE VIEW stranded_monthly AS
 SELECT month, pool, model_name,
-       SUM(gpu_hours) AS unallocated_gpu_hours,
-       SUM(CASE WHEN reason = 'stranded' THEN gpu_hours ELSE 0 END) AS stranded_gpu_hours,
+       CAST(SUM(ns) AS DOUBLE) / 3600000000000.0 AS unallocated_gpu_hours,
+       CAST(SUM(CASE WHEN reason = 'stranded' THEN ns ELSE 0 END) AS DOUBLE) / 3600000000000.0 AS stranded_gpu_hours,
        SUM(CASE WHEN reason = 'stranded' THEN cost ELSE 0 END) AS stranded_cost,
-       SUM(CASE WHEN reason = 'cordoned' THEN gpu_hours ELSE 0 END) AS cordoned_gpu_hours
-FROM priced_state_hours
+       CAST(SUM(CASE WHEN reason = 'cordoned' THEN ns ELSE 0 END) AS DOUBLE) / 3600000000000.0 AS cordoned_gpu_hours
+FROM (SELECT *, CAST(gpu_ns AS DECIMAL(38, 0)) AS ns FROM priced_state_hours)
 WHERE state = 'unallocated'
 GROUP BY month, pool, model_name;

@@ -6,6 +6,8 @@
 -- termination of its last pod (OOMKilled, Error) else the Workload or job reason. Beside it:
 -- the exit code, XID errors DCGM reported on its GPUs, and the Kubernetes events about its pods
 -- and nodes while it ran. Causes are ranked by wasted GPU-hours and cost, per month.
+-- Costs are exact sums of the priced rows (DECIMAL(38, 6), 60_chargeback.sql); hours are summed
+-- as integer GPU-nanoseconds and converted at the end.
 
 -- Every run segment with its GPU time and cost (all outcomes), and the part of it lost
 -- (failed and preempted time: the whole of a lost segment, a retried attempt's time otherwise).
@@ -39,15 +41,15 @@ FROM (
     GROUP BY namespace, run, segment
 ) r
 LEFT JOIN (
-    SELECT namespace, run, segment, SUM(gpu_hours) AS gpu_hours, SUM(cost) AS cost,
-           SUM(CASE WHEN state IN ('failed', 'preempted') THEN gpu_hours ELSE 0 END) AS lost_gpu_hours,
+    SELECT namespace, run, segment, CAST(SUM(ns) AS DOUBLE) / 3600000000000.0 AS gpu_hours, SUM(cost) AS cost,
+           CAST(SUM(CASE WHEN state IN ('failed', 'preempted') THEN ns ELSE 0 END) AS DOUBLE) / 3600000000000.0 AS lost_gpu_hours,
            SUM(CASE WHEN state IN ('failed', 'preempted') THEN cost ELSE 0 END) AS lost_cost,
            MAX(xid_error) AS xid_error,
            -- The nodes in name order, sorted within each segment's list (an ordered string_agg
            -- sorts the whole table first, and under a memory limit DataFusion 55 asked for 14.5 GB
            -- to sort a 256-GPU month's hours).
            array_to_string(array_sort(array_agg(DISTINCT node) FILTER (WHERE node IS NOT NULL)), ',') AS nodes
-    FROM priced_state_hours
+    FROM (SELECT *, CAST(gpu_ns AS DECIMAL(38, 0)) AS ns FROM priced_state_hours)
     WHERE run IS NOT NULL
     GROUP BY namespace, run, segment
 ) h ON h.namespace = r.namespace AND h.run = r.run AND h.segment = r.segment;
@@ -113,16 +115,17 @@ GROUP BY f.namespace, f.run, f.segment, e.regarding_name, e.reason;
 -- the chargeback), so a month's causes add up to its failed and preempted hours and cost; a
 -- segment with no GPU time counts once, in the month it ended.
 CREATE OR REPLACE VIEW failure_causes AS
-SELECT month, outcome, cause, COUNT(*) AS segments, SUM(gpu_hours) AS gpu_hours, SUM(cost) AS cost
+SELECT month, outcome, cause, COUNT(*) AS segments, CAST(SUM(ns) AS DOUBLE) / 3600000000000.0 AS gpu_hours, SUM(cost) AS cost
 FROM (
-    SELECT h.month, f.outcome, f.cause, h.gpu_hours, h.cost
+    SELECT h.month, f.outcome, f.cause, h.ns, h.cost
     FROM run_failures f
-    JOIN (SELECT namespace, run, segment, month, SUM(gpu_hours) AS gpu_hours, SUM(cost) AS cost
+    JOIN (SELECT namespace, run, segment, month, SUM(CAST(gpu_ns AS DECIMAL(38, 0))) AS ns, SUM(cost) AS cost
           FROM priced_state_hours WHERE run IS NOT NULL AND state IN ('failed', 'preempted')
           GROUP BY namespace, run, segment, month) h
       ON h.namespace = f.namespace AND h.run = f.run AND h.segment = f.segment
     UNION ALL
-    SELECT to_char(COALESCE(ended_at, started_at), '%Y-%m') AS month, outcome, cause, 0.0 AS gpu_hours, 0.0 AS cost
+    SELECT to_char(COALESCE(ended_at, started_at), '%Y-%m') AS month, outcome, cause,
+           CAST(0 AS DECIMAL(38, 0)) AS ns, CAST(0 AS DECIMAL(38, 6)) AS cost
     FROM run_failures WHERE gpu_hours = 0
 )
 GROUP BY month, outcome, cause;

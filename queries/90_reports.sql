@@ -4,6 +4,12 @@
 -- Rust side filters by month (a bound parameter) and formats, nothing more. The views read only
 -- derived tables (priced_state_hours, chargeback_monthly, accepted_units_monthly), so they run
 -- the same in an accounting session and over a store's stored ledger (`gpuledger serve`).
+--
+-- Money stays exact here too: costs are DECIMAL(38, 6) sums of the priced rows and of the
+-- chargeback's amounts (60_chargeback.sql says where each rounded), GPU-hours are summed as
+-- integer GPU-nanoseconds and converted at the end, so a team's FOCUS rows add up to its
+-- chargeback total exactly. Only /metrics (report_gauges) turns amounts into floats, as
+-- Prometheus samples are.
 
 -- GPU-hours and cost per month, team, state and GPU model: the grain of the FOCUS export and
 -- the report's usage table. Lost time whose cost the platform pays (55) is its own row
@@ -13,10 +19,11 @@ CREATE OR REPLACE VIEW report_usage AS
 WITH usage AS (
     SELECT month, team, state, COALESCE(model_name, 'unknown') AS model_name,
            COALESCE(paid_by = 'platform', false) AS platform_paid,
-           SUM(gpu_hours) AS gpu_hours,
-           SUM(CASE WHEN provisional THEN gpu_hours ELSE 0 END) AS provisional_gpu_hours,
+           SUM(ns) AS ns,
+           CAST(SUM(ns) AS DOUBLE) / 3600000000000.0 AS gpu_hours,
+           CAST(SUM(CASE WHEN provisional THEN ns ELSE 0 END) AS DOUBLE) / 3600000000000.0 AS provisional_gpu_hours,
            SUM(cost) AS cost
-    FROM priced_state_hours
+    FROM (SELECT *, CAST(gpu_ns AS DECIMAL(38, 0)) AS ns FROM priced_state_hours)
     GROUP BY month, team, state, COALESCE(model_name, 'unknown'), COALESCE(paid_by = 'platform', false)
 ),
 team_units AS (
@@ -24,12 +31,12 @@ team_units AS (
     FROM accepted_units_monthly GROUP BY month, team
 ),
 team_productive AS (
-    SELECT month, team, SUM(gpu_hours) AS gpu_hours
+    SELECT month, team, SUM(ns) AS ns
     FROM usage WHERE state = 'productive' GROUP BY month, team
 )
 SELECT u.month, u.team, u.state, u.model_name, u.gpu_hours, u.provisional_gpu_hours, u.cost,
-       CASE WHEN u.state = 'productive' AND p.gpu_hours > 0
-            THEN COALESCE(t.accepted_units, 0) * u.gpu_hours / p.gpu_hours
+       CASE WHEN u.state = 'productive' AND p.ns > 0
+            THEN COALESCE(t.accepted_units, 0) * CAST(u.ns AS DOUBLE) / CAST(p.ns AS DOUBLE)
             ELSE 0.0 END AS accepted_units,
        u.platform_paid
 FROM usage u
@@ -38,20 +45,21 @@ LEFT JOIN team_productive p ON p.month = u.month AND p.team = u.team;
 
 -- GPU-hours and cost per UTC hour, team and state: the HTTP API's time series
 -- (/api/v1/states), which adds hours up into steps of whole hours counted from 1970-01-01, as
--- date_bin does (hour_number is the hour's count from then).
+-- date_bin does (hour_number is the hour's count from then): it sums `gpu_ns` (exact), not
+-- `gpu_hours`.
 CREATE OR REPLACE VIEW report_state_hours AS
 SELECT hour, CAST(date_part('epoch', to_timestamp(hour)) AS BIGINT) / 3600 AS hour_number, team, state,
-       SUM(gpu_hours) AS gpu_hours, SUM(cost) AS cost
-FROM priced_state_hours
+       SUM(ns) AS gpu_ns, CAST(SUM(ns) AS DOUBLE) / 3600000000000.0 AS gpu_hours, SUM(cost) AS cost
+FROM (SELECT *, CAST(gpu_ns AS DECIMAL(38, 0)) AS ns FROM priced_state_hours)
 GROUP BY hour, team, state;
 
 -- Months with GPU time, overheads or units, and their GPU-hours in every state (the busiest
--- month is the default of `report` and the API).
+-- month is the default of `report` and the API), summed as nanoseconds.
 CREATE OR REPLACE VIEW report_months AS
-SELECT month,
-       SUM(productive_gpu_hours + allocated_idle_gpu_hours + failed_gpu_hours + preempted_gpu_hours + unallocated_gpu_hours) AS gpu_hours
-FROM chargeback_monthly
-GROUP BY month;
+SELECT c.month, COALESCE(h.gpu_hours, 0.0) AS gpu_hours
+FROM (SELECT DISTINCT month FROM chargeback_monthly) c
+LEFT JOIN (SELECT month, CAST(SUM(CAST(gpu_ns AS DECIMAL(38, 0))) AS DOUBLE) / 3600000000000.0 AS gpu_hours
+           FROM priced_state_hours GROUP BY month) h ON h.month = c.month;
 
 -- The stored ledger as Prometheus gauges (`gpuledger serve`'s /metrics), long form: one row per
 -- sample, the gauge's name, its month and team, and at most one more label (the state or cost
@@ -107,14 +115,18 @@ SELECT 11, 'gpuledger_idle_gpu_hours', month, team,
 FROM idle_reasons_monthly;
 
 -- Energy per month and team beside its cost: GPU kWh, facility kWh and emissions, and GPU kWh
--- per accepted unit next to cost per accepted unit (null without units).
+-- per accepted unit next to cost per accepted unit (null without units). The GPU-hours are
+-- summed as nanoseconds over priced_state_hours; kWh are floats (energy is not money).
 CREATE OR REPLACE VIEW report_energy AS
-SELECT e.month, e.team, e.kwh, e.facility_kwh, e.kg_co2e, e.gpu_hours, e.measured_gpu_hours,
+SELECT e.month, e.team, e.kwh, e.facility_kwh, e.kg_co2e, h.gpu_hours, h.measured_gpu_hours,
        CASE WHEN c.accepted_units > 0 THEN e.kwh / c.accepted_units END AS kwh_per_accepted_unit,
        c.cost_per_accepted_unit
-FROM (SELECT month, team, SUM(kwh) AS kwh, SUM(facility_kwh) AS facility_kwh, SUM(kg_co2e) AS kg_co2e,
-             SUM(gpu_hours) AS gpu_hours, SUM(measured_gpu_hours) AS measured_gpu_hours
+FROM (SELECT month, team, SUM(kwh) AS kwh, SUM(facility_kwh) AS facility_kwh, SUM(kg_co2e) AS kg_co2e
       FROM energy_monthly GROUP BY month, team) e
+LEFT JOIN (SELECT month, team, CAST(SUM(ns) AS DOUBLE) / 3600000000000.0 AS gpu_hours,
+                  CAST(SUM(CASE WHEN energy_kwh IS NOT NULL THEN ns ELSE 0 END) AS DOUBLE) / 3600000000000.0 AS measured_gpu_hours
+           FROM (SELECT *, CAST(gpu_ns AS DECIMAL(38, 0)) AS ns FROM priced_state_hours)
+           GROUP BY month, team) h ON h.month = e.month AND h.team = e.team
 LEFT JOIN chargeback_monthly c ON c.month = e.month AND c.team = e.team;
 
 -- The month as a FinOps FOCUS 1.2 cost and usage dataset (`gpuledger report --format focus`),
@@ -126,11 +138,10 @@ LEFT JOIN chargeback_monthly c ON c.month = e.month AND c.team = e.team;
 --   3 Reconciliation: per team, BilledCost must add up to its chargeback total, but the usage
 --     rows carry price-list cost and the idle policy may have moved cost between teams
 --     (`share` spreads unallocated time over them). So where
---     d = total - (its GPU time rows + its overhead rows) is a real difference, one more row
---     carries d: negative for platform, whose unallocated time was shared out, positive for
---     the teams that received a share. "Real" is relative: |d| > max(1e-9, 1e-12 x |total|).
---     Summing a large month in another order leaves differences of a few units in the last
---     place (3e-8 on a total of 2.4e8) that are not money; a cent on that total is 4e-11 of it.
+--     d = total - (its GPU time rows + its overhead rows) is not 0, one more row carries d:
+--     negative for platform, whose unallocated time was shared out, positive for the teams
+--     that received a share. Every amount is an exact decimal (DECIMAL(38, 6)), so d is 0
+--     exactly where nothing moved, and a team's rows add up to its total to the micro-unit.
 -- Kinds 1 and 2 are ChargeCategory Usage (overheads are consumption-based shared costs, not
 -- purchases): GPU time is priced and consumed in GPU-Hours, an overhead share is one Month of
 -- the team's share (ChargeFrequency Recurring). Kind 3 moves cost between teams and measures
@@ -163,7 +174,7 @@ overheads AS (
 ),
 charged AS (
     SELECT month, account AS team, cost FROM gpu_time
-    UNION ALL SELECT month, team, cost FROM overheads WHERE abs(cost) > 1e-9
+    UNION ALL SELECT month, team, cost FROM overheads WHERE cost <> 0
 ),
 reconciliation AS (
     SELECT c.month, c.team, c.total, c.total - COALESCE(SUM(x.cost), 0) AS cost
@@ -182,20 +193,21 @@ focus_rows AS (
            'overhead/' || component AS resource_id, component AS resource_name, false AS gpu,
            CAST(NULL AS VARCHAR) AS state, 0.0 AS gpu_hours, 0.0 AS provisional_gpu_hours,
            0.0 AS accepted_units, component
-    FROM overheads WHERE abs(cost) > 1e-9
+    FROM overheads WHERE cost <> 0
     UNION ALL
     SELECT month, team AS account, 3 AS row_kind, 0 AS row_rank, cost,
            'Share of unallocated GPU time' AS description,
            'gpu-pool/unallocated' AS resource_id, 'unallocated GPU time' AS resource_name, true AS gpu,
            'unallocated' AS state, 0.0 AS gpu_hours, 0.0 AS provisional_gpu_hours,
            0.0 AS accepted_units, 'idle' AS component
-    FROM reconciliation WHERE abs(cost) > greatest(1e-9, 1e-12 * abs(total))
+    FROM reconciliation WHERE cost <> 0
 )
 SELECT month, row_kind, row_rank,
-       CAST(cost AS DOUBLE) AS "BilledCost",
-       CAST(cost AS DOUBLE) AS "EffectiveCost",
-       CAST(cost AS DOUBLE) AS "ListCost",
-       CAST(cost AS DOUBLE) AS "ContractedCost",
+       -- Exact: FOCUS's cost columns are decimals.
+       cost AS "BilledCost",
+       cost AS "EffectiveCost",
+       cost AS "ListCost",
+       cost AS "ContractedCost",
        to_timestamp(month || '-01T00:00:00Z') AS "BillingPeriodStart",
        to_timestamp(month || '-01T00:00:00Z') + INTERVAL '1 month' AS "BillingPeriodEnd",
        to_timestamp(month || '-01T00:00:00Z') AS "ChargePeriodStart",

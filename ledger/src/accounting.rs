@@ -64,7 +64,7 @@ const CAPACITY_TABLES: &[&str] = &["node_unavailable", "stranding_windows"];
 /// derived tables, read them again (each read of a view recomputes it). As soon as created, not
 /// later: a view is bound to the tables it reads when it is created, so a view created before
 /// a table it reads was kept would go on computing that table's view.
-const REUSED_VIEWS: &[&str] = &["pod_samples", "observation_starts", "run_segments", "queue_waits", "run_failures"];
+const REUSED_VIEWS: &[&str] = &["pod_samples", "observation_starts", "mig_piece_parts", "run_segments", "queue_waits", "run_failures"];
 
 /// The results of the sample steps (`40_states.sql`) that the monthly steps read: computed one
 /// day at a time in process, then gathered.
@@ -689,7 +689,7 @@ async fn register_config(ctx: &SessionContext, config: &Config, options: &RunOpt
         ("active_threshold_engine", float(vec![a.active_threshold_engine])),
         ("active_threshold_util", float(vec![a.active_threshold_util])),
         ("max_gap_factor", float(vec![a.max_gap_factor])),
-        ("default_price", float(vec![config.prices.default.to_f64()])),
+        ("default_price", money(vec![config.prices.default])?),
         ("currency", text(vec![Some(a.currency.clone())])),
         ("hardware_failures", text(vec![Some(a.hardware_failures.as_str().to_string())])),
         ("preemptions", text(vec![Some(a.preemptions.as_str().to_string())])),
@@ -702,12 +702,12 @@ async fn register_config(ctx: &SessionContext, config: &Config, options: &RunOpt
         ("rank", Arc::new(Int64Array::from_iter_values(0..labels.len() as i64)) as ArrayRef),
         ("label_key", text(labels.iter().map(|p| Some(p.label_key.clone())).collect())),
         ("label_value", text(labels.iter().map(|p| Some(p.label_value.clone())).collect())),
-        ("price", float(labels.iter().map(|p| p.price.to_f64()).collect())),
+        ("price", money(labels.iter().map(|p| p.price).collect())?),
     ])?;
     let models = &config.prices.by_model;
     let by_model = batch(vec![
         ("model_name", text(models.iter().map(|(m, _)| Some(m.clone())).collect())),
-        ("price", float(models.iter().map(|(_, p)| p.to_f64()).collect())),
+        ("price", money(models.iter().map(|(_, p)| *p).collect())?),
     ])?;
     let mut o_month = Vec::new();
     let mut o_team = Vec::new();
@@ -719,11 +719,11 @@ async fn register_config(ctx: &SessionContext, config: &Config, options: &RunOpt
                 o_month.push(Some(o.month.clone()));
                 o_team.push(o.team.clone());
                 o_component.push(Some(component.to_string()));
-                o_amount.push(amount.to_f64());
+                o_amount.push(amount);
             }
         }
     }
-    let overheads = batch(vec![("month", text(o_month)), ("team", text(o_team)), ("component", text(o_component)), ("amount", float(o_amount))])?;
+    let overheads = batch(vec![("month", text(o_month)), ("team", text(o_team)), ("component", text(o_component)), ("amount", money(o_amount)?)])?;
     let u = &config.units;
     let extra_units = batch(vec![
         ("month", text(u.iter().map(|r| Some(r.month.clone())).collect())),
@@ -735,7 +735,7 @@ async fn register_config(ctx: &SessionContext, config: &Config, options: &RunOpt
     let budgets = batch(vec![
         ("team", text(b.iter().map(|r| Some(r.team.clone())).collect())),
         ("month", text(b.iter().map(|r| r.month.clone()).collect())),
-        ("amount", float(b.iter().map(|r| r.amount.to_f64()).collect())),
+        ("amount", money(b.iter().map(|r| r.amount).collect())?),
     ])?;
     let tables = [
         ("settings", settings),
@@ -758,6 +758,12 @@ fn text(values: Vec<Option<String>>) -> ArrayRef {
 
 fn float(values: Vec<f64>) -> ArrayRef {
     Arc::new(Float64Array::from(values))
+}
+
+/// Amounts of money as `DECIMAL(38, 6)`: exact micro-units, as the SQL sums them.
+fn money(values: Vec<Money>) -> Result<ArrayRef> {
+    let micros = arrow::array::Decimal128Array::from_iter_values(values.into_iter().map(Money::micros));
+    Ok(Arc::new(micros.with_precision_and_scale(crate::udf::money::MONEY_PRECISION, crate::udf::money::MONEY_SCALE)?))
 }
 
 fn batch(columns: Vec<(&str, ArrayRef)>) -> Result<RecordBatch> {

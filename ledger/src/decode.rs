@@ -4,9 +4,13 @@
 //! column that is missing, or whose type cannot be read as the field's, is an error naming the
 //! column, never a silent empty string or zero: a renamed column in `queries/` fails the
 //! report instead of showing zeros.
+//!
+//! Money columns are exact decimals (`DECIMAL(38, 6)`, micro-units): [`Columns::money`] reads
+//! them as the nearest float, for formatting only (a report sums nothing itself), and refuses a
+//! float column, which would mean the SQL lost the exact amount on the way.
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
-use arrow::datatypes::{DataType, Float64Type, Int64Type};
+use arrow::datatypes::{DataType, Decimal128Type, Float64Type, Int64Type};
 
 use crate::error::{Error, Result};
 
@@ -69,6 +73,26 @@ impl<'a> Columns<'a> {
         Ok(self.opt_f64(name)?.into_iter().map(|v| v.unwrap_or(0.0)).collect())
     }
 
+    /// An amount of money: a decimal column (`DECIMAL(38, 6)`), each value as the float nearest
+    /// to it (an amount below 9e9 converts exactly from its micro-units and the quotient is
+    /// rounded once); nulls stay `None`. A float column is an error: money is exact in SQL.
+    pub fn opt_money(&self, name: &str) -> Result<Vec<Option<f64>>> {
+        let column = self.column(name)?;
+        match column.data_type() {
+            DataType::Decimal128(_, scale) => {
+                let unit = 10f64.powi(i32::from(*scale));
+                Ok(column.as_primitive::<Decimal128Type>().iter().map(|v| v.map(|m| m as f64 / unit)).collect())
+            }
+            DataType::Null => Ok(vec![None; column.len()]),
+            other => Err(Error::internal(format!("{}: column {name} is {other}, not an exact amount (DECIMAL(38, 6))", self.what))),
+        }
+    }
+
+    /// An amount of money whose nulls mean zero (a sum over no rows).
+    pub fn money(&self, name: &str) -> Result<Vec<f64>> {
+        Ok(self.opt_money(name)?.into_iter().map(|v| v.unwrap_or(0.0)).collect())
+    }
+
     /// A count column (any integer type); nulls read as 0.
     pub fn i64(&self, name: &str) -> Result<Vec<i64>> {
         let a = self.cast(name, &DataType::Int64, |t| t.is_integer() || *t == DataType::Null)?;
@@ -118,5 +142,19 @@ mod tests {
         let mistyped = c.f64("team").unwrap_err().to_string();
         assert!(mistyped.contains("column team is Utf8"), "{mistyped}");
         assert!(c.i64("cost").is_err(), "a float is not read as a count");
+        let float_money = c.money("cost").unwrap_err().to_string();
+        assert!(float_money.contains("column cost is Float64, not an exact amount"), "{float_money}");
+    }
+
+    #[test]
+    fn money_is_read_from_decimals() {
+        use arrow::array::Decimal128Array;
+        let amounts = Decimal128Array::from(vec![Some(33_333_334), None, Some(-1)]).with_precision_and_scale(38, 6).unwrap();
+        let schema = Schema::new(vec![Field::new("cost", DataType::Decimal128(38, 6), true)]);
+        let batch = RecordBatch::try_new(Arc::new(schema), vec![Arc::new(amounts)]).unwrap();
+        let c = Columns::new(&batch, "t");
+        assert_eq!(c.opt_money("cost").unwrap(), vec![Some(33.333334), None, Some(-0.000001)]);
+        assert_eq!(c.money("cost").unwrap(), vec![33.333334, 0.0, -0.000001]);
+        assert_eq!(c.f64("cost").unwrap(), vec![33.333334, 0.0, -0.000001], "a decimal is a number too");
     }
 }

@@ -2,7 +2,10 @@
 //! derived tables, in a finished accounting run's session or over the ledger a `gpuledger
 //! ledger` run stored (what `gpuledger serve` reads): the same SQL either way.
 //!
-//! The month is a bound parameter; each column is read with its type ([`crate::decode`]).
+//! The month is a bound parameter; each column is read with its type ([`crate::decode`]): amounts
+//! of money from their exact decimals (`DECIMAL(38, 6)`), turned into floats only for the
+//! renderers, which format them (2 decimals in text, 4 in CSV) and never add them up into a
+//! figure of the ledger's.
 
 use arrow::record_batch::RecordBatch;
 use datafusion::prelude::SessionContext;
@@ -69,12 +72,21 @@ async fn read_report(ctx: &SessionContext, month: &Month, currency: &str, idle_p
     let chargeback = decode(&rows("SELECT * FROM chargeback_monthly WHERE month = $1 ORDER BY team").await?, "chargeback_monthly", |c| {
         let (month, team) = (c.text("month")?, c.text("team")?);
         let n = |name: &str| c.f64(name);
+        let money = |name: &str| c.money(name);
         let (productive, allocated_idle, failed, preempted, unallocated) =
             (n("productive_gpu_hours")?, n("allocated_idle_gpu_hours")?, n("failed_gpu_hours")?, n("preempted_gpu_hours")?, n("unallocated_gpu_hours")?);
-        let (compute, network, storage, support, idle, failed_runs, operations, total) =
-            (n("compute")?, n("network")?, n("storage")?, n("support")?, n("idle")?, n("failed_runs")?, n("operations")?, n("total")?);
-        let (units, per_unit, provisional) = (n("accepted_units")?, c.opt_f64("cost_per_accepted_unit")?, n("provisional_gpu_hours")?);
-        let (lost_hours, lost_cost) = (n("lost_gpu_hours_platform_paid")?, n("lost_cost_platform_paid")?);
+        let (compute, network, storage, support, idle, failed_runs, operations, total) = (
+            money("compute")?,
+            money("network")?,
+            money("storage")?,
+            money("support")?,
+            money("idle")?,
+            money("failed_runs")?,
+            money("operations")?,
+            money("total")?,
+        );
+        let (units, per_unit, provisional) = (n("accepted_units")?, c.opt_money("cost_per_accepted_unit")?, n("provisional_gpu_hours")?);
+        let (lost_hours, lost_cost) = (n("lost_gpu_hours_platform_paid")?, money("lost_cost_platform_paid")?);
         Ok((0..c.rows())
             .map(|i| ChargebackRow {
                 month: month[i].clone(),
@@ -107,7 +119,7 @@ async fn read_report(ctx: &SessionContext, month: &Month, currency: &str, idle_p
     let usage_sql = "SELECT * FROM report_usage WHERE month = $1 ORDER BY team, state, model_name, platform_paid";
     let usage = decode(&rows(usage_sql).await?, "report_usage", |c| {
         let (month, team, state, model) = (c.text("month")?, c.text("team")?, c.parsed::<State>("state")?, c.text("model_name")?);
-        let (hours, provisional, cost, units, paid) = (c.f64("gpu_hours")?, c.f64("provisional_gpu_hours")?, c.f64("cost")?, c.f64("accepted_units")?, c.bool("platform_paid")?);
+        let (hours, provisional, cost, units, paid) = (c.f64("gpu_hours")?, c.f64("provisional_gpu_hours")?, c.money("cost")?, c.f64("accepted_units")?, c.bool("platform_paid")?);
         Ok((0..c.rows())
             .map(|i| UsageRow {
                 month: month[i].clone(),
@@ -123,7 +135,7 @@ async fn read_report(ctx: &SessionContext, month: &Month, currency: &str, idle_p
             .collect())
     })?;
     let failure_causes = decode(&rows(FAILURE_CAUSES_SQL).await?, "failure_causes", |c| {
-        let (outcome, cause, segments, hours, cost) = (c.parsed::<State>("outcome")?, c.text("cause")?, c.i64("segments")?, c.f64("gpu_hours")?, c.f64("cost")?);
+        let (outcome, cause, segments, hours, cost) = (c.parsed::<State>("outcome")?, c.text("cause")?, c.i64("segments")?, c.f64("gpu_hours")?, c.money("cost")?);
         Ok((0..c.rows())
             .map(|i| FailureCauseRow { outcome: outcome[i], cause: cause[i].clone(), segments: segments[i], gpu_hours: hours[i], cost: cost[i] })
             .collect())
@@ -147,7 +159,7 @@ async fn read_report(ctx: &SessionContext, month: &Month, currency: &str, idle_p
     })?;
     let budgets = decode(&rows(BUDGETS_SQL).await?, "budget_monthly", |c| {
         let (month, team) = (c.text("month")?, c.text("team")?);
-        let (budget, spend, forecast) = (c.f64("budget")?, c.f64("spend")?, c.f64("forecast")?);
+        let (budget, spend, forecast) = (c.money("budget")?, c.money("spend")?, c.money("forecast")?);
         let (used, forecast_ratio, elapsed, days) = (c.f64("used_ratio")?, c.f64("forecast_ratio")?, c.f64("elapsed_days")?, c.f64("month_days")?);
         Ok((0..c.rows())
             .map(|i| BudgetRow {
@@ -166,7 +178,7 @@ async fn read_report(ctx: &SessionContext, month: &Month, currency: &str, idle_p
     let energy = decode(&rows("SELECT * FROM report_energy WHERE month = $1 ORDER BY team").await?, "report_energy", |c| {
         let team = c.text("team")?;
         let (kwh, facility, co2) = (c.f64("kwh")?, c.f64("facility_kwh")?, c.opt_f64("kg_co2e")?);
-        let (per_unit, cost_per_unit) = (c.opt_f64("kwh_per_accepted_unit")?, c.opt_f64("cost_per_accepted_unit")?);
+        let (per_unit, cost_per_unit) = (c.opt_f64("kwh_per_accepted_unit")?, c.opt_money("cost_per_accepted_unit")?);
         let (hours, measured) = (c.f64("gpu_hours")?, c.f64("measured_gpu_hours")?);
         Ok((0..c.rows())
             .map(|i| EnergyRow {
@@ -183,14 +195,14 @@ async fn read_report(ctx: &SessionContext, month: &Month, currency: &str, idle_p
     })?;
     let idle_reasons = decode(&rows(IDLE_REASONS_SQL).await?, "idle_reasons_monthly", |c| {
         let (rank, team, state, reason) = (c.i64("rank")?, c.text("team")?, c.parsed::<State>("state")?, c.parsed::<IdleReason>("reason")?);
-        let (hours, cost) = (c.f64("gpu_hours")?, c.f64("cost")?);
+        let (hours, cost) = (c.f64("gpu_hours")?, c.money("cost")?);
         Ok((0..c.rows())
             .map(|i| IdleReasonRow { rank: rank[i], team: team[i].clone(), state: state[i], reason: reason[i], gpu_hours: hours[i], cost: cost[i] })
             .collect())
     })?;
     let stranded = decode(&rows(STRANDED_SQL).await?, "stranded_monthly", |c| {
         let (pool, model) = (c.opt_text("pool")?, c.text("model_name")?);
-        let (unallocated, stranded, cost, cordoned) = (c.f64("unallocated_gpu_hours")?, c.f64("stranded_gpu_hours")?, c.f64("stranded_cost")?, c.f64("cordoned_gpu_hours")?);
+        let (unallocated, stranded, cost, cordoned) = (c.f64("unallocated_gpu_hours")?, c.f64("stranded_gpu_hours")?, c.money("stranded_cost")?, c.f64("cordoned_gpu_hours")?);
         Ok((0..c.rows())
             .map(|i| StrandedRow {
                 pool: pool[i].clone(),

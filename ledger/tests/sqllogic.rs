@@ -100,7 +100,8 @@ impl AsyncDB for Session {
 }
 
 /// Every value as text; floats rounded to 9 decimals and printed without a trailing `.0`, so
-/// that a result worked by hand (`120`, `0.5`) reads as written.
+/// that a result worked by hand (`120`, `0.5`) reads as written. Decimals (money) are exact and
+/// printed in full, less trailing zeros: `15.000000` is `15`, `33.333334` stays as it is.
 fn format_column(array: &dyn Array, options: &FormatOptions) -> Result<Vec<String>, SltError> {
     let float = |v: f64| {
         let r = (v * 1e9).round() / 1e9;
@@ -113,7 +114,18 @@ fn format_column(array: &dyn Array, options: &FormatOptions) -> Result<Vec<Strin
         return Ok((0..a.len()).map(|i| if a.is_null(i) { "NULL".into() } else { float(f64::from(a.value(i))) }).collect());
     }
     let f = ArrayFormatter::try_new(array, options)?;
-    Ok((0..array.len()).map(|i| f.value(i).to_string()).collect())
+    let decimal = matches!(array.data_type(), DataType::Decimal128(_, s) if *s > 0);
+    Ok((0..array.len())
+        .map(|i| {
+            let text = f.value(i).to_string();
+            if decimal && !array.is_null(i) {
+                let trimmed = text.trim_end_matches('0').trim_end_matches('.');
+                if trimmed == "-0" { "0".to_string() } else { trimmed.to_string() }
+            } else {
+                text
+            }
+        })
+        .collect())
 }
 
 fn slt_files() -> Vec<PathBuf> {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
-use DerivedType::{Boolean, Decimal20, Float64, Int32, Int64, LargeUtf8, Timestamp, UInt64, Utf8, Utf8View};
+use DerivedType::{Boolean, Decimal20, Float64, Int32, Int64, LargeUtf8, Money, Timestamp, UInt64, Utf8, Utf8View};
 
 /// The Arrow types the accounting's SQL gives derived columns. Wider than the raw tables'
 /// [`crate::ColumnType`]: DataFusion picks a view or large string, a decimal or an unsigned
@@ -26,6 +26,9 @@ pub enum DerivedType {
     UInt64,
     /// `Decimal128(20, 0)`: an integer that went through `COALESCE` with a literal.
     Decimal20,
+    /// `Decimal128(38, 6)`: an amount of money, exact to the micro-unit of the currency (see
+    /// queries/60_chargeback.sql for where amounts round).
+    Money,
     Float64,
     Boolean,
 }
@@ -41,6 +44,7 @@ impl DerivedType {
             Int64 => DataType::Int64,
             UInt64 => DataType::UInt64,
             Decimal20 => DataType::Decimal128(20, 0),
+            Money => DataType::Decimal128(38, 6),
             Float64 => DataType::Float64,
             Boolean => DataType::Boolean,
         }
@@ -55,6 +59,7 @@ impl DerivedType {
             Int64 => "BIGINT",
             UInt64 => "BIGINT UNSIGNED",
             Decimal20 => "DECIMAL(20, 0)",
+            Money => "DECIMAL(38, 6)",
             Float64 => "DOUBLE",
             Boolean => "BOOLEAN",
         }
@@ -139,11 +144,12 @@ pub const PRICED_STATE_HOURS: DerivedTable = DerivedTable {
         col("state", Utf8, false, "productive, allocated_idle, failed, preempted or unallocated"),
         col("reason", Utf8, true, "Why idle time was idle: startup, stall or teardown (allocated_idle); cordoned, stranded or no_demand (unallocated); null for other states"),
         col("provisional", Boolean, true, "The segment has not ended (outcome running or unknown): its state may still change"),
-        col("gpu_hours", Float64, true, "GPU-hours (MIG instances count their sevenths, shared GPUs split among their pods)"),
+        col("gpu_ns", Int64, true, "GPU-nanoseconds, exact: each observation's time in integer nanoseconds, split among a MIG GPU's instances and leftover and among the pods sharing a GPU by largest remainder (ties: the smaller pod uid); sum this, not gpu_hours"),
+        col("gpu_hours", Float64, true, "gpu_ns / 3.6e12: this row's GPU-hours, for reading (MIG instances count N/M of their GPU, shared GPUs split among their pods)"),
         col("energy_kwh", Float64, true, "GPU energy of these hours, kWh (energy counter, else power reading), shared as the hours are; null where none was measured"),
         col("xid_error", Int64, true, "Largest non-zero XID error DCGM reported in these hours; null when none"),
-        col("price", Float64, true, "Price of a GPU-hour: by node label, else by GPU model, else the default"),
-        col("cost", Float64, true, "gpu_hours x price"),
+        col("price", Money, true, "Price of a GPU-hour: by node label, else by GPU model, else the default"),
+        col("cost", Money, true, "gpu_ns x price / 3.6e12, rounded half to even to the micro-unit: each row priced once, every coarser cost a sum of rows"),
         col("pool", Utf8, true, "Value of the node label that priced the hours; null when no label rule matched"),
         col("paid_by", Utf8, true, "Who pays for lost (failed, preempted) time: platform or team; null for other states"),
     ],
@@ -194,24 +200,24 @@ pub const CHARGEBACK_MONTHLY: DerivedTable = DerivedTable {
     columns: &[
         col("month", Utf8, true, "UTC month (YYYY-MM)"),
         col("team", Utf8, true, "Team; platform holds unallocated time"),
-        col("productive_gpu_hours", Float64, false, "GPU-hours in state productive"),
+        col("productive_gpu_hours", Float64, false, "GPU-hours in state productive (summed as GPU-nanoseconds, converted once)"),
         col("allocated_idle_gpu_hours", Float64, false, "GPU-hours in state allocated_idle"),
         col("failed_gpu_hours", Float64, false, "GPU-hours in state failed"),
         col("preempted_gpu_hours", Float64, false, "GPU-hours in state preempted"),
         col("unallocated_gpu_hours", Float64, false, "GPU-hours in state unallocated"),
-        col("compute", Float64, false, "Cost of productive time"),
-        col("network", Float64, false, "Network overhead, direct or the team's share of a spread amount"),
-        col("storage", Float64, false, "Storage overhead, direct or the team's share of a spread amount"),
-        col("support", Float64, false, "Support overhead, direct or the team's share of a spread amount"),
-        col("idle", Float64, true, "Cost of allocated_idle time plus the team's share of unallocated time (by idle policy)"),
-        col("failed_runs", Float64, false, "Cost of failed and preempted time the team pays for (platform: what it pays for)"),
-        col("operations", Float64, false, "Operations overhead, direct or the team's share of a spread amount"),
-        col("total", Float64, true, "compute + network + storage + support + idle + failed_runs + operations"),
+        col("compute", Money, false, "Cost of productive time"),
+        col("network", Money, false, "Network overhead, direct or the team's share of a spread amount (by largest remainder: the teams' shares add up to the amount)"),
+        col("storage", Money, false, "Storage overhead, direct or the team's share of a spread amount"),
+        col("support", Money, false, "Support overhead, direct or the team's share of a spread amount"),
+        col("idle", Money, false, "Cost of allocated_idle time plus the team's share of unallocated time (by idle policy; a spread share by largest remainder)"),
+        col("failed_runs", Money, false, "Cost of failed and preempted time the team pays for (platform: what it pays for)"),
+        col("operations", Money, false, "Operations overhead, direct or the team's share of a spread amount"),
+        col("total", Money, false, "compute + network + storage + support + idle + failed_runs + operations, exact"),
         col("accepted_units", Float64, false, "Accepted units of the team's succeeded runs and extra units"),
-        col("cost_per_accepted_unit", Float64, true, "total / accepted_units; null without units"),
+        col("cost_per_accepted_unit", Money, true, "total / accepted_units, rounded half to even to the micro-unit; null without units"),
         col("provisional_gpu_hours", Float64, false, "GPU-hours of segments not yet ended (their state may change)"),
         col("lost_gpu_hours_platform_paid", Float64, false, "Failed and preempted GPU-hours of the team the platform pays for"),
-        col("lost_cost_platform_paid", Float64, false, "Cost of those hours"),
+        col("lost_cost_platform_paid", Money, false, "Cost of those hours"),
     ],
 };
 
@@ -221,13 +227,13 @@ pub const BUDGET_MONTHLY: DerivedTable = DerivedTable {
     columns: &[
         col("month", Utf8, true, "UTC month (YYYY-MM)"),
         col("team", Utf8, true, "Team the [[budgets]] entry names"),
-        col("budget", Float64, true, "The month's budget: the entry for the month, else the one without a month"),
-        col("spend", Float64, false, "Chargeback total to date (0 for a month the team used nothing in)"),
-        col("gpu_cost", Float64, false, "compute + idle + failed_runs to date: the part that grows with GPU time"),
-        col("overheads", Float64, false, "network + storage + support + operations: configured for the whole month"),
+        col("budget", Money, true, "The month's budget: the entry for the month, else the one without a month"),
+        col("spend", Money, false, "Chargeback total to date (0 for a month the team used nothing in)"),
+        col("gpu_cost", Money, false, "compute + idle + failed_runs to date: the part that grows with GPU time"),
+        col("overheads", Money, false, "network + storage + support + operations: configured for the whole month"),
         col("elapsed_days", Float64, false, "Days of the month the data covers"),
         col("month_days", Float64, true, "Days in the month"),
-        col("forecast", Float64, true, "Month-end spend at this rate: gpu_cost x month_days / elapsed_days + overheads; spend once the data has passed the month"),
+        col("forecast", Money, true, "Month-end spend at this rate: gpu_cost x month_days / elapsed_days (rounded half to even to the micro-unit) + overheads; spend once the data has passed the month"),
         col("used_ratio", Float64, true, "spend / budget"),
         col("forecast_ratio", Float64, true, "forecast / budget"),
     ],
@@ -257,7 +263,7 @@ pub const IDLE_REASONS_MONTHLY: DerivedTable = DerivedTable {
         col("state", Utf8, false, "allocated_idle or unallocated"),
         col("reason", Utf8, true, "startup, stall, teardown (allocated_idle); cordoned, stranded, no_demand (unallocated)"),
         col("gpu_hours", Float64, true, "Idle GPU-hours"),
-        col("cost", Float64, true, "Their price-list cost, before the idle policy moves any of it"),
+        col("cost", Money, true, "Their price-list cost, before the idle policy moves any of it"),
         col("rank", UInt64, false, "Position in the month by cost, then hours (1 = costliest)"),
     ],
 };
@@ -271,7 +277,7 @@ pub const STRANDED_MONTHLY: DerivedTable = DerivedTable {
         col("model_name", Utf8, true, "GPU model as DCGM reports it"),
         col("unallocated_gpu_hours", Float64, true, "Unallocated GPU-hours"),
         col("stranded_gpu_hours", Float64, true, "Of them, stranded: a Workload asking for nvidia.com/gpu waited in a ClusterQueue whose GPU flavor selects the node"),
-        col("stranded_cost", Float64, true, "Price-list cost of the stranded hours (reported, not charged)"),
+        col("stranded_cost", Money, true, "Price-list cost of the stranded hours (reported, not charged)"),
         col("cordoned_gpu_hours", Float64, true, "Of them, cordoned: the node was unschedulable or not Ready"),
     ],
 };
@@ -306,9 +312,9 @@ pub const RUN_SEGMENTS: DerivedTable = DerivedTable {
         col("last_failed_pod", Utf8, true, "The last of the failed pods (its name); null when none failed"),
         col("last_failed_pod_key", Utf8, true, "That pod's key; null when none failed"),
         col("gpu_hours", Float64, false, "GPU-hours of the segment, all states"),
-        col("cost", Float64, false, "Cost of those hours"),
+        col("cost", Money, false, "Cost of those hours"),
         col("lost_gpu_hours", Float64, false, "GPU-hours in state failed or preempted"),
-        col("lost_cost", Float64, false, "Cost of those hours"),
+        col("lost_cost", Money, false, "Cost of those hours"),
         col("xid_error", Int64, true, "Largest XID error DCGM reported on the segment's GPUs; null when none"),
         col("nodes", Utf8, true, "Nodes the segment's GPUs were on, comma-separated; null without GPU time"),
     ],
@@ -330,7 +336,7 @@ pub const RUN_FAILURES: DerivedTable = DerivedTable {
         col("exit_code", Int32, true, "Exit code of the pod whose termination speaks for the segment"),
         col("xid_error", Int64, true, "Largest XID error DCGM reported on the segment's GPUs; null when none"),
         col("gpu_hours", Float64, false, "Lost GPU-hours (failed and preempted time)"),
-        col("cost", Float64, false, "Cost of those hours"),
+        col("cost", Money, false, "Cost of those hours"),
         col("nodes", Utf8, true, "Nodes the segment's GPUs were on, comma-separated"),
         col("event_reasons", LargeUtf8, true, "Reasons of Warning events about its pods or Workload while it ran, comma-separated"),
         col("paid_by", Utf8, true, "Who pays for the lost time: platform (hardware fault) or team"),
@@ -346,7 +352,7 @@ pub const FAILURE_CAUSES: DerivedTable = DerivedTable {
         col("cause", Utf8View, false, "Cause, as in run_failures"),
         col("segments", Int64, false, "Segments with this cause in the month"),
         col("gpu_hours", Float64, true, "Lost GPU-hours"),
-        col("cost", Float64, true, "Cost of those hours"),
+        col("cost", Money, true, "Cost of those hours"),
     ],
 };
 

@@ -348,9 +348,11 @@ async fn states(State(api): State<Arc<Api>>, Params(p): Params<StateParams>) -> 
     api.need_ledger().await?;
     let (params, filter) = range.filter(&[("team", p.team.as_ref())]);
     // Steps are counted from 1970-01-01, as date_bin does: the same hour always opens a step.
+    // GPU time is summed as nanoseconds and cost as exact decimals: a step's figures do not
+    // depend on the order its hours are added in.
     let sql = format!(
         "SELECT to_timestamp_seconds((hour_number / $1) * $1 * 3600) AS time, state, \
-                SUM(gpu_hours) AS gpu_hours, SUM(cost) AS cost \
+                CAST(SUM(gpu_ns) AS DOUBLE) / 3600000000000.0 AS gpu_hours, SUM(cost) AS cost \
          FROM report_state_hours {filter} GROUP BY 1, state ORDER BY 1, state"
     );
     let batches = api.run(&sql, params).await?;

@@ -851,7 +851,9 @@ fn duckdb_reads_the_derived_tables_with_the_same_totals() {
     run(&["ledger", "--store", &store.display().to_string(), "--config", &config.display().to_string(), "--progress", "off"], 0);
     let json_out = run(&["report", "--store", &store.display().to_string(), "--config", &config.display().to_string(), "--month", "2026-10", "--format", "json", "--progress", "off"], 0);
     let report: Value = serde_json::from_slice(&json_out.stdout).unwrap();
-    let report_total: f64 = report["chargeback"].as_array().unwrap().iter().map(|r| r["total"].as_f64().unwrap()).sum();
+    // Each team's total as the report prints it in JSON (the float nearest the exact amount),
+    // back in micro-units: exact, as every amount the ledger stores is.
+    let report_total: i128 = report["chargeback"].as_array().unwrap().iter().map(|r| (r["total"].as_f64().unwrap() * 1e6).round() as i128).sum();
     let report_hours: f64 = report["chargeback"].as_array().unwrap().iter().map(|r| r["productive_gpu_hours"].as_f64().unwrap()).sum();
 
     let script = r#"
@@ -875,16 +877,24 @@ raw_kwh = con.execute(f"""
 """).fetchone()
 raw_kwh, resets = raw_kwh
 ledger_kwh = con.execute(f"SELECT sum(kwh) FROM '{d}energy_monthly.parquet'").fetchone()[0]
-print(json.dumps({"total": total, "productive_hours": hours, "cost": cost, "raw_kwh": raw_kwh, "ledger_kwh": ledger_kwh, "resets": resets}))
+# Amounts are DECIMAL(38,6): passed on as their exact text.
+print(json.dumps({"total": str(total), "productive_hours": hours, "cost": str(cost), "raw_kwh": raw_kwh, "ledger_kwh": ledger_kwh, "resets": resets}))
 "#;
     let out = Command::new("python3").arg("-c").arg(script).arg(&store).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let duck: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!((duck["total"].as_f64().unwrap() - report_total).abs() < 1e-6, "DuckDB total {duck} vs report {report_total}");
+    // A decimal's text (`12345.678901`) in micro-units.
+    let micros = |v: &Value| -> i128 {
+        let text = v.as_str().unwrap_or_else(|| panic!("an amount as text: {v}"));
+        let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+        assert!(fraction.len() <= 6, "{text}");
+        format!("{whole}{fraction:0<6}").parse().unwrap()
+    };
+    assert_eq!(micros(&duck["total"]), report_total, "DuckDB total {duck} vs report (micro-units)");
     assert!((duck["productive_hours"].as_f64().unwrap() - report_hours).abs() < 1e-6, "DuckDB productive hours {duck} vs report {report_hours}");
     // Spread overheads and moved idle cost aside, the chargeback total is the priced GPU time
-    // plus the configured overheads (310 + 190 + 120 + 380 + 50 for serving).
-    assert!((duck["cost"].as_f64().unwrap() + 1050.0 - report_total).abs() < 1e-6, "priced hours + overheads = total: {duck} vs {report_total}");
+    // plus the configured overheads (310 + 190 + 120 + 380 + 50 for serving), exactly.
+    assert_eq!(micros(&duck["cost"]) + 1_050_000_000, report_total, "priced hours + overheads = total: {duck}");
     // The ledger's energy (spans, shares, states, months) adds up to the samples' own.
     let (raw, ledger) = (duck["raw_kwh"].as_f64().unwrap(), duck["ledger_kwh"].as_f64().unwrap());
     assert!(raw > 1.0 && (raw - ledger).abs() <= 1e-9 * raw, "energy from the raw samples {raw} kWh, ledger {ledger} kWh");

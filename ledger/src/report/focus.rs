@@ -17,6 +17,10 @@
 //! accounts (teams), measures usage, types and tags its resources and bills provisioned ones;
 //! it publishes no price list and offers no commitments, so there are no SKU or commitment
 //! columns (CommitmentDiscountStatus is present and null: the ConsumedQuantity rules read it).
+//!
+//! The four cost columns are exact decimals (`DECIMAL(38, 6)`, FOCUS's Decimal), as the ledger
+//! keeps them: a team's rows add up to its chargeback total to the micro-unit in the Parquet
+//! file and in the CSV (which prints every decimal).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -148,9 +152,8 @@ pub fn focus_schema() -> SchemaRef {
     let ts = DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into()));
     let field = |name: &str| {
         let (data_type, nullable) = match name {
-            "BilledCost" | "EffectiveCost" | "ListCost" | "ContractedCost" | "x_GpuHours" | "x_ProvisionalGpuHours" | "x_AcceptedUnits" => {
-                (DataType::Float64, false)
-            }
+            "BilledCost" | "EffectiveCost" | "ListCost" | "ContractedCost" => (crate::udf::money::money_type(), false),
+            "x_GpuHours" | "x_ProvisionalGpuHours" | "x_AcceptedUnits" => (DataType::Float64, false),
             "PricingQuantity" | "ConsumedQuantity" => (DataType::Float64, true),
             "BillingPeriodStart" | "BillingPeriodEnd" | "ChargePeriodStart" | "ChargePeriodEnd" => (ts.clone(), false),
             "ChargeClass" | "PricingUnit" | "ConsumedUnit" | "CommitmentDiscountStatus" | "x_State" => (DataType::Utf8, true),
@@ -189,10 +192,12 @@ pub async fn focus_batch(ctx: &SessionContext, month: &Month, currency: &str, ac
 }
 
 /// Whether a column of type `from` holds what a FOCUS column of type `to` does (text as text,
-/// numbers as numbers, times as times), so that casting it changes only its width or encoding.
+/// numbers as numbers, exact amounts as exact amounts, times as times), so that casting it
+/// changes only its width or encoding.
 fn same_kind(from: &DataType, to: &DataType) -> bool {
     let text = |t: &DataType| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
     match to {
+        DataType::Decimal128(..) => matches!(from, DataType::Decimal128(..)),
         DataType::Float64 => from.is_numeric(),
         DataType::Timestamp(..) => matches!(from, DataType::Timestamp(..)),
         _ => text(from) || (*from == DataType::Null && text(to)),
@@ -207,7 +212,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use arrow::array::AsArray;
-    use arrow::datatypes::{Float64Type, TimestampMillisecondType};
+    use arrow::datatypes::{Decimal128Type, Float64Type, TimestampMillisecondType};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
     fn ms(s: &str) -> i64 {
@@ -220,6 +225,16 @@ mod tests {
 
     fn floats(b: &RecordBatch, name: &str) -> Vec<f64> {
         b.column_by_name(name).unwrap().as_primitive::<Float64Type>().values().to_vec()
+    }
+
+    /// A cost column in micro-units, exact.
+    fn micros(b: &RecordBatch, name: &str) -> Vec<i128> {
+        b.column_by_name(name).unwrap().as_primitive::<Decimal128Type>().values().to_vec()
+    }
+
+    /// An amount of the fixture (whole cents) in micro-units.
+    fn to_micros(amount: f64) -> i128 {
+        (amount * 1e6).round() as i128
     }
 
     fn nullable_floats(b: &RecordBatch, name: &str) -> Vec<Option<f64>> {
@@ -254,17 +269,18 @@ mod tests {
     async fn billed_cost_per_team_equals_chargeback_total() {
         let report = fixture::report();
         let b = export(&report).await;
-        let mut sums: BTreeMap<&str, f64> = BTreeMap::new();
-        for (team, cost) in strings(&b, "SubAccountId").into_iter().zip(floats(&b, "BilledCost")) {
+        let mut sums: BTreeMap<&str, i128> = BTreeMap::new();
+        for (team, cost) in strings(&b, "SubAccountId").into_iter().zip(micros(&b, "BilledCost")) {
             *sums.entry(team.unwrap()).or_default() += cost;
         }
         assert_eq!(sums.len(), report.chargeback.len());
         for c in &report.chargeback {
-            assert!((sums[c.team.as_str()] - c.total).abs() < 1e-6, "{}: {} != {}", c.team, sums[c.team.as_str()], c.total);
+            assert_eq!(sums[c.team.as_str()], to_micros(c.total), "{}: the rows add up to the total exactly", c.team);
         }
         for name in ["EffectiveCost", "ListCost", "ContractedCost"] {
-            assert_eq!(floats(&b, name), floats(&b, "BilledCost"), "{name}");
+            assert_eq!(micros(&b, name), micros(&b, "BilledCost"), "{name}");
         }
+        assert_eq!(b.column_by_name("BilledCost").unwrap().data_type(), &DataType::Decimal128(38, 6));
         assert!(strings(&b, "BillingCurrency").iter().all(|c| *c == Some("EUR")));
     }
 
@@ -324,10 +340,10 @@ mod tests {
         let k = (0..b.num_rows())
             .find(|&k| desc[k] == Some("Share of unallocated GPU time") && strings(&b, "SubAccountId")[k] == Some("platform"))
             .unwrap();
-        assert_eq!(floats(&b, "BilledCost")[k], -16.0);
+        assert_eq!(micros(&b, "BilledCost")[k], -16_000_000);
         // The failed hours the platform paid for are on platform's account, named for the team.
         let p = desc.iter().position(|d| *d == Some("GPU time, failed (paid by the platform for ml-research), NVIDIA H100 80GB HBM3")).unwrap();
-        assert_eq!((strings(&b, "SubAccountId")[p], floats(&b, "BilledCost")[p], floats(&b, "x_GpuHours")[p]), (Some("platform"), 6.0, 3.0));
+        assert_eq!((strings(&b, "SubAccountId")[p], micros(&b, "BilledCost")[p], floats(&b, "x_GpuHours")[p]), (Some("platform"), 6_000_000, 3.0));
         assert_eq!(strings(&b, "x_CostComponent")[p], Some("failed_runs"));
         // Each state's cost is charged as its component (60_chargeback.sql).
         let component_of = |state: &str| -> Vec<Option<&str>> {
@@ -357,10 +373,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn reconciliation_ignores_rounding_noise_on_large_totals() {
-        // The same month a million times larger: ml-research's total is 2.39e8, where one unit
-        // in the last place of a double is 2.98e-8, which is what summing in another order
-        // leaves. Such a difference is not money; a cent is.
+    async fn reconciliation_is_exact_to_the_micro_unit() {
+        // The same month a million times larger: ml-research's total is 239,000,000. Amounts are
+        // exact decimals, so its rows add up to its total exactly and no reconciliation row
+        // appears (a float sum there would be off in its last place, 3e-8, by summation order)...
         let mut report = platform_policy();
         report.usage.iter_mut().for_each(|u| u.cost *= 1e6);
         for c in &mut report.chargeback {
@@ -369,17 +385,16 @@ mod tests {
             }
         }
         assert_eq!(report.chargeback[0].total, 239e6);
-        report.chargeback[0].total += 3e-8;
-        assert!(report.chargeback[0].total > 239e6, "one unit in the last place more");
         assert_eq!(export(&report).await.num_rows(), 19);
 
-        report.chargeback[0].total += 0.01;
+        // ...and one micro-unit of difference is money: a reconciliation row of 0.000001.
+        report.chargeback[0].total += 0.000001;
         let b = export(&report).await;
         assert_eq!(b.num_rows(), 20);
         let desc = strings(&b, "ChargeDescription");
         let r = desc.iter().position(|d| *d == Some("Share of unallocated GPU time")).unwrap();
         assert_eq!(strings(&b, "SubAccountId")[r], Some("ml-research"));
-        assert!((floats(&b, "BilledCost")[r] - 0.01).abs() < 1e-6, "{}", floats(&b, "BilledCost")[r]);
+        assert_eq!(micros(&b, "BilledCost")[r], 1);
     }
 
     #[tokio::test]
@@ -448,7 +463,7 @@ mod tests {
         let schema = batches[0].schema();
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
         assert_eq!(names, FOCUS_COLUMNS);
-        assert!((floats(&batches[0], "BilledCost").iter().sum::<f64>() - report.total()).abs() < 1e-6);
+        assert_eq!(micros(&batches[0], "BilledCost").iter().sum::<i128>(), to_micros(report.total()), "exact in the Parquet file");
 
         let csv = fs::read_to_string(&files.csv).unwrap();
         let mut lines = csv.lines();

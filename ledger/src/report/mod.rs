@@ -548,6 +548,10 @@ pub(crate) mod fixture {
         }
         let text = |name: &str| Field::new(name, DataType::Utf8, true);
         let number = |name: &str| Field::new(name, DataType::Float64, true);
+        // Amounts are exact decimals in the derived tables (the fixture's are whole cents).
+        let money = |name: &str| Field::new(name, DataType::Decimal128(38, 6), true);
+        let money_columns = ["compute", "network", "storage", "support", "idle", "failed_runs", "operations", "total", "cost_per_accepted_unit", "lost_cost_platform_paid"];
+        let money_or_number = |name: &str| if money_columns.contains(&name) { money(name) } else { number(name) };
 
         // The usage rows as priced hours of one day each.
         #[derive(Serialize)]
@@ -559,7 +563,9 @@ pub(crate) mod fixture {
             state: &'a str,
             model_name: &'a str,
             paid_by: Option<&'a str>,
+            gpu_ns: i64,
             gpu_hours: f64,
+            energy_kwh: Option<f64>,
             cost: f64,
             provisional: bool,
         }
@@ -571,20 +577,22 @@ pub(crate) mod fixture {
             let cost_per_hour = if u.gpu_hours > 0.0 { u.cost / u.gpu_hours } else { 0.0 };
             for (hours, provisional) in [(settled, false), (u.provisional_gpu_hours, true)] {
                 if hours > 0.0 {
-                    let row = Priced { month: &u.month, hour: format!("{day}T00:00:00Z"), day: day.clone(), team: &u.team, state: u.state.as_str(), model_name: &u.model_name, paid_by, gpu_hours: hours, cost: hours * cost_per_hour, provisional };
+                    let gpu_ns = (hours * 3.6e12).round() as i64;
+                    let row = Priced { month: &u.month, hour: format!("{day}T00:00:00Z"), day: day.clone(), team: &u.team, state: u.state.as_str(), model_name: &u.model_name, paid_by, gpu_ns, gpu_hours: hours, energy_kwh: None, cost: hours * cost_per_hour, provisional };
                     priced.push(row);
                 }
             }
         }
         let mut priced_fields: Vec<Field> = ["month", "hour", "day", "team", "state", "model_name", "paid_by"].map(text).to_vec();
-        priced_fields.extend([number("gpu_hours"), number("cost"), Field::new("provisional", DataType::Boolean, true)]);
+        priced_fields.extend([Field::new("gpu_ns", DataType::Int64, true), number("gpu_hours"), number("energy_kwh"), money("cost"), Field::new("provisional", DataType::Boolean, true)]);
 
         // The chargeback CSV's columns are the table's, less provisional_gpu_hours.
         let mut chargeback_fields: Vec<Field> = vec![text("month"), text("team")];
-        chargeback_fields.extend(CSV_COLUMNS[2..].iter().chain(&["provisional_gpu_hours"]).map(|n| number(n)));
+        chargeback_fields.extend(CSV_COLUMNS[2..].iter().chain(&["provisional_gpu_hours"]).map(|n| money_or_number(n)));
         let units_fields = vec![text("month"), text("team"), text("unit"), number("accepted_units")];
         let mut budget_fields = vec![text("month"), text("team")];
-        budget_fields.extend(["budget", "spend", "forecast", "used_ratio", "forecast_ratio", "elapsed_days", "month_days"].map(number));
+        budget_fields.extend(["budget", "spend", "forecast"].map(money));
+        budget_fields.extend(["used_ratio", "forecast_ratio", "elapsed_days", "month_days"].map(number));
 
         let ctx = datafusion::prelude::SessionContext::new();
         ctx.register_table("priced_state_hours", table(&priced, priced_fields)).unwrap();
