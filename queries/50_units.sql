@@ -85,8 +85,10 @@ LEFT JOIN unit_annotations wu ON wu.kind = 'Workload' AND wu.namespace = r.names
 LEFT JOIN unit_annotations ju ON ju.kind = j.job_kind AND ju.namespace = r.namespace AND ju.name = j.job
 WHERE r.outcome = 'succeeded' AND r.ended_at IS NOT NULL AND r.held_gpu;
 
+-- Units are counted to 6 decimals and summed as exact decimals, so that a team's units (and
+-- its cost per unit, 60_chargeback.sql) do not depend on the order the runs are added in.
 CREATE OR REPLACE VIEW accepted_units_monthly AS
-SELECT month, team, unit, SUM(accepted_units) AS accepted_units
+SELECT month, team, unit, CAST(SUM(CAST(accepted_units AS DECIMAL(38, 6))) AS DOUBLE) AS accepted_units
 FROM (
     SELECT month, team, unit, accepted_units FROM run_units
     UNION ALL

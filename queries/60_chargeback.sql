@@ -196,6 +196,7 @@ FROM (
     LEFT JOIN month_usage m ON m.month = t.month
     LEFT JOIN overhead_amounts o ON o.month = t.month AND o.team = t.team
     LEFT JOIN spread_parts i ON i.month = t.month AND i.team = t.team AND i.component = 'idle'
-    LEFT JOIN (SELECT month, team, SUM(accepted_units) AS accepted_units
+    -- Units summed exactly over their names (accepted_units_monthly holds at most 6 decimals).
+    LEFT JOIN (SELECT month, team, CAST(SUM(CAST(accepted_units AS DECIMAL(38, 6))) AS DOUBLE) AS accepted_units
                FROM accepted_units_monthly GROUP BY month, team) a ON a.month = t.month AND a.team = t.team
 );

@@ -27,7 +27,7 @@ WITH usage AS (
     GROUP BY month, team, state, COALESCE(model_name, 'unknown'), COALESCE(paid_by = 'platform', false)
 ),
 team_units AS (
-    SELECT month, team, SUM(accepted_units) AS accepted_units
+    SELECT month, team, CAST(SUM(CAST(accepted_units AS DECIMAL(38, 6))) AS DOUBLE) AS accepted_units
     FROM accepted_units_monthly GROUP BY month, team
 ),
 team_productive AS (
