@@ -103,7 +103,19 @@ pub fn table_rows(store: &Path, table: &gpuledger_schemas::Table) -> Vec<String>
     out
 }
 
-/// Equal rows, numbers within a relative 1e-9 (parallel sums differ in the last bits).
+/// Identical rows, every value equal to the last bit: for the tables of money and GPU time,
+/// which are sums of decimals and of integer nanoseconds (DESIGN.md "Money is exact"), so no
+/// engine, store or run may change a figure of them.
+pub fn assert_identical_rows(got: &[Value], want: &[Value], what: &str) {
+    assert!(!want.is_empty(), "{what}: no rows to compare");
+    assert_eq!(got.len(), want.len(), "{what}: row count");
+    for (g, w) in got.iter().zip(want) {
+        assert_eq!(g, w, "{what}: rows differ");
+    }
+}
+
+/// Equal rows, numbers within a relative 1e-9 (parallel sums differ in the last bits): for the
+/// floats that stay floats, energy and measured readings.
 pub fn assert_same_rows(got: &[Value], want: &[Value], what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: row count");
     assert!(!want.is_empty(), "{what}: no rows to compare");
