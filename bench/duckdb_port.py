@@ -21,7 +21,8 @@ Inputs, as the ledger sees them:
     table of the columns schemas/src declares;
   * settings, hardware_xids, price_by_node_label, price_by_model, overheads, extra_units and
     budgets are built from the TOML file as `register_config` builds them, with the defaults of
-    ledger/src/config.rs (the file is not validated: run `gpuledger ledger` for that);
+    ledger/src/config.rs, amounts as DECIMAL(38,6) read as written (the file is not validated
+    otherwise: run `gpuledger ledger` for that);
   * calendar_days / calendar_hours span the day before the first `date` partition of
     gpu_samples to the day after the last, as `register_calendar` does.
 
@@ -34,7 +35,8 @@ the ledger (DuckDB inlines views; a view read twice is computed twice there too)
 Each derived table (DERIVED_TABLES of accounting.rs) is written to <out>/<table>.parquet with the
 column types schemas/src/derived.rs declares, and compared with <store>/ledger/<table>.parquet
 (written by `gpuledger ledger`): order-insensitive, every column, floats equal within a relative
-1e-9 (absolute 1e-9 near zero), NULL equal to NULL. <out>/duckdb_compare.json holds the results
+1e-9 (absolute 1e-9 near zero), decimals (money) and integers (GPU-nanoseconds) exactly, NULL
+equal to NULL. <out>/duckdb_compare.json holds the results
 and the timings (the run, the writes and the comparison apart). Exit status 0 when every table
 agrees, 1 when one does not, 2 on an error.
 

@@ -127,7 +127,7 @@ pub fn derived_table(name: &str) -> Option<&'static DerivedTable> {
 
 pub const PRICED_STATE_HOURS: DerivedTable = DerivedTable {
     name: "priced_state_hours",
-    doc: "GPU-hours by UTC hour, GPU, team, run segment, state and idle reason, priced (60_chargeback.sql over gpu_state_hours of 40_states.sql)",
+    doc: "GPU time (exact integer GPU-nanoseconds, and hours) by UTC hour, GPU, team, run segment, state and idle reason, each row priced once to the micro-unit (60_chargeback.sql over gpu_state_hours of 40_states.sql)",
     columns: &[
         col("date", Utf8, false, "Store partition (YYYY-MM-DD) of the samples the hours come from"),
         col("hour", Utf8, true, "UTC hour the GPU-hours fall in, RFC 3339 (2026-10-01T13:00:00Z): the table's grain"),
@@ -196,7 +196,7 @@ pub const UNOBSERVED_GPU_HOURS: DerivedTable = DerivedTable {
 
 pub const CHARGEBACK_MONTHLY: DerivedTable = DerivedTable {
     name: "chargeback_monthly",
-    doc: "The chargeback: GPU-hours by state and cost by component, per month and team (60_chargeback.sql)",
+    doc: "The chargeback: GPU-hours by state and cost by component, per month and team; amounts exact to the micro-unit, sums of priced rows and largest-remainder shares (60_chargeback.sql)",
     columns: &[
         col("month", Utf8, true, "UTC month (YYYY-MM)"),
         col("team", Utf8, true, "Team; platform holds unallocated time"),
