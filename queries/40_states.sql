@@ -62,7 +62,9 @@ WHERE piece_end > piece_start;
 -- M x n, and the leftover L x n. (Instances of one GPU are read in one scrape, so their pieces
 -- are the same; where one's is not, its group gets L x its own count of the leftover, as if
 -- each instance carried an equal part of it, and the group's total is rounded to whole
--- nanoseconds before it is split.)
+-- nanoseconds before it is split.) The ledger keeps this view as a table as soon as it is
+-- created (accounting.rs, REUSED_VIEWS): gpu_state_piece_states reads it twice and is itself
+-- read three times, and recomputing its windows in each reader failed a 256 MiB run.
 CREATE OR REPLACE VIEW mig_piece_parts AS
 WITH instances AS (
     -- One row per instance piece: its k pods' rows are one here.
@@ -128,6 +130,7 @@ SELECT hostname, node FROM (
 -- Energy goes with the time: the span's mean power (W) x its nanoseconds / 10^6 = mJ.
 CREATE OR REPLACE VIEW gpu_state_piece_states AS
 WITH held AS (
+    -- What the pods of each piece row share: a whole GPU's piece, or a MIG instance's part.
     SELECT sp.*, sp.piece_ns AS held_ns FROM sample_pieces sp WHERE sp.mig_instance IS NULL
     UNION ALL
     SELECT sp.*, mp.part_ns AS held_ns
@@ -155,7 +158,10 @@ resolved AS (
     LEFT JOIN hostname_nodes hn ON hn.hostname = h.hostname
 ),
 split AS (
-    -- One pod (nearly every row): it holds it all. k pods: the window only over those rows.
+    -- One pod (nearly every row): it holds it all. k pods: the floor of held_ns / k each, and
+    -- the held_ns mod k nanoseconds left, one each, to the first pods by uid (the shares are
+    -- equal, so their remainders are too: the uid breaks the tie). The window sorts only the
+    -- shared rows.
     SELECT *, held_ns AS gpu_ns FROM resolved WHERE pods = 1
     UNION ALL
     SELECT *, held_ns / pods
