@@ -11,7 +11,7 @@ use datafusion::scalar::ScalarValue;
 use crate::accounting::Accounting;
 use crate::config::IdlePolicy;
 use crate::types::{Month, State};
-use crate::decode::decode;
+use gpuledger_engine::decode::decode;
 use crate::error::{Error, Result};
 use crate::report::{BudgetRow, ChargebackRow, EnergyRow, FailureCauseRow, IdleReason, IdleReasonRow, QueueWaitRow, Report, StrandedRow, UnitsRow, UsageRow};
 
@@ -27,6 +27,16 @@ impl Accounting {
     /// The report of `month` (`YYYY-MM`). Queue waits are those of admissions in that month.
     pub async fn report(&self, month: &Month, currency: &str, idle_policy: IdlePolicy) -> Result<Report> {
         read_report(self.context(), month, currency, idle_policy).await
+    }
+
+    /// The month with the most GPU-hours (all states), the earliest on a tie.
+    pub async fn busiest_month(&self) -> Result<Option<Month>> {
+        busiest_month(self.context()).await
+    }
+
+    /// Months that have GPU time, overheads or units, oldest first.
+    pub async fn months(&self) -> Result<Vec<Month>> {
+        months(self.context()).await
     }
 }
 

@@ -141,9 +141,9 @@ fn ledger_why(store: &Path, config: &Path, extra: &[&str]) -> (usize, usize, Str
     args.extend(extra);
     let out = run(&args, 0);
     let text = String::from_utf8_lossy(&out.stderr).into_owned();
-    let line = text.lines().find(|l| l.contains("day memo:")).unwrap_or_else(|| panic!("no day memo line in {text}"));
+    let line = text.lines().find(|l| l.contains("day tables:")).unwrap_or_else(|| panic!("no day tables line in {text}"));
     let why = text.lines().find(|l| l.trim_start().starts_with("computed:")).unwrap_or_default().to_string();
-    // "  day memo: 3 computed, 1 read back (first pass: 2 computed, 2 read back) in ..."
+    // "  day tables: 3 days computed, 1 reused (first pass: 2 computed, 2 reused) in ..."
     eprintln!("ledger {extra:?}:{line}\n{why}");
     let numbers: Vec<usize> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
     (numbers[0], numbers[1], why)
