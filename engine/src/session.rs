@@ -76,14 +76,15 @@ impl Engine {
         match self {
             Engine::InProcess { memory_limit, spill_dir } => {
                 let err = |source| Error::Query { sql: "setting up the session".into(), source };
-                let pool = Arc::new(PeakPool::new(*memory_limit));
+                let pool_limit = memory_limit.map(pool_size);
+                let pool = Arc::new(PeakPool::new(pool_limit));
                 let mut rt = RuntimeEnvBuilder::new().with_memory_pool(Arc::clone(&pool) as Arc<dyn MemoryPool>);
                 if let Some(dir) = spill_dir {
                     rt = rt.with_temp_file_path(dir.clone());
                 }
                 let runtime = rt.build_arc().map_err(err)?;
-                let ctx = SessionContext::new_with_config_rt(session_config(*memory_limit), runtime);
-                Ok(EngineSession { ctx, pool: Some(pool), limit: *memory_limit })
+                let ctx = SessionContext::new_with_config_rt(session_config(pool_limit), runtime);
+                Ok(EngineSession { ctx, pool: Some(pool), limit: pool_limit })
             }
             Engine::Ballista { scheduler } => Ok(EngineSession { ctx: crate::ballista::client_session(scheduler).await?, pool: None, limit: None }),
         }
@@ -95,6 +96,17 @@ impl Engine {
         matches!(self, Engine::InProcess { .. })
     }
 }
+
+/// The part of a run's memory limit DataFusion's pool gets: operators, and the tables a run
+/// keeps. The rest is what the pool does not count: batches in flight between operators,
+/// Parquet pages being decoded, the allocator's own, the program itself. Measured on a
+/// ledger run, those took about as much again as the pool at its fullest.
+pub fn pool_size(memory_limit: usize) -> usize {
+    memory_limit / POOL_SHARE.1 * POOL_SHARE.0
+}
+
+/// The pool's share of the memory limit (see [`pool_size`]).
+pub const POOL_SHARE: (usize, usize) = (1, 2);
 
 /// The settings of every in-process session (ledger, query, serve): Parquet filters are evaluated while decoding (so a
 /// day's filter skips pages and rows, not just files), on top of partition and row-group
@@ -114,12 +126,12 @@ pub fn session_config(memory_limit: Option<usize>) -> SessionConfig {
     let e = &mut c.options_mut().execution;
     if let Some(limit) = memory_limit {
         e.sort_spill_reservation_bytes = (limit / 64).clamp(256 << 10, e.sort_spill_reservation_bytes);
-        // A hash join holds its whole build side, and cannot spill it. DataFusion builds on the
-        // left input unless statistics say the right is smaller, and past a non-equi join they
-        // say nothing: `pieces LEFT JOIN pod_runs` built a day's pieces, about 300 MB per
-        // partition at 256 GPUs, three times over in gpu_state_hours. Sort-merge joins sort both
-        // sides, and sorts spill.
-        c.options_mut().optimizer.prefer_hash_join = false;
+        // Hash joins even so: a hash join holds its whole build side and cannot spill it (a
+        // day's pieces, about 300 MB per partition at 256 GPUs, three times over in
+        // gpu_state_hours), but the ledger sizes its units (a day, or a part of a day's nodes)
+        // to the pool, and runs a unit again in smaller parts when a join is refused memory.
+        // Sort-merge joins, which spill, made every unit sort both sides of every join: under
+        // a small pool the sorts' own reservations refused a part of 16 GPUs' day.
     }
     c
 }

@@ -84,6 +84,8 @@ pub struct Accounting {
     pub memo: Option<MemoStats>,
     /// Units computed per pass (a day split into parts counts each part).
     pub units: (usize, usize),
+    /// Days computed in more than one part (more samples than a unit may read under the limit).
+    pub split_days: usize,
     /// The run's scratch directory: removed by [`Accounting::clean_up`] (a local one also when
     /// the run is dropped).
     scratch: Option<ScratchDir>,
@@ -238,6 +240,7 @@ impl Accounting {
             progress(Progress { pass: PASS2.name, done: i + 1, total: days.len(), day });
         }
         let units = driver.units;
+        let split_days = driver.parts.values().filter(|p| p.len() > 1).count();
         replace_table(&ctx, "gpu_samples", samples)?;
         for (name, from) in MONTH_TABLES {
             tables.register(&ctx, name, from)?;
@@ -249,7 +252,7 @@ impl Accounting {
 
         monthly_steps(&ctx, keeper, carry.as_ref()).await?;
         let memo = (options.memo != MemoMode::Off).then(|| tables.stats.clone());
-        Ok(Accounting { ctx, days, inputs, versions, memo, units, scratch: None })
+        Ok(Accounting { ctx, days, inputs, versions, memo, units, split_days, scratch: None })
     }
 
     /// Runs every step once over the tables `ctx` already holds (in memory, say), all days at
@@ -279,7 +282,7 @@ impl Accounting {
             }
         }
         monthly_steps(&ctx, &keeper, None).await?;
-        Ok(Accounting { ctx, days: Vec::new(), inputs: Default::default(), versions: Default::default(), memo: None, units: (0, 0), scratch: None })
+        Ok(Accounting { ctx, days: Vec::new(), inputs: Default::default(), versions: Default::default(), memo: None, units: (0, 0), split_days: 0, scratch: None })
     }
 
     /// Removes the run's scratch files. The session cannot answer queries over them afterwards.
@@ -379,7 +382,7 @@ impl Driver<'_> {
             }
             let more = self.split(day, rows, Some(parts.len() * 2)).await?;
             if more.len() <= parts.len() {
-                return Err(e);
+                return Err(Error::Memory { what: format!("{} of {day}", if parts.len() > 1 { "one node's samples" } else { "the samples" }), source: Box::new(e) });
             }
             tracing::warn!(day, parts = more.len(), error = %e, "a part of the day needed more memory than the limit leaves: the day runs again in smaller parts");
             // What pass 1 carried for the old parts is of no use to the new ones.

@@ -34,11 +34,10 @@ pub async fn account(store: &StoreLocation, config: &Config, options: &RunOption
 }
 
 /// How many `gpu_samples` rows one unit of the day plan may read under a memory limit of
-/// `limit` bytes: a unit's working set, measured at its peak, is about [`UNIT_ROW_BYTES`] a row,
-/// and units get half of the limit (the rest is the object tables, the monthly steps' and the
-/// process's own).
+/// `limit` bytes: a unit's working set in DataFusion's pool, measured at its peak, is about
+/// [`UNIT_ROW_BYTES`] a row, and a unit may fill the pool (`pool_size`).
 pub fn unit_rows(limit: usize) -> u64 {
-    ((limit as u64) / 2 / UNIT_ROW_BYTES).max(1)
+    (gpuledger_engine::session::pool_size(limit) as u64 / UNIT_ROW_BYTES).max(1)
 }
 
 /// The memory one `gpu_samples` row of a unit takes at the unit's peak (see [`unit_rows`]).

@@ -148,6 +148,9 @@ pub async fn write_derived(accounting: &Accounting, store: &StoreLocation, confi
         );
         print_computed_days(&m.computed);
     }
+    if accounting.split_days > 0 {
+        eprintln!("  {} days computed in parts of their nodes (more samples than the memory limit takes at once): {} units in the first pass, {} in the second", accounting.split_days, accounting.units.0, accounting.units.1);
+    }
     for t in written {
         eprintln!("  {:<24} {:>9} rows {:>10.1} KiB", t.name, t.rows, t.bytes as f64 / 1024.0);
     }
