@@ -30,6 +30,17 @@ pub async fn collect(ctx: &SessionContext, sql: &str) -> Result<(SchemaRef, Vec<
     Ok((schema, batches))
 }
 
+/// Runs `sql` with its parameter `$1` bound to `month` (`YYYY-MM`, when given) and collects it.
+pub async fn query_month(ctx: &SessionContext, sql: &str, month: Option<&str>) -> Result<Vec<RecordBatch>> {
+    let err = |source| Error::Query { sql: first_line(sql), source };
+    let df = ctx.sql(sql).await.map_err(err)?;
+    let df = match month {
+        Some(m) => df.with_param_values(vec![datafusion::scalar::ScalarValue::Utf8(Some(m.to_string()))]).map_err(err)?,
+        None => df,
+    };
+    df.collect().await.map_err(err)
+}
+
 /// `batch` with the columns of `schema`: the plan's, which a batch may declare otherwise (a
 /// UNION's branches differ in nullability, and execution may mark a column nullable that the
 /// plan proved has no nulls). Fails only where a column the schema says has no nulls has some.

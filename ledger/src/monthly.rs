@@ -6,13 +6,12 @@
 
 use arrow::record_batch::RecordBatch;
 use datafusion::prelude::SessionContext;
-use datafusion::scalar::ScalarValue;
 
 use crate::accounting::Accounting;
 use crate::config::IdlePolicy;
 use crate::types::{Month, State};
 use gpuledger_engine::decode::decode;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::report::{BudgetRow, ChargebackRow, EnergyRow, FailureCauseRow, IdleReason, IdleReasonRow, QueueWaitRow, Report, StrandedRow, UnitsRow, UsageRow};
 
 /// A month's failure causes, budgets and queue waits, each in the order the report lists them
@@ -53,13 +52,7 @@ pub async fn stored_months(ctx: &SessionContext) -> Result<(Vec<Month>, Option<M
 
 /// Runs `sql` with `$1` bound to `month` (when given).
 pub(crate) async fn query(ctx: &SessionContext, sql: &str, month: Option<&str>) -> Result<Vec<RecordBatch>> {
-    let err = |source| Error::Query { sql: crate::first_line(sql), source };
-    let df = ctx.sql(sql).await.map_err(err)?;
-    let df = match month {
-        Some(m) => df.with_param_values(vec![ScalarValue::Utf8(Some(m.to_string()))]).map_err(err)?,
-        None => df,
-    };
-    df.collect().await.map_err(err)
+    gpuledger_engine::exec::query_month(ctx, sql, month).await
 }
 
 /// Months that have GPU time, overheads or units, oldest first.

@@ -164,7 +164,7 @@ pub fn focus_schema() -> SchemaRef {
 /// The export of `month` as one Arrow batch (the CSV and the Parquet file are written from it),
 /// read from `report_focus` in `ctx` (an accounting session, or a stored ledger's).
 pub async fn focus_batch(ctx: &SessionContext, month: &Month, currency: &str, account: &FocusAccount) -> Result<RecordBatch, RenderError> {
-    let batches = crate::monthly::query(ctx, FOCUS_SQL, Some(month.as_str())).await?;
+    let batches = gpuledger_engine::exec::query_month(ctx, FOCUS_SQL, Some(month.as_str())).await?;
     let Some(first) = batches.first() else {
         return Ok(RecordBatch::new_empty(focus_schema()));
     };
