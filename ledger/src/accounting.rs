@@ -145,6 +145,11 @@ impl Accounting {
     }
 
     async fn run_steps(ctx: SessionContext, store: &StoreLocation, config: &Config, options: &RunOptions, progress: DayProgress<'_>, scratch: Scratch, keeper: &Keeper) -> Result<Accounting> {
+        // The samples' files as one snapshot, read here: the days, their digests and the scans all
+        // follow it, whatever an ingest commits meanwhile.
+        let snapshot = store.snapshot("gpu_samples").await?;
+        let samples_table = gpuledger_schemas::table("gpu_samples").ok_or_else(|| Error::internal("no table gpu_samples in the schemas"))?;
+        replace_table(&ctx, "gpu_samples", Arc::new(gpuledger_engine::snapshot::SnapshotTable::new(store, samples_table, &snapshot)))?;
         let versions = crate::Ledger::versions(&ctx).await;
         register_config(&ctx, config, options, keeper).await?;
         if keeper.on_cluster() {
@@ -158,10 +163,11 @@ impl Accounting {
             }
         }
         object_steps(&ctx, keeper).await?;
-        let inputs = crate::retention::count_inputs(&ctx).await?;
         let carry = crate::retention::expired_before(store).await?.map(|before| Carry { location: store.clone(), before });
-
-        let snapshot = store.snapshot("gpu_samples").await?;
+        let inputs = match crate::retention::inputs_from_log(&snapshot) {
+            Some(i) => i,
+            None => crate::retention::count_inputs(&ctx).await?,
+        };
         let days = sample_days(&snapshot);
         register_calendar(&ctx, days.first().map(String::as_str), days.last().map(String::as_str), keeper).await?;
 

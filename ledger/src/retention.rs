@@ -103,6 +103,19 @@ pub async fn count_inputs(ctx: &SessionContext) -> Result<LedgerInputs> {
     Ok(LedgerInputs { gpu_sample_rows: out })
 }
 
+/// The rows per month of `gpu_samples` as its log counts them (`None`: a file of the log has no
+/// count, as in a store converted from an older layout: count the rows instead). Free where a
+/// count over the table reads every day's files.
+pub fn inputs_from_log(snapshot: &Snapshot) -> Option<LedgerInputs> {
+    let mut out: BTreeMap<String, u64> = BTreeMap::new();
+    for f in &snapshot.files {
+        let month = f.date.as_deref().map(|d| d.get(..7).unwrap_or(d)).unwrap_or("");
+        *out.entry(month.to_string()).or_default() += f.rows?;
+    }
+    out.retain(|_, n| *n > 0);
+    Some(LedgerInputs { gpu_sample_rows: out })
+}
+
 /// Records what a run read, after its derived tables are written.
 pub async fn record_inputs(location: &StoreLocation, inputs: &LedgerInputs) -> Result<()> {
     let bytes = serde_json::to_vec_pretty(inputs).map_err(|e| Error::internal(format!("encoding the ledger's inputs: {e}")))?;
