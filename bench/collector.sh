@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Collector benchmark (README, "Benchmarks"): what `gpuledger collect` costs while it scrapes
+# Collector benchmark (bench/README.md): what `gpuledger collect` costs while it scrapes
 # 1,000 simulated GPUs (125 loopback exporters of 8 GPUs, bench/exporter_farm.py) every 15 s,
 # side by side in one run with a real Prometheus (Debian package) scraping the same exporters at
 # the same interval. Both processes are sampled from /proc every 5 s for DURATION seconds: CPU

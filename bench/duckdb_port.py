@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """The whole accounting of queries/*.sql run by DuckDB, for benchmarking the ledger against it.
 
-Generated, not hand-kept: every run reads queries/*.sql and ledger/src/accounting.rs (the file
+Generated, not hand-kept: every run reads queries/*.sql and ledger/src/plan.rs (the file
 order and which views the ledger keeps as tables), schemas/src/*.rs (the columns of the store's
 tables and of the derived tables) and the configuration file, rewrites the DataFusion SQL into
 DuckDB's dialect by the short list of mechanical edits in EDITS below, and runs it the way
-`Accounting::run` runs it over a store (ledger/src/accounting.rs): the object steps, then the
-sample steps one day at a time (two passes over the days; every day computed, no day memo),
-then the monthly steps over the gathered days. `--at-once` runs the sample steps over every day
+`Accounting::run` runs it over a store (ledger/src/accounting.rs, following plan.rs): the object
+steps, then the sample steps one day at a time (two passes over the days; every day computed, one
+unit a day; pass 1 writes a day's pod samples and observation starts to <out>/work/carried/ and
+pass 2 reads them, as the ledger does), then the monthly steps over the gathered days. `--at-once` runs the sample steps over every day
 at once instead, as `Accounting::run_at_once` (the SQL logic tests) does: on a month of 1,024
 GPUs at 30 s that needs more than 37 GB of DuckDB temporary files besides 19 GB of memory.
 The generated SQL is written to <out>/ledger_duckdb.sql (runnable on its own:
@@ -26,13 +27,13 @@ Inputs, as the ledger sees them:
   * calendar_days / calendar_hours span the day before the first `date` partition of
     gpu_samples to the day after the last, as `register_calendar` does.
 
-What is kept as a table (CREATE TABLE) is what the ledger keeps: OBJECT_TABLES, CAPACITY_TABLES
-and REUSED_VIEWS of accounting.rs, the known_* tables and spacing_counts, sample_spans, the
-per-day tables and rollups, xid_errors and REPORTED_TABLES (per day, the gathered ones are
-tables `__acc_<name>` that views of the ledger's names read). Everything else is a view, as in
+What is kept as a table (CREATE TABLE) is what the ledger keeps: OBJECT_KEEPS, MONTHLY_KEEPS
+and CARRIED of plan.rs, the known_* tables and spacing_counts, sample_spans, the per-day tables
+and rollups, xid_errors and REPORTED_TABLES (per day, the gathered ones are tables
+`__acc_<name>` that views of the ledger's names read; the ledger writes them as day tables). Everything else is a view, as in
 the ledger (DuckDB inlines views; a view read twice is computed twice there too).
 
-Each derived table (DERIVED_TABLES of accounting.rs) is written to <out>/<table>.parquet with the
+Each derived table (DERIVED_TABLES of plan.rs) is written to <out>/<table>.parquet with the
 column types schemas/src/derived.rs declares, and compared with <store>/ledger/<table>.parquet
 (written by `gpuledger ledger`): order-insensitive, every column, floats equal within a relative
 1e-9 (absolute 1e-9 near zero), decimals (money) and integers (GPU-nanoseconds) exactly, NULL
@@ -66,7 +67,8 @@ import duckdb
 
 REPO = Path(__file__).resolve().parent.parent
 QUERIES = REPO / "queries"
-ACCOUNTING_RS = REPO / "ledger" / "src" / "accounting.rs"
+PLAN_RS = REPO / "ledger" / "src" / "plan.rs"
+QUERIES_RS = REPO / "ledger" / "src" / "queries.rs"
 SCHEMAS = REPO / "schemas" / "src"
 
 # ---------------------------------------------------------------------------------------------
@@ -77,8 +79,23 @@ def rust_list(src: str, name: str) -> list[str]:
     """The string literals of `const NAME: ... = [...]` / `&[...]` in Rust source."""
     m = re.search(r"\bconst\s+" + name + r"\s*:[^=]*=\s*&?\[(.*?)\];", src, re.S)
     if not m:
-        raise SystemExit(f"duckdb_port: cannot find {name} in {ACCOUNTING_RS}")
+        raise SystemExit(f"duckdb_port: cannot find {name} in {PLAN_RS} or {QUERIES_RS}")
     return re.findall(r'"([^"]+)"', m.group(1))
+
+
+def step_list(src: str, file: str, field: str) -> list[str]:
+    """The views pass 2's step running `file` names in `field` (plan.rs: `yields: &[("view",
+    Own::...)]`, `keeps: &[...]`)."""
+    pass2 = src[src.index("pub const PASS2"):]
+    m = re.search(r'file:\s*"' + re.escape(file) + r'".*?' + field + r':\s*&\[(.*?)\],', pass2, re.S)
+    if not m:
+        raise SystemExit(f"duckdb_port: cannot find the {field} of {file} in PASS2 of {PLAN_RS}")
+    return re.findall(r'\(\s*"([^"]+)"', m.group(1))
+
+
+def step_yields(src: str, file: str) -> list[str]:
+    """The views pass 2's step running `file` yields."""
+    return step_list(src, file, "yields")
 
 
 @dataclass
@@ -95,20 +112,26 @@ class LedgerPlan:
 
 
 def read_ledger_plan() -> LedgerPlan:
-    src = ACCOUNTING_RS.read_text()
-    files = [f for f in rust_list(src, "QUERY_FILES") if not f.startswith("../")]
+    """The day plan of ledger/src/plan.rs: what the ledger keeps, yields and carries."""
+    src = PLAN_RS.read_text()
+    files = [f for f in rust_list(QUERIES_RS.read_text(), "QUERY_FILES") if not f.startswith("../")]
     on_disk = sorted(p.name for p in QUERIES.glob("*.sql"))
     if sorted(files) != on_disk:
-        raise SystemExit(f"duckdb_port: QUERY_FILES of accounting.rs {files} is not queries/*.sql {on_disk}")
+        raise SystemExit(f"duckdb_port: QUERY_FILES of queries.rs {files} is not queries/*.sql {on_disk}")
+    reported = rust_list(src, "REPORTED_TABLES")
     return LedgerPlan(
         query_files=files,
-        object_tables=rust_list(src, "OBJECT_TABLES"),
-        capacity_tables=rust_list(src, "CAPACITY_TABLES"),
-        reused_views=rust_list(src, "REUSED_VIEWS"),
-        per_day_tables=rust_list(src, "PER_DAY_TABLES"),
-        rollup_tables=rust_list(src, "ROLLUP_TABLES"),
+        object_tables=rust_list(src, "OBJECT_KEEPS"),
+        capacity_tables=[],
+        # Kept as soon as created: the monthly keeps, the pod samples and observation starts
+        # each unit keeps (pass 1 carries them to pass 2), and what the states step keeps (a MIG
+        # GPU's pieces split among its instances, read by several views).
+        reused_views=[v for v in rust_list(src, "MONTHLY_KEEPS") if v not in reported] + rust_list(src, "CARRIED")
+        + step_list(src, "40_states.sql", "keeps"),
+        per_day_tables=step_yields(src, "40_states.sql"),
+        rollup_tables=step_yields(src, "45_hourly.sql"),
         monthly_files=rust_list(src, "MONTHLY_FILES"),
-        reported_tables=rust_list(src, "REPORTED_TABLES"),
+        reported_tables=reported,
         derived_tables=rust_list(src, "DERIVED_TABLES"),
     )
 
@@ -169,7 +192,7 @@ def derived_schemas() -> dict[str, list[tuple[str, str]]]:
 
 
 def split_statements(sql: str) -> list[str]:
-    """As accounting.rs `split_statements`: comment lines dropped, a statement ends with `;` at a line's end."""
+    """As queries.rs `split_statements`: comment lines dropped, a statement ends with `;` at a line's end."""
     out, cur = [], []
     for line in sql.splitlines():
         if line.lstrip().startswith("--"):
@@ -492,7 +515,7 @@ def register_table_sql(con, store: Path, table: str, columns: list[tuple[str, st
 
 
 # ---------------------------------------------------------------------------------------------
-# The configuration tables (ledger/src/accounting.rs register_config, defaults of config.rs).
+# The configuration tables (ledger/src/settings.rs config_tables, defaults of config.rs).
 
 DEFAULT_HARDWARE_XIDS = [48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120]
 
@@ -584,16 +607,21 @@ def calendar_sql(days: list[str]) -> list[str]:
 
 @dataclass
 class Plan:
+    work: Path = Path(".")  # scratch files (what pass 1 carries to pass 2)
     steps: list[tuple[str, str]] = field(default_factory=list)  # (step, statement)
     kinds: dict[str, str] = field(default_factory=dict)  # name -> 'view' | 'table'
 
     def add(self, step: str, sql: str):
         self.steps.append((step, sql))
 
-    def exec_file(self, ledger: LedgerPlan, name: str):
-        """accounting.rs exec_file: each statement (a view); one kept_on_creation names, kept as a table."""
+    def exec_file(self, ledger: LedgerPlan, name: str, provided: dict[str, str] | None = None):
+        """steps.rs exec_file: each statement (a view); the plan's keeps kept as tables; the views
+        in `provided` read the table given instead (what pass 1 carried)."""
         for statement in split_statements((QUERIES / name).read_text()):
             view = created_view(statement)
+            if view and provided and view in provided:
+                self.read_from(name, view, provided[view])
+                continue
             if view and self.kinds.get(view) == "table":
                 self.add(name, f"DROP TABLE {view}")
             self.add(name, translate(statement))
@@ -618,7 +646,7 @@ class Plan:
 
     def gather(self, step: str, acc: str, source: str):
         """Adds `source`'s rows to the table `acc` (created by the first day): a day's result,
-        gathered over the days as accounting.rs `gather` does."""
+        gathered over the days as the ledger reads its day tables."""
         if acc in self.kinds:
             self.add(step, f"INSERT INTO {acc} SELECT * FROM {source}")
         else:
@@ -660,15 +688,22 @@ def narrow_samples(p: Plan, day: str):
 
 
 def sample_steps_per_day(p: Plan, ledger: LedgerPlan, days: list[str]):
-    """The sample steps one day at a time, as Accounting::run does for a store (without the day
-    memo: every day computed): pass 1, last day first, gathers each day's first observations,
-    last XIDs, active bounds and spacing counts; pass 2 computes each day's spans, states and
-    rollups with the month's spacing counts, and gathers them for the monthly steps."""
+    """The sample steps one day at a time, as Accounting::run does for a store (every day
+    computed, one unit a day): pass 1, last day first, gathers each day's first observations,
+    last XIDs, active bounds and spacing counts, and keeps the day's pod samples and observation
+    starts for pass 2 (plan.rs `carries`); pass 2 computes each day's spans, states and rollups
+    with the month's spacing counts, and gathers them for the monthly steps."""
+    carried = [v for v in ledger.reused_views if v in ("pod_samples", "observation_starts")]
     for d in reversed(days):
         n = day_number(d)
         narrow_samples(p, d)
         p.exec_file(ledger, "30_observations.sql")
         step = f"pass 1 {d}"
+        for v in carried:
+            # As the ledger: written to the run's scratch directory, read back by pass 2.
+            path = p.work / "carried" / f"{v}_{n}.parquet"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            p.add(step, f"COPY (SELECT * FROM {v}) TO {q(str(path))} (FORMAT PARQUET, COMPRESSION lz4_raw)")
         p.gather(step, "__acc_known_day_starts", f"day_first_starts WHERE day_number = {n}")
         p.gather(step, "__acc_known_day_last_xids", f"day_last_xids WHERE day_number = {n}")
         p.gather(step, "__acc_known_active_bounds", f"day_active_bounds WHERE day_number = {n}")
@@ -681,7 +716,7 @@ def sample_steps_per_day(p: Plan, ledger: LedgerPlan, days: list[str]):
     for d in days:
         n = day_number(d)
         narrow_samples(p, d)
-        p.exec_file(ledger, "30_observations.sql")
+        p.exec_file(ledger, "30_observations.sql", provided={v: f"read_parquet({q(str(p.work / 'carried' / f'{v}_{n}.parquet'))})" for v in carried})
         p.exec_file(ledger, "31_intervals.sql")
         step = f"pass 2 {d}"
         p.read_from(step, "spacing_counts", "__acc_spacing_counts")
@@ -698,8 +733,8 @@ def sample_steps_per_day(p: Plan, ledger: LedgerPlan, days: list[str]):
         p.read_from("gathered", t, f"__acc_{t}")
 
 
-def build_plan(ledger: LedgerPlan, con, store: Path, config: Path, per_day: bool = True) -> tuple[Plan, list[str]]:
-    p = Plan()
+def build_plan(ledger: LedgerPlan, con, store: Path, config: Path, per_day: bool = True, work: Path = Path(".")) -> tuple[Plan, list[str]]:
+    p = Plan(work=work)
     for s in split_statements(PRELUDE):
         p.add("prelude", s)
     days: list[str] = []
@@ -870,7 +905,7 @@ def main() -> int:
         settings.append(f"SET memory_limit = {q(args.memory_limit)}")
     for s in settings:
         con.execute(s)
-    plan, days = build_plan(ledger, con, args.store.resolve(), args.config.resolve(), per_day=not args.at_once)
+    plan, days = build_plan(ledger, con, args.store.resolve(), args.config.resolve(), per_day=not args.at_once, work=(args.out / "work").resolve())
     plan.steps[:0] = [("settings", s) for s in settings]
     sql_path = args.out / "ledger_duckdb.sql"
     how = "Accounting::run_at_once runs it (every day at once)" if args.at_once else "Accounting::run runs it (a day at a time)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ingest benchmark (README, "Benchmarks"): one simulated capture, then side by side in one run
+# Ingest benchmark (bench/README.md): one simulated capture, then side by side in one run
 #   1. gpuledger ingest end to end (parse, Arrow, sort, dedup, zstd Parquet), 2 threads;
 #   2. our text parser alone vs the prometheus-parse crate on the same bytes, 1 thread each;
 #   3. promtool tsdb create-blocks-from openmetrics on the first $PROMTOOL_SAMPLES samples.

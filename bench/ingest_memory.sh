@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ingest memory benchmark (README, "Benchmarks", "Ingest memory"): peak memory of `gpuledger
+# Ingest memory benchmark (bench/README.md, "Ingest memory"): peak memory of `gpuledger
 # ingest` on one generated pods watch stream of SIZE_MB MiB (default 4096, bench/watch_stream.py),
 # side by side with a stream a tenth that size. Memory bounded by the settings, not the input,
 # shows as two peaks about equal. Prints one JSON object.

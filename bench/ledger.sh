@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ledger benchmark (README, "Benchmarks"): one simulated capture ingested once, then side by side
+# Ledger benchmark (bench/README.md): one simulated capture ingested once, then side by side
 # in one run
 #   1. gpuledger ledger (every step of queries/, derived tables written), release build;
 #   2. DuckDB (PyPI) running the same sample path (bench/ledger_duckdb.sql) over the same Parquet.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Serving benchmark (README, "Benchmarks"): `gpuledger serve` under dashboard load. A simulated
+# Serving benchmark (bench/README.md): `gpuledger serve` under dashboard load. A simulated
 # month of GPUS GPUs is ingested and run through the ledger once (cached in the work directory),
 # then the release server answers CLIENTS PostgreSQL clients (bench/serve_load.py, psycopg 3,
 # SCRAM login) that send the Grafana dashboards' queries (dashboards/*.json, macros and variables

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Store benchmark (README, "Benchmarks", "Store"): data stored the way the live collector stores
+# Store benchmark (bench/README.md, "Store (compaction)"): data stored the way the live collector stores
 # it (a commit per 5 minutes of samples), then side by side in one run, before and after
 # `gpuledger compact`: files per table (`gpuledger store status`), three queries (best of 3 wall
 # times each) and one `gpuledger ledger` run; plus the compaction's own time.

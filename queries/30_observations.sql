@@ -134,3 +134,10 @@ LEFT JOIN pod_runs r ON r.namespace = p.namespace AND r.pod = p.pod
                              ELSE p.t >= r.valid_from_ms AND (r.valid_to_ms IS NULL OR p.t < r.valid_to_ms) END
 WHERE p.active AND p.pod IS NOT NULL AND p.namespace IS NOT NULL
 GROUP BY p.hostname, p.uuid, p.mig_instance, COALESCE(r.pod_key, p.namespace || '/' || p.pod), o.day_number;
+
+-- The pods each day's samples name. Not a figure: an incremental ledger run digests what the
+-- capture says of these pods (their runs) to tell whether a day it stored still holds.
+CREATE OR REPLACE VIEW day_pods AS
+SELECT DISTINCT namespace, pod, t / 86400000 AS day_number
+FROM pod_samples
+WHERE namespace IS NOT NULL AND pod IS NOT NULL;

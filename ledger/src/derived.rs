@@ -7,20 +7,14 @@
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
-use arrow::record_batch::RecordBatch;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
 use datafusion::catalog::TableProvider;
 use datafusion::prelude::SessionContext;
 
-use crate::accounting::DERIVED_TABLES;
+use crate::plan::{DERIVED_TABLES, REPORTED_TABLES};
 use crate::error::{Error, Result};
 use gpuledger_store::{StoreLocation, layout};
-
-/// Writes one derived table whole (see the module doc); returns the bytes written.
-pub async fn write(location: &StoreLocation, table: &str, schema: SchemaRef, batches: &[RecordBatch]) -> Result<u64> {
-    Ok(gpuledger_store::write_parquet(location, &layout::derived_rel(table), schema, batches, gpuledger_store::derived_properties(table)).await?)
-}
 
 /// Registers the derived tables present in the store under their names, and the report views
 /// over them.
@@ -41,14 +35,14 @@ pub async fn register_missing(ctx: &SessionContext, location: &StoreLocation) ->
         }
     }
     let have = |t: &str| ctx.table_exist(t).unwrap_or(false);
-    if !have(REPORT_VIEW) && crate::accounting::REPORTED_TABLES.iter().all(|t| have(t)) {
-        crate::accounting::create_report_views(ctx).await?;
+    if !have(REPORT_VIEW) && REPORTED_TABLES.iter().all(|t| have(t)) {
+        crate::steps::create_report_views(ctx).await?;
     }
     Ok(n)
 }
 
 /// A view of `queries/90_reports.sql` (which reads the derived tables of
-/// [`crate::accounting::REPORTED_TABLES`]).
+/// [`REPORTED_TABLES`]).
 const REPORT_VIEW: &str = "report_usage";
 
 async fn register_one(ctx: &SessionContext, location: &StoreLocation, table: &'static str) -> Result<bool> {

@@ -12,29 +12,24 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod accounting;
-#[cfg(feature = "ballista")]
-pub mod ballista;
-// Built without the distributed engine: the same API, answering that it is not there.
-#[cfg(not(feature = "ballista"))]
-#[path = "no_ballista.rs"]
-pub mod ballista;
-pub mod compact;
+pub mod calendar;
 pub mod config;
-pub mod decode;
+pub mod days;
 pub mod derived;
-pub mod engine;
-mod kept;
-pub mod memo;
 pub mod monthly;
-pub mod error;
 pub mod output;
+pub mod plan;
+pub mod queries;
 pub mod report;
 pub mod retention;
+pub mod record;
 pub mod run;
-pub mod snapshot;
-pub mod store;
+pub mod settings;
+pub mod steps;
 pub mod types;
-pub mod udf;
+
+// One error vocabulary for the engine and the accounting above it.
+pub use gpuledger_engine::error;
 
 use std::sync::Arc;
 
@@ -55,7 +50,7 @@ impl Ledger {
     /// Opens the store at `location` and registers every table (an empty one for a table
     /// never written, so queries over it return no rows instead of failing).
     pub async fn open(location: &StoreLocation) -> Result<Ledger> {
-        Self::open_in(SessionContext::new_with_config(engine::session_config(None)), location).await
+        Self::open_in(SessionContext::new_with_config(gpuledger_engine::session::session_config(None)), location).await
     }
 
     /// Like [`Ledger::open`], in a session the caller configured (a server sets its memory pool
@@ -70,8 +65,8 @@ impl Ledger {
     /// Registers the store's tables in `ctx` (and, for object storage, the store's client).
     pub async fn store_session(ctx: SessionContext, location: &StoreLocation) -> Result<SessionContext> {
         location.check().await?;
-        store::register_client(&ctx, location);
-        udf::register(&ctx);
+        gpuledger_engine::store::register_client(&ctx, location);
+        gpuledger_engine::udf::register(&ctx);
         for table in TABLES {
             register(&ctx, location, table).await?;
         }
@@ -85,7 +80,7 @@ impl Ledger {
     pub async fn refresh(&self) -> Result<usize> {
         let mut registered = 0;
         for table in TABLES {
-            let current = self.ctx.table_provider(table.name).await.ok().and_then(|p| p.downcast_ref::<snapshot::SnapshotTable>().map(|t| t.version()));
+            let current = self.ctx.table_provider(table.name).await.ok().and_then(|p| p.downcast_ref::<gpuledger_engine::snapshot::SnapshotTable>().map(|t| t.version()));
             let snapshot = self.location.snapshot(table.name).await?;
             if current.flatten() != snapshot.version {
                 register_snapshot(&self.ctx, &self.location, table, &snapshot)?;
@@ -94,6 +89,16 @@ impl Ledger {
         }
         registered += derived::register_missing(&self.ctx, &self.location).await?;
         Ok(registered)
+    }
+
+    /// The version of each raw table registered in `ctx` (the snapshot it reads).
+    pub async fn versions(ctx: &SessionContext) -> std::collections::BTreeMap<String, Option<u64>> {
+        let mut out = std::collections::BTreeMap::new();
+        for table in TABLES {
+            let version = ctx.table_provider(table.name).await.ok().and_then(|p| p.downcast_ref::<gpuledger_engine::snapshot::SnapshotTable>().map(|t| t.version()));
+            out.insert(table.name.to_string(), version.flatten());
+        }
+        out
     }
 
     pub fn context(&self) -> &SessionContext {
@@ -131,11 +136,7 @@ async fn warn_if_derived_tables_outdated(location: &StoreLocation) -> Result<()>
     Ok(())
 }
 
-/// The first line of a statement, shortened, to name it in an error.
-pub(crate) fn first_line(sql: &str) -> String {
-    let line = sql.trim().lines().next().unwrap_or_default();
-    if line.len() > 80 { format!("{}...", &line[..line.floor_char_boundary(80)]) } else { line.to_string() }
-}
+pub(crate) use gpuledger_engine::exec::first_line;
 
 async fn register(ctx: &SessionContext, location: &StoreLocation, table: &'static Table) -> Result<()> {
     let snapshot = location.snapshot(table.name).await?;
@@ -147,5 +148,5 @@ async fn register(ctx: &SessionContext, location: &StoreLocation, table: &'stati
 fn register_snapshot(ctx: &SessionContext, location: &StoreLocation, table: &'static Table, snapshot: &gpuledger_store::Snapshot) -> Result<()> {
     // A refresh replaces the table's provider: the session keeps the newer version from then on.
     ctx.deregister_table(table.name).map_err(|source| Error::Register { table: table.name, source })?;
-    ctx.register_table(table.name, Arc::new(snapshot::SnapshotTable::new(location, table, snapshot))).map(|_| ()).map_err(|source| Error::Register { table: table.name, source })
+    ctx.register_table(table.name, Arc::new(gpuledger_engine::snapshot::SnapshotTable::new(location, table, snapshot))).map(|_| ()).map_err(|source| Error::Register { table: table.name, source })
 }

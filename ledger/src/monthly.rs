@@ -9,13 +9,12 @@
 
 use arrow::record_batch::RecordBatch;
 use datafusion::prelude::SessionContext;
-use datafusion::scalar::ScalarValue;
 
 use crate::accounting::Accounting;
 use crate::config::IdlePolicy;
 use crate::types::{Month, State};
-use crate::decode::decode;
-use crate::error::{Error, Result};
+use gpuledger_engine::decode::decode;
+use crate::error::Result;
 use crate::report::{BudgetRow, ChargebackRow, EnergyRow, FailureCauseRow, IdleReason, IdleReasonRow, QueueWaitRow, Report, StrandedRow, UnitsRow, UsageRow};
 
 /// A month's failure causes, budgets and queue waits, each in the order the report lists them
@@ -30,6 +29,16 @@ impl Accounting {
     /// The report of `month` (`YYYY-MM`). Queue waits are those of admissions in that month.
     pub async fn report(&self, month: &Month, currency: &str, idle_policy: IdlePolicy) -> Result<Report> {
         read_report(self.context(), month, currency, idle_policy).await
+    }
+
+    /// The month with the most GPU-hours (all states), the earliest on a tie.
+    pub async fn busiest_month(&self) -> Result<Option<Month>> {
+        busiest_month(self.context()).await
+    }
+
+    /// Months that have GPU time, overheads or units, oldest first.
+    pub async fn months(&self) -> Result<Vec<Month>> {
+        months(self.context()).await
     }
 }
 
@@ -46,13 +55,7 @@ pub async fn stored_months(ctx: &SessionContext) -> Result<(Vec<Month>, Option<M
 
 /// Runs `sql` with `$1` bound to `month` (when given).
 pub(crate) async fn query(ctx: &SessionContext, sql: &str, month: Option<&str>) -> Result<Vec<RecordBatch>> {
-    let err = |source| Error::Query { sql: crate::first_line(sql), source };
-    let df = ctx.sql(sql).await.map_err(err)?;
-    let df = match month {
-        Some(m) => df.with_param_values(vec![ScalarValue::Utf8(Some(m.to_string()))]).map_err(err)?,
-        None => df,
-    };
-    df.collect().await.map_err(err)
+    gpuledger_engine::exec::query_month(ctx, sql, month).await
 }
 
 /// Months that have GPU time, overheads or units, oldest first.

@@ -32,7 +32,7 @@ use gpuledger_store::{CommitKind, DataFile, Snapshot, StoreLocation};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::snapshot::SnapshotTable;
+use gpuledger_engine::snapshot::SnapshotTable;
 
 /// The raw tables whose old months expire: the DCGM samples.
 pub const EXPIRING_TABLES: [&str; 2] = ["gpu_samples", "metric_samples"];
@@ -91,9 +91,9 @@ pub struct LedgerInputs {
 /// the table to a day).
 pub async fn count_inputs(ctx: &SessionContext) -> Result<LedgerInputs> {
     let sql = "SELECT substr(date, 1, 7) AS month, COUNT(*) AS n FROM gpu_samples GROUP BY substr(date, 1, 7)";
-    let (_, batches) = crate::accounting::collect(ctx, sql).await?;
-    let months = crate::accounting::strings(&batches, 0);
-    let counts = crate::accounting::strings(&batches, 1);
+    let (_, batches) = gpuledger_engine::exec::collect(ctx, sql).await?;
+    let months = gpuledger_engine::exec::strings(&batches, 0);
+    let counts = gpuledger_engine::exec::strings(&batches, 1);
     let mut out = BTreeMap::new();
     for (m, n) in months.into_iter().zip(counts) {
         if let (Some(m), Some(n)) = (m, n.and_then(|n| n.parse::<u64>().ok())) {
@@ -101,6 +101,19 @@ pub async fn count_inputs(ctx: &SessionContext) -> Result<LedgerInputs> {
         }
     }
     Ok(LedgerInputs { gpu_sample_rows: out })
+}
+
+/// The rows per month of `gpu_samples` as its log counts them (`None`: a file of the log has no
+/// count, as in a store converted from an older layout: count the rows instead). Free where a
+/// count over the table reads every day's files.
+pub fn inputs_from_log(snapshot: &Snapshot) -> Option<LedgerInputs> {
+    let mut out: BTreeMap<String, u64> = BTreeMap::new();
+    for f in &snapshot.files {
+        let month = f.date.as_deref().map(|d| d.get(..7).unwrap_or(d)).unwrap_or("");
+        *out.entry(month.to_string()).or_default() += f.rows?;
+    }
+    out.retain(|_, n| *n > 0);
+    Some(LedgerInputs { gpu_sample_rows: out })
 }
 
 /// Records what a run read, after its derived tables are written.
@@ -195,8 +208,8 @@ async fn count_files(location: &StoreLocation, snapshot: &Snapshot) -> Result<Le
     if snapshot.files.is_empty() {
         return Ok(LedgerInputs::default());
     }
-    let ctx = SessionContext::new_with_config(crate::engine::session_config(None));
-    crate::store::register_client(&ctx, location);
+    let ctx = SessionContext::new_with_config(gpuledger_engine::session::session_config(None));
+    gpuledger_engine::store::register_client(&ctx, location);
     ctx.register_table("gpu_samples", Arc::new(SnapshotTable::new(location, table, snapshot))).map_err(|source| Error::Register { table: "gpu_samples", source })?;
     count_inputs(&ctx).await
 }

@@ -5,9 +5,9 @@
 use gpuledger_store::StoreLocation;
 
 use crate::Ledger;
-use crate::accounting::{Accounting, DayProgress, RunOptions};
+use crate::accounting::{Accounting, DayProgress, RunOptions, Workers};
 use crate::config::Config;
-use crate::engine::{Engine, MemoryStats};
+use gpuledger_engine::session::{Engine, MemoryStats};
 use crate::error::{Error, Result};
 use crate::types::Month;
 
@@ -24,21 +24,45 @@ pub struct WrittenTable {
 pub async fn account(store: &StoreLocation, config: &Config, options: &RunOptions, engine: &Engine, progress: DayProgress<'_>) -> Result<(Accounting, Option<MemoryStats>)> {
     let session = engine.session().await?;
     let ctx = Ledger::store_session(session.ctx.clone(), store).await?;
-    let options = RunOptions { intermediates: engine.intermediates(store), ..options.clone() };
+    let (workers, unit_rows) = match engine {
+        Engine::InProcess { memory_limit, spill_dir } => (spill_dir.clone().map_or(Workers::InProcess, Workers::InProcessAt), memory_limit.map(unit_rows)),
+        Engine::Ballista { .. } => (Workers::Cluster, None),
+    };
+    let options = RunOptions { workers, unit_rows: options.unit_rows.or(unit_rows), ..options.clone() };
     let accounting = Accounting::run(ctx, store, config, &options, progress).await?;
     Ok((accounting, session.memory()))
 }
 
-/// Writes every derived table of a finished run to the store, each replaced whole.
-pub async fn write_derived(accounting: &Accounting, store: &StoreLocation) -> Result<Vec<WrittenTable>> {
+/// How many `gpu_samples` rows one unit of the day plan may read under a memory limit of
+/// `limit` bytes: a unit's working set in DataFusion's pool, measured at its peak, is about
+/// [`UNIT_ROW_BYTES`] a row, and a unit may fill the pool (`pool_size`).
+pub fn unit_rows(limit: usize) -> u64 {
+    (gpuledger_engine::session::pool_size(limit) as u64 / UNIT_ROW_BYTES).max(1)
+}
+
+/// The memory one `gpu_samples` row of a unit takes at the unit's peak (see [`unit_rows`]).
+pub const UNIT_ROW_BYTES: u64 = 2048;
+
+/// Writes every derived table of a finished run to the store, each replaced whole, then the
+/// records of what the run read (`crate::record`, `crate::retention`). `config` and
+/// `idle_policy` are what the run was given.
+pub async fn write_derived(accounting: &Accounting, store: &StoreLocation, config: &Config, idle_policy: Option<crate::config::IdlePolicy>) -> Result<Vec<WrittenTable>> {
+    // While the tables are being replaced, no record vouches for them.
+    crate::record::remove(store).await?;
     let mut written = Vec::new();
-    for (name, schema, batches) in accounting.derived_tables().await? {
-        let rows = batches.iter().map(|b| b.num_rows()).sum();
-        let bytes = crate::derived::write(store, name, schema, &batches).await?;
-        written.push(WrittenTable { name, rows, bytes });
+    for name in crate::plan::DERIVED_TABLES {
+        let w = accounting.write_derived(store, name).await?;
+        written.push(WrittenTable { name, rows: w.rows as usize, bytes: 0 });
+    }
+    let sizes = store.list_sizes(gpuledger_store::layout::LEDGER_DIR).await?;
+    for t in &mut written {
+        let file = format!("{}.parquet", t.name);
+        t.bytes = sizes.iter().find(|(n, _)| *n == file).map(|(_, b)| *b).unwrap_or(0);
     }
     // After the tables: a record that is there says they hold what it says was read.
     crate::retention::record_inputs(store, &accounting.inputs).await?;
+    let record = crate::record::record(config, idle_policy, accounting.versions.clone(), accounting.days.len())?;
+    crate::record::write(store, &record).await?;
     Ok(written)
 }
 
@@ -55,18 +79,19 @@ pub async fn missing_queue_objects(accounting: &Accounting) -> Result<Vec<String
 
 /// The first column of `sql`'s rows, as text lines.
 async fn lines(accounting: &Accounting, sql: &str) -> Result<Vec<String>> {
-    Ok(crate::accounting::strings(&accounting.query(sql).await?, 0).into_iter().flatten().collect())
+    Ok(gpuledger_engine::exec::strings(&accounting.query(sql).await?, 0).into_iter().flatten().collect())
 }
 
-/// `month` if the run has data for it, else the busiest month when none is named.
-pub async fn pick_month(accounting: &Accounting, store: &StoreLocation, month: Option<&Month>) -> Result<Month> {
-    let months = accounting.months().await?;
+/// `month` if the ledger in `ctx` (a run's session, or the stored tables) has data for it, else
+/// the busiest month when none is named.
+pub async fn pick_month(ctx: &datafusion::prelude::SessionContext, store: &StoreLocation, month: Option<&Month>) -> Result<Month> {
+    let (months, busiest) = crate::monthly::stored_months(ctx).await?;
     match month {
         Some(m) if months.contains(m) => Ok(m.clone()),
         Some(m) => {
             let have = if months.is_empty() { "none".to_string() } else { months.iter().map(Month::as_str).collect::<Vec<_>>().join(", ") };
             Err(Error::NoData(format!("no data for month {m} in {store} (months with data: {have})")))
         }
-        None => accounting.busiest_month().await?.ok_or_else(|| Error::NoData(format!("no GPU samples, overheads or units in {store}"))),
+        None => busiest.ok_or_else(|| Error::NoData(format!("no GPU samples, overheads or units in {store}"))),
     }
 }

@@ -127,7 +127,7 @@ async fn the_day_by_day_ledger_equals_one_pass_over_the_store() {
     let config = Config::with_default_price(1.0);
 
     let ctx = Ledger::store_session(SessionContext::new(), &location).await.unwrap();
-    let by_day = Accounting::run(ctx, &location, &config, &RunOptions::default(), &mut |_, _, _| {}).await.unwrap();
+    let by_day = Accounting::run(ctx, &location, &config, &RunOptions::default(), &mut |_| {}).await.unwrap();
     assert_eq!(by_day.days.len(), 5, "Sep 30 and Oct 1-4: {:?}", by_day.days);
     let ctx = Ledger::store_session(SessionContext::new(), &location).await.unwrap();
     let at_once = Accounting::run_at_once(ctx, &config, &RunOptions::default()).await.unwrap();
@@ -172,7 +172,7 @@ async fn every_derived_table_has_its_declared_schema() {
     assert_eq!(gpuledger_ledger::accounting::DERIVED_TABLES, declared.as_slice());
 
     let ctx = Ledger::store_session(SessionContext::new(), &location).await.unwrap();
-    let by_day = Accounting::run(ctx, &location, &config, &RunOptions::default(), &mut |_, _, _| {}).await.unwrap();
+    let by_day = Accounting::run(ctx, &location, &config, &RunOptions::default(), &mut |_| {}).await.unwrap();
     let ctx = Ledger::store_session(SessionContext::new(), &location).await.unwrap();
     let at_once = Accounting::run_at_once(ctx, &config, &RunOptions::default()).await.unwrap();
     let mut wrong = Vec::new();
@@ -186,4 +186,40 @@ async fn every_derived_table_has_its_declared_schema() {
         }
     }
     assert!(wrong.is_empty(), "derived tables differ from schemas/src/derived.rs:\n{}", wrong.join("\n"));
+}
+
+/// Every derived table's rows, sorted, as text: what two runs must agree on.
+async fn all_tables(a: &Accounting) -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
+    for (name, _, batches) in a.derived_tables().await.unwrap() {
+        let text = arrow::util::pretty::pretty_format_batches(&batches).unwrap().to_string();
+        let mut lines: Vec<String> = text.lines().filter(|l| l.starts_with('|')).skip(1).map(str::to_string).collect();
+        lines.sort();
+        out.push((name.to_string(), lines));
+    }
+    out
+}
+
+/// A day split into parts of its nodes (each host alone: a unit may read one row) gives the
+/// tables of the day run whole: every sample step follows one GPU or one node.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_day_split_into_parts_of_its_nodes_gives_the_same_tables() {
+    let tmp = tempfile::tempdir().unwrap();
+    write_store(tmp.path()).await;
+    let location = StoreLocation::Local(tmp.path().to_path_buf());
+    let config = Config::with_default_price(1.0);
+    let run = async |options: RunOptions| {
+        let ctx = Ledger::store_session(SessionContext::new(), &location).await.unwrap();
+        Accounting::run(ctx, &location, &config, &options, &mut |_| {}).await.unwrap()
+    };
+    let whole = run(RunOptions::default()).await;
+    let parts = run(RunOptions { unit_rows: Some(1), ..RunOptions::default() }).await;
+    assert_eq!(whole.units, (5, 5), "one unit per day and pass");
+    // Sep 30 has one host (n3), Oct 1 three, Oct 2 and 3 one (n1), Oct 4 one (n2).
+    assert_eq!(parts.units, (7, 7), "a unit per host and day");
+    let (a, b) = (all_tables(&whole).await, all_tables(&parts).await);
+    for ((name, x), (_, y)) in a.iter().zip(&b) {
+        assert_eq!(x, y, "{name}");
+    }
+    assert!(a.iter().any(|(_, rows)| rows.len() > 10), "the tables have rows");
 }

@@ -41,7 +41,7 @@ struct Session {
 impl Session {
     fn new() -> Result<Session, SltError> {
         let ctx = SessionContext::new();
-        gpuledger_ledger::udf::register(&ctx);
+        gpuledger_engine::udf::register(&ctx);
         for table in gpuledger_schemas::TABLES {
             // Every column nullable, so that a file inserts only the columns its rule reads.
             let mut fields: Vec<Field> = table.arrow_schema().fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();

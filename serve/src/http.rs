@@ -24,7 +24,7 @@ use datafusion::execution::context::SQLOptions;
 use datafusion::prelude::SessionContext;
 use datafusion::scalar::ScalarValue;
 use gpuledger_ledger::Ledger;
-use gpuledger_ledger::accounting::rows;
+use gpuledger_engine::exec::rows;
 use gpuledger_ledger::monthly::{BUDGETS_SQL, FAILURE_CAUSES_SQL, IDLE_REASONS_SQL, QUEUE_WAITS_SQL, STRANDED_SQL, stored_months, stored_report};
 use gpuledger_ledger::types::Month;
 use gpuledger_ledger::report::html;

@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow::record_batch::RecordBatch;
-use gpuledger_ledger::decode::decode;
+use gpuledger_engine::decode::decode;
 use gpuledger_telemetry::Exposition;
 
 /// Counters of the SQL endpoint and the HTTP API.

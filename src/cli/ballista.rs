@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use gpuledger_ledger::ballista::{self, ExecutorOptions};
+use gpuledger_engine::ballista::{self, ExecutorOptions};
 
 /// Run a Ballista scheduler or executor for `gpuledger ledger --engine ballista`.
 ///
@@ -53,8 +53,8 @@ pub struct ExecutorArgs {
 }
 
 pub fn run(command: Command) -> anyhow::Result<ExitCode> {
-    if !gpuledger_ledger::engine::BALLISTA_BUILT {
-        anyhow::bail!("ballista {}", gpuledger_ledger::engine::BALLISTA_NOT_BUILT);
+    if !gpuledger_engine::BALLISTA_BUILT {
+        anyhow::bail!("ballista {}", gpuledger_engine::BALLISTA_NOT_BUILT);
     }
     // Deep plans (the accounting's views nest a dozen levels) are decoded and planned
     // recursively: the stock Ballista binaries use 32 MiB stacks for the same reason.

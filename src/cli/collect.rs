@@ -67,7 +67,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// first (once the ledger has accounted them). Failures are logged, not fatal: collecting
 /// matters more.
 async fn compact_closed_days(store: StoreLocation, every: std::time::Duration, retention: Option<std::time::Duration>) {
-    use gpuledger_ledger::compact;
+    use gpuledger_engine::compact;
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

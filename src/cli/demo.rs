@@ -61,8 +61,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let started = std::time::Instant::now();
     let (report, focus) = super::runtime()?.block_on(async {
         let (accounting, _) = ledger::run_accounting(&store, &loaded, &RunOptions::default(), &Default::default(), ProgressMode::Auto).await?;
-        ledger::write_derived(&accounting, &store, started).await?;
-        let report = report::month_report(&accounting, &store, &loaded, None, None).await?;
+        ledger::write_derived(&accounting, &store, &loaded, started).await?;
+        let report = report::month_report(accounting.context(), &store, &loaded, None, None).await?;
         let focus = focus::write_focus(accounting.context(), &report.month, &report.currency, &loaded.focus, &args.dir, &format!("focus-{}", report.month)).await?;
         anyhow::Ok((report, focus))
     })?;

@@ -9,25 +9,33 @@ use std::time::Instant;
 use anyhow::Context;
 use gpuledger_ledger::accounting::{Accounting, MemoMode, RunOptions};
 use gpuledger_ledger::config::Config;
-use gpuledger_ledger::engine::{Engine, MemoryStats};
+use gpuledger_engine::{Engine, MemoryStats};
 
 use super::progress::ProgressMode;
 
 /// Run the accounting (queries/*.sql) over the store and write the derived tables to
-/// <STORE>/ledger/<table>.parquet, each replaced atomically: priced_state_hours, chargeback_monthly,
-/// accepted_units_monthly, run_segments, run_failures, failure_causes, queue_waits,
-/// queue_wait_summary, queue_wait_monthly, unobserved_gpu_hours, pod_runs.
+/// <STORE>/ledger/<table>.parquet, each replaced atomically (priced_state_hours,
+/// chargeback_monthly, run_failures, queue_waits, ...; `gpuledger schema` lists them), then
+/// <STORE>/ledger/run.json, which says what they were computed from.
 ///
-/// In process (the default) the sample steps run one day at a time, so memory follows a day of
-/// samples, not the month; --memory-limit caps what sorts, joins and aggregations hold and makes
-/// them spill to disk beyond it. With --engine ballista the same SQL runs on a Ballista cluster
-/// (`gpuledger ballista scheduler|executor`), also a day at a time, every day computed.
+/// The day is the unit of work and of memory. The sample steps run once per day (and per part of
+/// a day's nodes, when a day has more samples than the memory limit allows at once), in two
+/// passes; what each day yields is written as day tables under <STORE>/ledger/days/<date>/, and
+/// the monthly steps read those, never a month held in memory. So memory is bounded by the
+/// limit, whatever the number of days or GPUs: --memory-limit (default: half of the process's
+/// cgroup limit or of the machine's memory) sizes the parts and DataFusion's pool, operators
+/// spill to --spill-dir beyond it, and the run prints its peak RSS at the end.
 ///
-/// Incremental: each day's results are kept in <STORE>/ledger/.days/ with a digest of what they
-/// were computed from (the day's sample files, the runs and pods it names, its GPUs' scrape
-/// intervals, the windows and objects it reads). The next run computes only the days whose digest
-/// changed (new or late files, runs that settled, a changed configuration) and reads the others
-/// back; the monthly steps run over all. --full computes every day.
+/// Incremental: each day's tables carry a digest of what they were computed from (the day's
+/// sample files, the runs and pods it names, its GPUs' scrape intervals, the windows and objects
+/// it reads, the settings). The next run computes only the days whose digest changed (a new
+/// day, the day before it, days restated because a run that held GPUs on them settled, a changed
+/// configuration) and reuses the others; the monthly steps run over all. A daily run after one
+/// more day computes two or three days of work plus the monthly steps (see the README's fleet
+/// section for figures). --full computes every day.
+///
+/// With --engine ballista the same plan runs on a Ballista cluster (`gpuledger ballista
+/// scheduler|executor`): the executors write the day tables themselves.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:
   gpuledger ledger --store ./store --config gpuledger.toml
@@ -52,15 +60,17 @@ pub struct Args {
     /// The Ballista scheduler, df://HOST:PORT (with --engine ballista).
     #[arg(long, env = "GPULEDGER_SCHEDULER", required_if_eq("engine", "ballista"))]
     pub scheduler: Option<String>,
-    /// Memory the in-process engine's operators may hold (e.g. 2GiB); beyond it they spill to
-    /// disk. Default: no limit.
+    /// Memory the run may use (e.g. 2GiB): the process's peak stays within 1.25 times it plus
+    /// about 150 MiB of its own (a day too big for it is split into parts of its nodes, and
+    /// operators spill to --spill-dir). Default: half of what the process may use (its cgroup's
+    /// limit in a container or pod, else the machine's memory).
     #[arg(long, value_parser = super::byte_size)]
     pub memory_limit: Option<u64>,
     /// Directory for spill files (default: the system's temporary directory).
     #[arg(long)]
     pub spill_dir: Option<PathBuf>,
-    /// Compute every day, ignoring what earlier runs kept in <STORE>/ledger/.days/ (and keep
-    /// the new results there). In process only; --engine ballista always computes every day.
+    /// Compute every day, ignoring the day tables earlier runs kept in <STORE>/ledger/days/
+    /// (and keep the new ones there).
     #[arg(long)]
     pub full: bool,
 }
@@ -74,12 +84,20 @@ pub enum EngineKind {
 }
 
 impl Args {
+    /// The run's memory limit and where it came from.
+    fn memory_limit(&self) -> Option<(u64, String)> {
+        match self.memory_limit {
+            Some(m) => Some((m, "--memory-limit".into())),
+            None => gpuledger_engine::memory::default_limit().map(|(m, source)| (m, format!("half of {source}"))),
+        }
+    }
+
     fn engine(&self) -> anyhow::Result<Engine> {
         Ok(match self.engine {
-            EngineKind::InProcess => Engine::InProcess { memory_limit: self.memory_limit.map(|m| m as usize), spill_dir: self.spill_dir.clone() },
+            EngineKind::InProcess => Engine::InProcess { memory_limit: self.memory_limit().map(|(m, _)| m as usize), spill_dir: self.spill_dir.clone() },
             EngineKind::Ballista => {
-                if !gpuledger_ledger::engine::BALLISTA_BUILT {
-                    anyhow::bail!("--engine ballista {}", gpuledger_ledger::engine::BALLISTA_NOT_BUILT);
+                if !gpuledger_engine::BALLISTA_BUILT {
+                    anyhow::bail!("--engine ballista {}", gpuledger_engine::BALLISTA_NOT_BUILT);
                 }
                 if self.memory_limit.is_some() || self.spill_dir.is_some() {
                     anyhow::bail!("--memory-limit and --spill-dir are for --engine in-process; give executors theirs (`gpuledger ballista executor --memory-limit`)");
@@ -100,11 +118,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let memo = if args.full { MemoMode::Write } else { MemoMode::ReadWrite };
         let options = RunOptions { memo, ..RunOptions::default() };
         let (mut accounting, memory) = run_accounting(&args.store, &config, &options, &engine, args.progress).await?;
-        write_derived(&accounting, &args.store, started).await?;
+        write_derived(&accounting, &args.store, &config, started).await?;
         accounting.clean_up().await?;
         if let Some(m) = memory {
-            let limit = m.limit.map_or("no limit".to_string(), |l| format!("limit {:.1} MiB", l as f64 / MIB));
-            eprintln!("  memory: operators held at most {:.1} MiB at once ({limit})", m.peak_reserved as f64 / MIB);
+            let limit = match args.memory_limit().filter(|_| args.engine == EngineKind::InProcess) {
+                Some((l, from)) => format!("limit {:.1} MiB, {from}", l as f64 / MIB),
+                None => "no limit".to_string(),
+            };
+            let peak = gpuledger_engine::exec::ProcessMemory::now().peak;
+            eprintln!("  memory: peak RSS {:.1} MiB; operators held at most {:.1} MiB at once ({limit})", peak as f64 / MIB, m.peak_reserved as f64 / MIB);
         }
         anyhow::Ok(())
     })?;
@@ -112,19 +134,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Writes the derived tables of a finished run to the store and says on stderr what was written.
-pub async fn write_derived(accounting: &Accounting, store: &StoreLocation, started: Instant) -> anyhow::Result<()> {
-    let written = gpuledger_ledger::run::write_derived(accounting, store).await?;
+pub async fn write_derived(accounting: &Accounting, store: &StoreLocation, config: &Config, started: Instant) -> anyhow::Result<()> {
+    let written = gpuledger_ledger::run::write_derived(accounting, store, config, None).await?;
     eprintln!("ledger: {} days of samples accounted in {:.1} s; tables written to {}:", accounting.days.len(), started.elapsed().as_secs_f64(), store.join("ledger/"));
     if let Some(m) = &accounting.memo {
         eprintln!(
-            "  day memo: {} computed, {} read back (first pass: {} computed, {} read back) in {}",
+            "  day tables: {} days computed, {} reused (first pass: {} computed, {} reused) in {}",
             m.pass2_computed,
             m.pass2_read,
             m.pass1_computed,
             m.pass1_read,
-            store.join(gpuledger_ledger::memo::MEMO_DIR)
+            store.join(gpuledger_ledger::days::DAYS_DIR)
         );
         print_computed_days(&m.computed);
+    }
+    if accounting.split_days > 0 {
+        eprintln!("  {} days computed in parts of their nodes (more samples than the memory limit takes at once): {} units in the first pass, {} in the second", accounting.split_days, accounting.units.0, accounting.units.1);
     }
     for t in written {
         eprintln!("  {:<24} {:>9} rows {:>10.1} KiB", t.name, t.rows, t.bytes as f64 / 1024.0);
@@ -132,7 +157,7 @@ pub async fn write_derived(accounting: &Accounting, store: &StoreLocation, start
     Ok(())
 }
 
-/// Which days a run computed and why (what changed since the day memo kept them); a long list
+/// Which days a run computed and why (what changed since their day tables were kept); a long list
 /// (a first run, a changed configuration) as counts per reason.
 fn print_computed_days(computed: &[(String, String)]) {
     const LISTED: usize = 8;
@@ -186,18 +211,19 @@ pub async fn run_accounting(store: &StoreLocation, config: &Config, options: &Ru
     };
     let started = Instant::now();
     let mut last_line = Instant::now();
-    let mut report = |done: usize, total: usize, day: &str| {
+    let mut report = |p: gpuledger_ledger::accounting::Progress<'_>| {
         if !show {
             return;
         }
+        let (pass, done, total, day) = (p.pass, p.done, p.total, p.day);
         // A terminal gets one line rewritten in place; a log gets a line every few seconds.
         if terminal {
-            eprint!("\rgpuledger: accounting day {done}/{total} ({day}), {:.0} s", started.elapsed().as_secs_f64());
+            eprint!("\rgpuledger: accounting, {pass}, day {done}/{total} ({day}), {:.0} s", started.elapsed().as_secs_f64());
             if done == total {
                 eprintln!();
             }
         } else if done == total || last_line.elapsed().as_secs() >= 5 {
-            eprintln!("gpuledger: accounting day {done}/{total} ({day}), {:.0} s", started.elapsed().as_secs_f64());
+            eprintln!("gpuledger: accounting, {pass}, day {done}/{total} ({day}), {:.0} s", started.elapsed().as_secs_f64());
             last_line = Instant::now();
         }
     };

@@ -39,7 +39,7 @@ pub struct CompactArgs {
 }
 
 pub fn compact(args: CompactArgs) -> anyhow::Result<ExitCode> {
-    use gpuledger_ledger::compact;
+    use gpuledger_engine::compact;
     let before = args.before.unwrap_or_else(|| chrono::Utc::now().date_naive());
     let tables = (!args.tables.is_empty()).then_some(args.tables.as_slice());
     if let Some(t) = tables {

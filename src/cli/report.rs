@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use gpuledger_store::StoreLocation;
 use clap::ValueEnum;
 use gpuledger_ledger::accounting::{Accounting, MemoMode, RunOptions};
+use gpuledger_ledger::record::Freshness;
 use gpuledger_ledger::config::{Config, IdlePolicy};
 use gpuledger_ledger::report::text::{TextFormat, render};
 use gpuledger_ledger::report::{Report, focus, html};
@@ -39,8 +40,12 @@ pub enum Format {
 }
 
 /// One month's GPU chargeback per team: GPU-hours by state, cost by component, accepted units
-/// and cost per unit, top failure causes and queue waits. The accounting runs over the store
-/// with the given configuration (it does not need `gpuledger ledger` first).
+/// and cost per unit, top failure causes and queue waits.
+///
+/// When the last `gpuledger ledger` run stored its tables with the settings this configuration
+/// gives (prices, overheads, idle policy, ...) and the store has not changed since, the report
+/// reads them: no step of the accounting runs again. Otherwise it runs the accounting itself,
+/// saying why on stderr, reusing the days that ledger run kept, and writes nothing to the store.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 The csv format has exactly these columns, one row per team (platform included):
@@ -100,15 +105,37 @@ pub struct Args {
     pub progress: ProgressMode,
 }
 
+/// Where a report's figures come from: the tables the last `gpuledger ledger` run stored, when
+/// they answer for this configuration and the store as it is, else a run of the accounting.
+enum Source {
+    Stored(gpuledger_ledger::Ledger),
+    Computed(Accounting),
+}
+
+impl Source {
+    fn context(&self) -> &datafusion::prelude::SessionContext {
+        match self {
+            Source::Stored(l) => l.context(),
+            Source::Computed(a) => a.context(),
+        }
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let config = load_config(args.config.as_deref())?;
-    // Days an earlier `gpuledger ledger` kept are read back; a report writes nothing to the store.
-    let options = RunOptions { idle_policy: args.idle_policy, memo: MemoMode::Read, ..RunOptions::default() };
     let runtime = super::runtime()?;
-    let (accounting, report) = runtime.block_on(async {
-        let (accounting, _) = run_accounting(&args.store, &config, &options, &Default::default(), args.progress).await?;
-        let report = month_report(&accounting, &args.store, &config, args.month.as_ref(), args.idle_policy).await?;
-        anyhow::Ok((accounting, report))
+    let (source, report) = runtime.block_on(async {
+        let source = match gpuledger_ledger::record::freshness(&args.store, &config, args.idle_policy).await? {
+            Freshness::Current(_) => Source::Stored(gpuledger_ledger::Ledger::open(&args.store).await?),
+            stale => {
+                eprintln!("gpuledger: report: computing the ledger: {}", stale.why_not().unwrap_or_default());
+                // Days an earlier `gpuledger ledger` kept are reused; a report writes nothing to the store.
+                let options = RunOptions { idle_policy: args.idle_policy, memo: MemoMode::Read, ..RunOptions::default() };
+                Source::Computed(run_accounting(&args.store, &config, &options, &Default::default(), args.progress).await?.0)
+            }
+        };
+        let report = month_report(source.context(), &args.store, &config, args.month.as_ref(), args.idle_policy).await?;
+        anyhow::Ok((source, report))
     })?;
     let text = match args.format {
         Format::Table => render(&report, TextFormat::Table),
@@ -123,7 +150,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Format::Focus => {
             let stem_path = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("focus-{}", report.month)));
             let (dir, stem) = split_stem(&stem_path);
-            let files = runtime.block_on(focus::write_focus(accounting.context(), &report.month, &report.currency, &config.focus, &dir, &stem))?;
+            let files = runtime.block_on(focus::write_focus(source.context(), &report.month, &report.currency, &config.focus, &dir, &stem))?;
             eprintln!("gpuledger: FOCUS 1.2 dataset for {}: {} rows in {} and {}", report.month, files.rows, files.csv.display(), files.parquet.display());
             return Ok(ExitCode::SUCCESS);
         }
@@ -138,11 +165,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// One month of a finished accounting run (the busiest month when none is named).
-pub async fn month_report(accounting: &Accounting, store: &StoreLocation, config: &Config, month: Option<&Month>, idle_policy: Option<IdlePolicy>) -> anyhow::Result<Report> {
+/// One month of the ledger in `ctx`, a finished run's session or the stored tables (the
+/// busiest month when none is named).
+pub async fn month_report(ctx: &datafusion::prelude::SessionContext, store: &StoreLocation, config: &Config, month: Option<&Month>, idle_policy: Option<IdlePolicy>) -> anyhow::Result<Report> {
     let policy = idle_policy.unwrap_or(config.accounting.idle_policy);
-    let month = gpuledger_ledger::run::pick_month(accounting, store, month).await?;
-    Ok(accounting.report(&month, &config.accounting.currency, policy).await?)
+    let month = gpuledger_ledger::run::pick_month(ctx, store, month).await?;
+    Ok(gpuledger_ledger::monthly::stored_report(ctx, &month, &config.accounting.currency, policy).await?)
 }
 
 fn split_stem(path: &Path) -> (PathBuf, String) {

@@ -114,6 +114,21 @@ impl StoreLocation {
         }
     }
 
+    /// Removes the file `rel` (a missing one is fine).
+    pub async fn remove_file(&self, rel: &str) -> Result<()> {
+        match self {
+            StoreLocation::Local(root) => match std::fs::remove_file(root.join(rel)) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(Error::io(root.join(rel), e)),
+            },
+            StoreLocation::Remote(r) => match object_store::ObjectStoreExt::delete(r.store.as_ref(), &r.key(rel)).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(remote_err(r, rel, e)),
+            },
+        }
+    }
+
     /// Removes the directory `rel` and everything under it (a missing one is fine).
     pub async fn remove_dir(&self, rel: &str) -> Result<()> {
         match self {

@@ -26,7 +26,7 @@ const TOTALS_SQL: &str = "SELECT (SELECT count(*) FROM gpu_samples) AS s, (SELEC
 async fn totals(location: &gpuledger_store::StoreLocation) -> Totals {
     let ledger = gpuledger_ledger::Ledger::open(location).await.unwrap();
     let batches = ledger.query(TOTALS_SQL).await.unwrap();
-    let rows = gpuledger_ledger::accounting::rows(&batches).unwrap();
+    let rows = gpuledger_engine::exec::rows(&batches).unwrap();
     let n = |k: &str| rows[0][k].as_i64().unwrap_or(0);
     Totals { samples: n("s"), samples_ts: n("c"), pods: n("p") }
 }

@@ -141,9 +141,9 @@ fn ledger_why(store: &Path, config: &Path, extra: &[&str]) -> (usize, usize, Str
     args.extend(extra);
     let out = run(&args, 0);
     let text = String::from_utf8_lossy(&out.stderr).into_owned();
-    let line = text.lines().find(|l| l.contains("day memo:")).unwrap_or_else(|| panic!("no day memo line in {text}"));
+    let line = text.lines().find(|l| l.contains("day tables:")).unwrap_or_else(|| panic!("no day tables line in {text}"));
     let why = text.lines().find(|l| l.trim_start().starts_with("computed:")).unwrap_or_default().to_string();
-    // "  day memo: 3 computed, 1 read back (first pass: 2 computed, 2 read back) in ..."
+    // "  day tables: 3 days computed, 1 reused (first pass: 2 computed, 2 reused) in ..."
     eprintln!("ledger {extra:?}:{line}\n{why}");
     let numbers: Vec<usize> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
     (numbers[0], numbers[1], why)
@@ -276,4 +276,50 @@ fn a_day_later_only_what_changed_is_computed_and_the_ledger_is_that_of_a_full_ru
     assert_eq!(ledger(&store, &strict, &[]), (0, 4), "a configuration that differs only in a blank line changes nothing");
     std::fs::write(&strict, text.replace("active_threshold_util = 5.0", "active_threshold_util = 6.0")).unwrap();
     assert_eq!(ledger(&store, &strict, &[]), (4, 0), "a new activity threshold");
+}
+
+/// `gpuledger report --format csv`: (the CSV, what it said on stderr).
+fn report_csv(store: &Path, config: &Path, extra: &[&str]) -> (String, String) {
+    let mut args = vec!["report", "--store", store.to_str().unwrap(), "--config", config.to_str().unwrap(), "--format", "csv", "--progress", "off"];
+    args.extend(extra);
+    let out = run(&args, 0);
+    (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+/// `report` reads the tables the last `gpuledger ledger` run stored when they are current for
+/// its configuration and the store, and computes (saying why) when they are not: no record, other
+/// settings, new data. Stored or computed, the same report.
+#[test]
+fn report_reads_the_stored_ledger_when_current_and_says_why_when_it_computes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let capture = tmp.path().join("capture");
+    run(&["simulate", "--out", capture.to_str().unwrap(), "--gpus", "4", "--days", "2", "--scrape-interval", "300", "--start", START, "--seed", "3"], 0);
+    let store = tmp.path().join("store");
+    let config = example_config();
+    ingest(&[&capture], &store);
+    ledger(&store, &config, &[]);
+
+    let (stored, said) = report_csv(&store, &config, &[]);
+    assert!(!said.contains("computing"), "the stored tables are current: {said}");
+    assert!(stored.lines().count() > 2, "{stored}");
+
+    // Without the run's record the report cannot vouch for the stored tables: it computes.
+    std::fs::remove_file(store.join("ledger/run.json")).unwrap();
+    let (computed, said) = report_csv(&store, &config, &[]);
+    assert!(said.contains("computing the ledger: no `gpuledger ledger` run has stored its tables"), "{said}");
+    assert_eq!(computed, stored, "stored or computed, the same report");
+
+    // Another idle policy changes the settings the figures were computed with.
+    ledger(&store, &config, &[]);
+    let (shared, said) = report_csv(&store, &config, &["--idle-policy", "share"]);
+    assert!(said.contains("computed with other settings (settings)"), "{said}");
+    assert_ne!(shared, stored, "the share policy moves idle cost");
+
+    // New samples since the ledger ran.
+    let extra = tmp.path().join("extra");
+    std::fs::create_dir_all(&extra).unwrap();
+    std::fs::write(extra.join("1793491200000.prom"), "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-late\",Hostname=\"late-node\"} 7\n").unwrap();
+    ingest(&[&extra], &store);
+    let (_, said) = report_csv(&store, &config, &[]);
+    assert!(said.contains("new data since the last `gpuledger ledger` run (gpu_samples)"), "{said}");
 }

@@ -152,7 +152,7 @@ pub fn focus_schema() -> SchemaRef {
     let ts = DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into()));
     let field = |name: &str| {
         let (data_type, nullable) = match name {
-            "BilledCost" | "EffectiveCost" | "ListCost" | "ContractedCost" => (crate::udf::money::money_type(), false),
+            "BilledCost" | "EffectiveCost" | "ListCost" | "ContractedCost" => (gpuledger_engine::udf::money::money_type(), false),
             "x_GpuHours" | "x_ProvisionalGpuHours" | "x_AcceptedUnits" => (DataType::Float64, false),
             "PricingQuantity" | "ConsumedQuantity" => (DataType::Float64, true),
             "BillingPeriodStart" | "BillingPeriodEnd" | "ChargePeriodStart" | "ChargePeriodEnd" => (ts.clone(), false),
@@ -167,7 +167,7 @@ pub fn focus_schema() -> SchemaRef {
 /// The export of `month` as one Arrow batch (the CSV and the Parquet file are written from it),
 /// read from `report_focus` in `ctx` (an accounting session, or a stored ledger's).
 pub async fn focus_batch(ctx: &SessionContext, month: &Month, currency: &str, account: &FocusAccount) -> Result<RecordBatch, RenderError> {
-    let batches = crate::monthly::query(ctx, FOCUS_SQL, Some(month.as_str())).await?;
+    let batches = gpuledger_engine::exec::query_month(ctx, FOCUS_SQL, Some(month.as_str())).await?;
     let Some(first) = batches.first() else {
         return Ok(RecordBatch::new_empty(focus_schema()));
     };

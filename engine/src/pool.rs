@@ -1,141 +1,28 @@
-//! Where the accounting runs: in this process, within a memory limit, or on a Ballista cluster.
+//! The in-process memory pool: first come, first served up to the limit, with the rules that
+//! keep operators that cannot spill from being starved by those that can.
 
 use std::fmt;
 use std::num::NonZeroUsize;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation, TrackConsumersPool};
-use datafusion::execution::runtime_env::RuntimeEnvBuilder;
-use datafusion::prelude::{SessionConfig, SessionContext};
-use gpuledger_store::StoreLocation;
 
-use crate::accounting::Intermediates;
-use crate::error::{Error, Result};
-
-/// Whether this build has the distributed engine (the `ballista` feature).
-pub const BALLISTA_BUILT: bool = cfg!(feature = "ballista");
-
-/// What a Ballista command says in a build without it.
-pub const BALLISTA_NOT_BUILT: &str = "is not in this build: gpuledger was built without its `ballista` feature (cargo install --path . --features ballista)";
-
-/// How a Ballista executor runs (`gpuledger ballista executor`; the `ballista` feature).
-#[derive(Debug, Clone)]
-pub struct ExecutorOptions {
-    /// `host:port` of the scheduler's gRPC service.
-    pub scheduler: std::net::SocketAddr,
-    /// Address of this executor's Arrow Flight service (shuffle reads); the gRPC service
-    /// listens on the next port.
-    pub listen: std::net::SocketAddr,
-    /// Tasks run at once.
-    pub concurrency: usize,
-    /// Shuffle files and spills.
-    pub work_dir: std::path::PathBuf,
-    /// Memory pool of the whole executor, shared by its task slots (operators spill beyond it).
-    pub memory_limit: Option<u64>,
-}
-
-/// The engine of one accounting run.
-#[derive(Debug, Clone)]
-pub enum Engine {
-    /// DataFusion in this process. With a memory limit, sorts, joins and aggregations spill
-    /// to `spill_dir` (the system's temporary directory by default) instead of growing.
-    InProcess { memory_limit: Option<usize>, spill_dir: Option<PathBuf> },
-    /// A Ballista cluster, reached through its scheduler (`df://host:port`).
-    Ballista { scheduler: String },
-}
-
-impl Default for Engine {
-    fn default() -> Self {
-        Engine::InProcess { memory_limit: None, spill_dir: None }
-    }
-}
-
-/// What the memory pool of an in-process run saw.
-#[derive(Debug, Clone, Default)]
-pub struct MemoryStats {
-    pub limit: Option<usize>,
-    /// The most the query operators held at once.
-    pub peak_reserved: usize,
-}
-
-/// A session for one run, and (in process) the pool's watch.
-pub struct EngineSession {
-    pub ctx: SessionContext,
-    pool: Option<Arc<PeakPool>>,
-    limit: Option<usize>,
-}
-
-impl EngineSession {
-    pub fn memory(&self) -> Option<MemoryStats> {
-        self.pool.as_ref().map(|p| MemoryStats { limit: self.limit, peak_reserved: p.peak.load(Ordering::Relaxed) })
-    }
-}
-
-impl Engine {
-    /// A fresh session of this engine (the store's tables are not registered yet).
-    pub async fn session(&self) -> Result<EngineSession> {
-        match self {
-            Engine::InProcess { memory_limit, spill_dir } => {
-                let err = |source| Error::Query { sql: "setting up the session".into(), source };
-                let pool = Arc::new(PeakPool::new(*memory_limit));
-                let mut rt = RuntimeEnvBuilder::new().with_memory_pool(Arc::clone(&pool) as Arc<dyn MemoryPool>);
-                if let Some(dir) = spill_dir {
-                    rt = rt.with_temp_file_path(dir.clone());
-                }
-                let runtime = rt.build_arc().map_err(err)?;
-                let ctx = SessionContext::new_with_config_rt(session_config(*memory_limit), runtime);
-                Ok(EngineSession { ctx, pool: Some(pool), limit: *memory_limit })
-            }
-            Engine::Ballista { scheduler } => Ok(EngineSession { ctx: crate::ballista::client_session(scheduler).await?, pool: None, limit: None }),
-        }
-    }
-
-    /// Where a run on this engine keeps its intermediate tables.
-    pub fn intermediates(&self, store: &StoreLocation) -> Intermediates {
-        match self {
-            Engine::InProcess { .. } => Intermediates::Memory,
-            Engine::Ballista { .. } => Intermediates::Store(store.clone()),
-        }
-    }
-}
-
-/// The settings of every in-process session (ledger, query, serve): Parquet filters are evaluated while decoding (so a
-/// day's filter skips pages and rows, not just files), on top of partition and row-group
-/// statistics pruning, which DataFusion does by default.
-///
-/// Under a memory limit, each sort keeps less memory aside for merging its spill files:
-/// DataFusion's 10 MiB per sort, times the accounting's window sorts running at once, took a
-/// 100 MiB pool before any data was sorted.
-pub fn session_config(memory_limit: Option<usize>) -> SessionConfig {
-    let mut c = SessionConfig::new();
-    let e = &mut c.options_mut().execution;
-    e.parquet.pushdown_filters = true;
-    e.parquet.reorder_filters = true;
-    // Files are sorted by GPU and time (the table's declared order): keep that order through
-    // repartitioning rather than sorting again.
-    c.options_mut().optimizer.prefer_existing_sort = true;
-    let e = &mut c.options_mut().execution;
-    if let Some(limit) = memory_limit {
-        e.sort_spill_reservation_bytes = (limit / 64).clamp(256 << 10, e.sort_spill_reservation_bytes);
-        // A hash join holds its whole build side, and cannot spill it. DataFusion builds on the
-        // left input unless statistics say the right is smaller, and past a non-equi join they
-        // say nothing: `pieces LEFT JOIN pod_runs` built a day's pieces, about 300 MB per
-        // partition at 256 GPUs, three times over in gpu_state_hours. Sort-merge joins sort both
-        // sides, and sorts spill.
-        c.options_mut().optimizer.prefer_hash_join = false;
-    }
-    c
-}
+/// How DataFusion 55 names the memory consumers the rules below treat apart: a repartition's
+/// buffers, a sort's, and a merge of a sort's spill files. Were an upgrade to rename them, the
+/// rules would silently stop applying: `the_consumers_the_rules_name_exist` runs a query that
+/// has all three and fails if any name is gone.
+pub const REPARTITION: &str = "RepartitionExec";
+pub const SORT: &str = "ExternalSorter[";
+pub const SORT_MERGE: &str = "ExternalSorterMerge[";
 
 /// A pool that spills beyond `limit` (or never refuses without one) and remembers the most
 /// it held at once.
 #[derive(Debug)]
-struct PeakPool {
+pub struct PeakPool {
     inner: Arc<dyn MemoryPool>,
-    peak: AtomicUsize,
+    pub(crate) peak: AtomicUsize,
     /// The most the pool may hold while a sort asks for more.
     spill_above: usize,
     /// The most one sort may hold.
@@ -143,7 +30,7 @@ struct PeakPool {
 }
 
 impl PeakPool {
-    fn new(limit: Option<usize>) -> PeakPool {
+    pub fn new(limit: Option<usize>) -> PeakPool {
         let inner: Arc<dyn MemoryPool> = match limit {
             // First come, first served, as DataFusion's own memory_limit: a fair split gave each
             // of the hundred-odd spillable operators of an accounting plan (every window sort,
@@ -198,14 +85,14 @@ impl MemoryPool for PeakPool {
         // in DataFusion 55.2 that wait can hang the query for good (every thread parked, seen
         // here in gpu_state_hours under a 2 GiB limit; apache/datafusion#24883). Its buffers
         // are counted, and the operators around it spill instead.
-        if reservation.consumer().name().starts_with("RepartitionExec") {
+        if reservation.consumer().name().starts_with(REPARTITION) {
             self.inner.grow(reservation, additional);
             self.note();
             return Ok(());
         }
         // Sorts only: an aggregation refused memory may fail rather than spill (a final one did,
         // at 96 MiB). A sort that holds nothing yet has nothing to spill: it gets its first batch.
-        if reservation.consumer().name().starts_with("ExternalSorter[")
+        if reservation.consumer().name().starts_with(SORT)
             && reservation.size() > 0
             && (self.inner.reserved().saturating_add(additional) > self.spill_above
                 || reservation.size().saturating_add(additional) > self.sort_cap)
@@ -220,7 +107,7 @@ impl MemoryPool for PeakPool {
         // held 763 MB of a 2 GiB pool and the next sort could not get its 10 MB. Held to an
         // eighth of the limit, it merges fewer files per pass (at least two; it re-spills a file
         // in smaller batches when two do not fit).
-        if reservation.consumer().name().starts_with("ExternalSorterMerge[") && reservation.size().saturating_add(additional) > self.sort_cap {
+        if reservation.consumer().name().starts_with(SORT_MERGE) && reservation.size().saturating_add(additional) > self.sort_cap {
             return Err(DataFusionError::ResourcesExhausted(format!(
                 "{} may not grow by {additional} bytes: a merge of spill files gets an eighth of the memory limit",
                 reservation.consumer().name()
@@ -241,6 +128,66 @@ impl MemoryPool for PeakPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pool that notes the name of every consumer registered with it.
+    #[derive(Debug)]
+    struct Names {
+        inner: PeakPool,
+        seen: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    }
+
+    impl fmt::Display for Names {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "{}", self.inner)
+        }
+    }
+
+    impl MemoryPool for Names {
+        fn name(&self) -> &str {
+            self.inner.name()
+        }
+        fn register(&self, consumer: &MemoryConsumer) {
+            self.seen.lock().unwrap().insert(consumer.name().to_string());
+            self.inner.register(consumer)
+        }
+        fn unregister(&self, consumer: &MemoryConsumer) {
+            self.inner.unregister(consumer)
+        }
+        fn grow(&self, reservation: &MemoryReservation, additional: usize) {
+            self.inner.grow(reservation, additional)
+        }
+        fn shrink(&self, reservation: &MemoryReservation, shrink: usize) {
+            self.inner.shrink(reservation, shrink)
+        }
+        fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> DfResult<()> {
+            self.inner.try_grow(reservation, additional)
+        }
+        fn reserved(&self) -> usize {
+            self.inner.reserved()
+        }
+        fn memory_limit(&self) -> MemoryLimit {
+            self.inner.memory_limit()
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_consumers_the_rules_name_exist() {
+        use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+        use datafusion::prelude::SessionContext;
+        let spill = tempfile::tempdir().unwrap();
+        let pool = Arc::new(Names { inner: PeakPool::new(Some(16 << 20)), seen: Default::default() });
+        let runtime = RuntimeEnvBuilder::new().with_memory_pool(pool.clone()).with_temp_file_path(spill.path()).build_arc().unwrap();
+        let ctx = SessionContext::new_with_config_rt(crate::session::session_config(Some(16 << 20)).with_target_partitions(2), runtime);
+        // A sort of more than the pool holds (it spills, and its spill files are merged), over a
+        // repartition (an aggregation by a key across two partitions).
+        let sql = "SELECT k, n FROM (SELECT value % 200003 AS k, COUNT(*) AS n FROM generate_series(1, 2000000) GROUP BY value % 200003) ORDER BY n, k";
+        let rows: usize = ctx.sql(sql).await.unwrap().collect().await.unwrap().iter().map(|b| b.num_rows()).sum();
+        assert_eq!(rows, 200_003);
+        let seen = pool.seen.lock().unwrap().clone();
+        for name in [REPARTITION, SORT, SORT_MERGE] {
+            assert!(seen.iter().any(|s| s.starts_with(name)), "no consumer named {name}* in this DataFusion: the pool's rules no longer apply (consumers seen: {seen:?})");
+        }
+    }
 
     #[test]
     fn the_pool_remembers_its_peak_and_refuses_past_the_limit() {

@@ -9,10 +9,10 @@ use std::net::SocketAddr;
 
 use datafusion::prelude::SessionContext;
 
-use crate::engine::BALLISTA_NOT_BUILT as NOT_BUILT;
+use crate::session::BALLISTA_NOT_BUILT as NOT_BUILT;
 use crate::error::{Error, Result};
 
-pub use crate::engine::ExecutorOptions;
+pub use crate::session::ExecutorOptions;
 
 /// Fails: no Ballista client in this build.
 pub async fn client_session(_scheduler: &str) -> Result<SessionContext> {

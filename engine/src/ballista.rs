@@ -140,7 +140,7 @@ pub async fn run_scheduler(listen: SocketAddr) -> Result<()> {
     ballista_scheduler::scheduler_process::start_server(cluster, listen, Arc::new(config)).await.map_err(|e| ballista_err("scheduler", e))
 }
 
-pub use crate::engine::ExecutorOptions;
+pub use crate::session::ExecutorOptions;
 
 /// Runs an executor until the process ends.
 pub async fn run_executor(o: ExecutorOptions) -> Result<()> {

@@ -91,7 +91,7 @@ pub async fn plan(location: &StoreLocation, before: NaiveDate, tables: Option<&[
 /// and commits the swap.
 pub async fn compact_day(location: &StoreLocation, day: &DayPlan, target_size: u64) -> Result<DayCompacted> {
     let table = day.table;
-    let ctx = SessionContext::new_with_config(crate::engine::session_config(None));
+    let ctx = SessionContext::new_with_config(crate::session::session_config(None));
     crate::store::register_client(&ctx, location);
     let snapshot = Snapshot { version: day.version, files: day.files.clone() };
     let err = |source| Error::Query { sql: format!("compacting {} {}", table.name, day.date), source };

@@ -39,7 +39,7 @@ use crate::error::{Error, Result};
 /// A kept table: its rows, and what keeps them (a reservation of their size in the pool, or the
 /// spill file they were written to, removed when the table is dropped).
 #[derive(Debug)]
-pub(crate) struct KeptTable {
+pub struct KeptTable {
     rows: Arc<dyn TableProvider>,
     /// Held for its drop: the reservation is released, or the file removed, with the table.
     _held: Held,
@@ -59,10 +59,11 @@ impl std::fmt::Debug for Held {
     }
 }
 
-/// `batches` as a table of `ctx`: copied compact and counted in its memory pool under
-/// `kept table <name>`, or, under a memory limit when kept tables would hold more than
-/// [`IN_MEMORY_SHARE`] of it, written to a file of its spill directory.
-pub(crate) fn table(ctx: &SessionContext, name: &str, schema: SchemaRef, batches: Vec<RecordBatch>) -> Result<Arc<dyn TableProvider>> {
+/// `batches` as a table of `ctx` with the columns of `schema` (each batch's columns must fit
+/// it): copied compact and counted in its memory pool under `kept table <name>`, or, under a
+/// memory limit when kept tables would hold more than [`IN_MEMORY_SHARE`] of it, written to a
+/// file of its spill directory.
+pub fn table(ctx: &SessionContext, name: &str, schema: SchemaRef, batches: Vec<RecordBatch>) -> Result<Arc<dyn TableProvider>> {
     let mut keeping = Keeping::new(ctx, name, schema);
     for b in &batches {
         keeping.push(b)?;
@@ -73,8 +74,8 @@ pub(crate) fn table(ctx: &SessionContext, name: &str, schema: SchemaRef, batches
 /// The result of `stream` as a table of `ctx`, kept as [`table`] keeps batches. Under a memory
 /// limit the batches go to the file as they come once they would pass the kept tables' share,
 /// so a large result is never whole in memory.
-pub(crate) async fn stream(ctx: &SessionContext, name: &str, mut rows: SendableRecordBatchStream) -> Result<Arc<dyn TableProvider>> {
-    let mut keeping = Keeping::new(ctx, name, rows.schema());
+pub async fn stream(ctx: &SessionContext, name: &str, schema: SchemaRef, mut rows: SendableRecordBatchStream) -> Result<Arc<dyn TableProvider>> {
+    let mut keeping = Keeping::new(ctx, name, schema);
     while let Some(b) = rows.next().await {
         let b = b.map_err(|source| Error::Query { sql: format!("SELECT * FROM {name}"), source })?;
         keeping.push(&b)?;
@@ -106,12 +107,7 @@ impl<'a> Keeping<'a> {
     }
 
     fn push(&mut self, batch: &RecordBatch) -> Result<()> {
-        let batch = compact_batch(batch)?;
-        if self.held.is_empty() && self.file.is_none() {
-            // Execution may settle nullability differently from planning: the batches have the
-            // last word (as in `accounting::collect`).
-            self.schema = batch.schema();
-        }
+        let batch = compact_batch(&crate::exec::conform(batch, &self.schema)?)?;
         if let Some((_, writer)) = &mut self.file {
             return writer.write(&batch).map_err(|e| self.failed(e.into()));
         }
@@ -167,8 +163,8 @@ fn disk_error(name: &str, source: DataFusionError) -> Error {
 }
 
 /// Kept tables may hold one part in this many of a memory limit in memory; the rest is left to
-/// the operators (half of it to sorts, which spill past that: see `crate::engine`).
-pub(crate) const IN_MEMORY_SHARE: usize = 4;
+/// the operators (half of it to sorts, which spill past that: see `crate::pool`).
+pub const IN_MEMORY_SHARE: usize = 4;
 
 /// Copies each batch into buffers of its own. A query's batches are often slices of one larger
 /// batch (an aggregate emits all its groups at once and hands them out in slices), and
@@ -180,7 +176,7 @@ pub(crate) const IN_MEMORY_SHARE: usize = 4;
 /// the views but shares the data buffers they point into, so each compacted batch still
 /// carried, and was counted as, every string of the batch it was cut from. Those columns are
 /// garbage-collected instead: only the strings the batch's own rows use are copied.
-pub(crate) fn compact_batch(batch: &RecordBatch) -> Result<RecordBatch> {
+pub fn compact_batch(batch: &RecordBatch) -> Result<RecordBatch> {
     let rows = UInt32Array::from_iter_values(0..batch.num_rows() as u32);
     let columns = batch
         .columns()

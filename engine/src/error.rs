@@ -35,6 +35,13 @@ pub enum Error {
         #[source]
         source: datafusion::error::DataFusionError,
     },
+    /// The memory limit leaves too little for the smallest unit of work.
+    #[error("the memory limit is too small: {what} need more than it leaves, even alone (raise --memory-limit): {source}")]
+    Memory {
+        what: String,
+        #[source]
+        source: Box<Error>,
+    },
     /// A Ballista scheduler or executor could not start or stopped.
     #[error("ballista {0}")]
     Engine(String),
