@@ -57,55 +57,54 @@ WHERE piece_end > piece_start;
 --
 -- A MIG GPU's piece is split first among its instances (N/M each) and its leftover ((M - sum of
 -- N)/M, unallocated); each instance's part is then split among its pods (gpu_state_piece_states).
--- Equal remainders go to the instances in id order, the leftover last. The split is per GPU,
--- instant and piece: `n` instances seen at that instant, with the same piece, weigh N x n of
--- M x n, and the leftover L x n. (Instances of one GPU are read in one scrape, so their pieces
--- are the same; where one's is not, its group gets L x its own count of the leftover, as if
--- each instance carried an equal part of it, and the group's total is rounded to whole
--- nanoseconds before it is split.) The ledger keeps this view as a table as soon as it is
--- created (accounting.rs, REUSED_VIEWS): gpu_state_piece_states reads it twice and is itself
--- read three times, and recomputing its windows in each reader failed a 256 MiB run.
+-- Equal remainders go to the instances in id order, the leftover last. The split is per GPU and
+-- instant: every part is counted in units of 1/M ns (an instance's piece x N, the leftover's
+-- x (M - sum of N)), so the floors and remainders of all parts compare directly, and the parts
+-- add up to the piece. (Instances of one GPU are read in one scrape, so their pieces at an
+-- instant are the same; where one's is not, each instance takes N/M of its own piece and the
+-- leftover is measured on the piece of the instant's first instance, the total rounded to
+-- whole nanoseconds before it is split.) Two window sorts, over the MIG rows only, and no
+-- aggregate over every pod row: under a small memory limit a day's MIG node must fit.
 CREATE OR REPLACE VIEW mig_piece_parts AS
 WITH instances AS (
-    -- One row per instance piece: its k pods' rows are one here.
-    SELECT date, hostname, uuid, mig_instance, t, piece_start, piece_ns, MIN(model_name) AS model_name,
-           MAX(xid_error) AS xid_error, MAX(watts) AS watts, MIN(slices) AS slices, MIN(gpu_slices) AS gpu_slices
+    -- One row per instance piece: an instance held by one pod, or none, is its own row; the k
+    -- rows of an instance shared by k pods are made one.
+    SELECT date, hostname, uuid, mig_instance, model_name, xid_error, watts, slices, gpu_slices, t, piece_start, piece_ns
     FROM sample_pieces
-    WHERE mig_instance IS NOT NULL
+    WHERE mig_instance IS NOT NULL AND pods = 1
+    UNION ALL
+    SELECT date, hostname, uuid, mig_instance, MIN(model_name), MAX(xid_error), MAX(watts), MIN(slices), MIN(gpu_slices),
+           t, piece_start, piece_ns
+    FROM sample_pieces
+    WHERE mig_instance IS NOT NULL AND pods > 1
     GROUP BY date, hostname, uuid, mig_instance, t, piece_start, piece_ns
 ),
 at_instant AS (
-    SELECT *, COUNT(*) OVER (PARTITION BY hostname, uuid, t, piece_start) AS n,
-              gpu_slices - SUM(slices) OVER (PARTITION BY hostname, uuid, t, piece_start) AS leftover_slices
+    -- The slices no instance of the GPU holds at the instant, and its first instance (which
+    -- carries the leftover below).
+    SELECT *, gpu_slices - SUM(slices) OVER (PARTITION BY hostname, uuid, t, piece_start) AS leftover_slices,
+              MIN(mig_instance) OVER (PARTITION BY hostname, uuid, t, piece_start) AS first_instance
     FROM instances
 ),
 parts AS (
-    SELECT date, hostname, uuid, mig_instance, model_name, xid_error, watts, t, piece_start, piece_ns,
-           slices * n AS weight, gpu_slices * n AS gpu_weight
-    FROM at_instant
-    UNION ALL
-    -- The leftover (none where the instances hold every slice). Its power is the instances'
-    -- mean: all of them read the same GPU.
-    SELECT date, hostname, uuid, CAST(NULL AS INT), MIN(model_name), MAX(xid_error), AVG(watts), t, piece_start, piece_ns,
-           MIN(leftover_slices) * COUNT(*), MIN(gpu_slices * n)
-    FROM at_instant
-    WHERE leftover_slices > 0
-    GROUP BY date, hostname, uuid, t, piece_start, piece_ns
-),
-totals AS (
-    -- The group's nanoseconds: the piece's whole length where the group holds every slice
-    -- (the usual case: weights add up to gpu_weight), else its share rounded to whole ns.
-    SELECT *, (piece_ns * group_weight + gpu_weight / 2) / gpu_weight AS group_ns
-    FROM (SELECT *, SUM(weight) OVER (PARTITION BY hostname, uuid, t, piece_start, piece_ns) AS group_weight FROM parts)
+    -- Each instance's part, and the leftover's (none where the instances hold every slice), in
+    -- 1/M ns. (The two-row VALUES makes the leftover's row beside the first instance's.)
+    SELECT a.date, a.hostname, a.uuid, CASE WHEN k.leftover THEN NULL ELSE a.mig_instance END AS mig_instance,
+           a.model_name, a.xid_error, a.watts, a.t, a.piece_start, a.gpu_slices,
+           a.piece_ns * CASE WHEN k.leftover THEN a.leftover_slices ELSE a.slices END AS share
+    FROM (VALUES (false), (true)) AS k(leftover)
+    CROSS JOIN at_instant a
+    WHERE NOT k.leftover OR (a.mig_instance = a.first_instance AND a.leftover_slices > 0)
 ),
 floors AS (
-    SELECT *, group_ns * weight / group_weight AS floor_ns, group_ns * weight % group_weight AS remainder
-    FROM totals
+    SELECT *, share / gpu_slices AS floor_ns, share % gpu_slices AS remainder FROM parts
 )
 SELECT date, hostname, uuid, mig_instance, model_name, xid_error, watts, t, piece_start,
-       floor_ns + CASE WHEN ROW_NUMBER() OVER (PARTITION BY hostname, uuid, t, piece_start, piece_ns
-                                              ORDER BY remainder DESC, mig_instance NULLS LAST)
-                            <= group_ns - SUM(floor_ns) OVER (PARTITION BY hostname, uuid, t, piece_start, piece_ns)
+       -- The instant's whole (the piece, in the usual case), less the floors: the nanoseconds
+       -- left, one each to the largest remainders.
+       floor_ns + CASE WHEN ROW_NUMBER() OVER (PARTITION BY hostname, uuid, t, piece_start ORDER BY remainder DESC, mig_instance NULLS LAST)
+                            <= (SUM(share) OVER (PARTITION BY hostname, uuid, t, piece_start) + gpu_slices / 2) / gpu_slices
+                               - SUM(floor_ns) OVER (PARTITION BY hostname, uuid, t, piece_start)
                        THEN 1 ELSE 0 END AS part_ns
 FROM floors;
 
@@ -120,59 +119,83 @@ SELECT hostname, node FROM (
     JOIN node_keys k ON k.key = lower(h.hostname) OR (NOT k.exact AND k.key = split_part(lower(h.hostname), '.', 1))
 ) WHERE match_rank = 1;
 
+-- A MIG GPU's pieces as its pods hold them: each instance's part (mig_piece_parts) goes to the
+-- k pods the observation names, the floor of 1/k each and the nanoseconds left one each to the
+-- pods with the smallest uid (as for a whole GPU, below); and the leftover, which no pod holds.
+-- The ledger keeps this view as a table as soon as it is created (ledger/src/plan.rs): the
+-- states read it twice and are themselves read three times, and joining the pods to their
+-- instances' parts in each of those reads took more than a small memory limit leaves.
+CREATE OR REPLACE VIEW mig_pieces AS
+SELECT sp.date, sp.hostname, sp.uuid, sp.mig_instance, sp.model_name, sp.namespace, sp.pod, sp.pod_uid, sp.active,
+       sp.xid_error, sp.watts, sp.t, sp.piece_start,
+       mp.part_ns / sp.pods
+       + CASE WHEN ROW_NUMBER() OVER (PARTITION BY sp.hostname, sp.uuid, sp.mig_instance, sp.t, sp.piece_start
+                                      ORDER BY COALESCE(sp.pod_uid, sp.namespace || '/' || sp.pod), sp.namespace, sp.pod)
+                   <= mp.part_ns % sp.pods THEN 1 ELSE 0 END AS gpu_ns
+FROM sample_pieces sp
+JOIN mig_piece_parts mp
+  ON (mp.hostname IS NOT DISTINCT FROM sp.hostname) AND (mp.uuid IS NOT DISTINCT FROM sp.uuid)
+ AND mp.mig_instance = sp.mig_instance AND mp.t = sp.t AND mp.piece_start = sp.piece_start
+-- Said, not only implied by the join: the whole GPUs' pieces (nearly all of them) stay out.
+WHERE sp.mig_instance IS NOT NULL
+UNION ALL
+SELECT date, hostname, uuid, CAST(NULL AS INT), model_name, CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR),
+       false, xid_error, watts, t, piece_start, part_ns
+FROM mig_piece_parts
+WHERE mig_instance IS NULL;
+
 -- Each piece with its state, run, team and GPU-nanoseconds. A pod the Kubernetes capture does
 -- not know is its own run with an unknown (so provisional) outcome, its team taken from its
--- namespace. What a piece's GPU holds (the whole piece; a MIG instance's part of it,
--- mig_piece_parts) goes to the k pods the observation names: the floor of 1/k each, and the
--- nanoseconds left one each to the pods with the smallest uid (the exporter's `pod_uid`, else
--- the uid of the pod incarnation the sample names, else namespace/name). A MIG GPU's leftover
--- is the second part of the union: unallocated. `mig`: the piece is of a GPU in MIG mode.
+-- namespace. A whole GPU's piece goes to the k pods the observation names: the floor of 1/k
+-- each, and the nanoseconds left one each to the pods with the smallest uid (the exporter's
+-- `pod_uid`, else namespace/name: the split is made before the sample is matched to a pod
+-- incarnation, so that the match, a join with every pod, runs once). A MIG GPU's pieces come
+-- split already (mig_pieces), its leftover as a piece no pod holds: unallocated. `mig`: the
+-- piece is of a GPU in MIG mode.
 -- Energy goes with the time: the span's mean power (W) x its nanoseconds / 10^6 = mJ.
 CREATE OR REPLACE VIEW gpu_state_piece_states AS
-WITH held AS (
-    -- What the pods of each piece row share: a whole GPU's piece, or a MIG instance's part.
-    SELECT sp.*, sp.piece_ns AS held_ns FROM sample_pieces sp WHERE sp.mig_instance IS NULL
-    UNION ALL
-    SELECT sp.*, mp.part_ns AS held_ns
-    FROM sample_pieces sp
-    JOIN mig_piece_parts mp
-      ON (mp.hostname IS NOT DISTINCT FROM sp.hostname) AND (mp.uuid IS NOT DISTINCT FROM sp.uuid)
-     AND mp.mig_instance = sp.mig_instance AND mp.t = sp.t AND mp.piece_start = sp.piece_start
-    -- Said, not only implied by the join: under a memory limit the join sorts its inputs, and
-    -- the whole GPUs' pieces (nearly all of them) must not be among them.
-    WHERE sp.mig_instance IS NOT NULL
-),
-resolved AS (
-    SELECT h.date, h.hostname, COALESCE(hn.node, h.hostname) AS node, h.uuid, h.mig_instance, h.model_name,
-           h.t, h.piece_start, h.xid_error, h.namespace, h.pod, h.active, h.watts, h.pods, h.held_ns,
-           COALESCE(h.pod_uid, r.pod_key, h.namespace || '/' || h.pod) AS uid,
-           r.pod_key AS run_pod_key, r.team AS run_team, n.team_label, r.run AS run_name, r.segment AS run_segment,
-           r.outcome AS run_outcome, r.pod_failed
-    FROM held h
-    -- A name may have several incarnations: the sample's pod_uid picks one where the exporter
-    -- writes it (and the capture knows the pod's uid), else the sample's time.
-    LEFT JOIN pod_runs r ON r.namespace = h.namespace AND r.pod = h.pod
-                        AND CASE WHEN h.pod_uid IS NOT NULL AND r.uid IS NOT NULL THEN r.uid = h.pod_uid
-                                 ELSE h.t >= r.valid_from_ms AND (r.valid_to_ms IS NULL OR h.t < r.valid_to_ms) END
-    LEFT JOIN namespaces_latest n ON n.namespace = h.namespace
-    LEFT JOIN hostname_nodes hn ON hn.hostname = h.hostname
-),
-split AS (
-    -- One pod (nearly every row): it holds it all. k pods: the floor of held_ns / k each, and
-    -- the held_ns mod k nanoseconds left, one each, to the first pods by uid (the shares are
+WITH split AS (
+    -- One pod (nearly every row): it holds the whole piece. k pods: the floor of 1/k each, and
+    -- the piece_ns mod k nanoseconds left, one each, to the first pods by uid (the shares are
     -- equal, so their remainders are too: the uid breaks the tie). The window sorts only the
     -- shared rows.
-    SELECT *, held_ns AS gpu_ns FROM resolved WHERE pods = 1
+    SELECT date, hostname, uuid, mig_instance, false AS mig, model_name, namespace, pod, pod_uid, active, xid_error, watts,
+           t, piece_start, piece_ns AS gpu_ns
+    FROM sample_pieces
+    WHERE mig_instance IS NULL AND pods = 1
     UNION ALL
-    SELECT *, held_ns / pods
-              + CASE WHEN ROW_NUMBER() OVER (PARTITION BY hostname, uuid, mig_instance, t, piece_start ORDER BY uid, namespace, pod)
-                          <= held_ns % pods THEN 1 ELSE 0 END AS gpu_ns
-    FROM resolved WHERE pods > 1
+    SELECT date, hostname, uuid, mig_instance, false AS mig, model_name, namespace, pod, pod_uid, active, xid_error, watts,
+           t, piece_start,
+           piece_ns / pods
+           + CASE WHEN ROW_NUMBER() OVER (PARTITION BY hostname, uuid, t, piece_start
+                                          ORDER BY COALESCE(pod_uid, namespace || '/' || pod), namespace, pod)
+                       <= piece_ns % pods THEN 1 ELSE 0 END AS gpu_ns
+    FROM sample_pieces
+    WHERE mig_instance IS NULL AND pods > 1
+    UNION ALL
+    SELECT date, hostname, uuid, mig_instance, true AS mig, model_name, namespace, pod, pod_uid, active, xid_error, watts,
+           t, piece_start, gpu_ns
+    FROM mig_pieces
+),
+resolved AS (
+    SELECT s.date, s.hostname, COALESCE(hn.node, s.hostname) AS node, s.uuid, s.mig_instance, s.mig, s.model_name,
+           s.t, s.piece_start, s.xid_error, s.namespace, s.pod, s.active, s.watts, s.gpu_ns,
+           r.pod_key AS run_pod_key, r.team AS run_team, n.team_label, r.run AS run_name, r.segment AS run_segment,
+           r.outcome AS run_outcome, r.pod_failed
+    FROM split s
+    -- A name may have several incarnations: the sample's pod_uid picks one where the exporter
+    -- writes it (and the capture knows the pod's uid), else the sample's time.
+    LEFT JOIN pod_runs r ON r.namespace = s.namespace AND r.pod = s.pod
+                        AND CASE WHEN s.pod_uid IS NOT NULL AND r.uid IS NOT NULL THEN r.uid = s.pod_uid
+                                 ELSE s.t >= r.valid_from_ms AND (r.valid_to_ms IS NULL OR s.t < r.valid_to_ms) END
+    LEFT JOIN namespaces_latest n ON n.namespace = s.namespace
+    LEFT JOIN hostname_nodes hn ON hn.hostname = s.hostname
 )
-SELECT date, hostname, node, uuid, mig_instance, mig_instance IS NOT NULL AS mig, model_name, t, piece_start, xid_error,
+SELECT date, hostname, node, uuid, mig_instance, mig, model_name, t, piece_start, xid_error,
        CASE WHEN pod IS NOT NULL AND namespace IS NOT NULL THEN COALESCE(run_pod_key, namespace || '/' || pod) END AS pod_key,
-       CASE WHEN pod IS NULL OR namespace IS NULL THEN 'platform'
-            ELSE COALESCE(run_team, team_label, namespace) END AS team,
+       -- (As VARCHAR: the tables declare team so, whatever type the sources' strings have.)
+       CAST(CASE WHEN pod IS NULL OR namespace IS NULL THEN 'platform'
+                 ELSE COALESCE(run_team, team_label, namespace) END AS VARCHAR) AS team,
        CASE WHEN pod IS NOT NULL AND namespace IS NOT NULL THEN namespace END AS namespace,
        CASE WHEN pod IS NOT NULL AND namespace IS NOT NULL THEN COALESCE(run_name, 'pod/' || pod) END AS run,
        CASE WHEN pod IS NOT NULL AND namespace IS NOT NULL THEN COALESCE(run_segment, 1) END AS segment,
@@ -188,16 +211,7 @@ SELECT date, hostname, node, uuid, mig_instance, mig_instance IS NOT NULL AS mig
        gpu_ns,
        -- mJ; null where nothing was measured.
        watts * gpu_ns / 1000000.0 AS energy_mj
-FROM split
-UNION ALL
-SELECT mp.date, mp.hostname, COALESCE(hn.node, mp.hostname) AS node, mp.uuid, mp.mig_instance, true AS mig, mp.model_name,
-       mp.t, mp.piece_start, mp.xid_error, CAST(NULL AS VARCHAR) AS pod_key,
-       'platform' AS team, CAST(NULL AS VARCHAR) AS namespace, CAST(NULL AS VARCHAR) AS run,
-       CAST(NULL AS BIGINT) AS segment, CAST(NULL AS VARCHAR) AS outcome, 'unallocated' AS state,
-       mp.part_ns AS gpu_ns, mp.watts * mp.part_ns / 1000000.0 AS energy_mj
-FROM mig_piece_parts mp
-LEFT JOIN hostname_nodes hn ON hn.hostname = mp.hostname
-WHERE mp.mig_instance IS NULL;
+FROM resolved;
 
 -- Each pod incarnation's first and last active observation on each GPU over all days
 -- (`known_active_bounds` is `day_active_bounds` of 30_observations.sql over every day).

@@ -79,6 +79,12 @@ impl Engine {
                 let pool_limit = memory_limit.map(pool_size);
                 let pool = Arc::new(PeakPool::new(pool_limit));
                 let mut rt = RuntimeEnvBuilder::new().with_memory_pool(Arc::clone(&pool) as Arc<dyn MemoryPool>);
+                if let Some(limit) = memory_limit {
+                    // DataFusion caches Parquet footers outside the pool (50 MiB by default): a
+                    // run writes and reads a file per table and unit, so the cache fills. Under
+                    // a limit it gets a share of it instead.
+                    rt = rt.with_metadata_cache_limit(cache_size(*limit));
+                }
                 if let Some(dir) = spill_dir {
                     rt = rt.with_temp_file_path(dir.clone());
                 }
@@ -95,6 +101,11 @@ impl Engine {
     pub fn shares_memory(&self) -> bool {
         matches!(self, Engine::InProcess { .. })
     }
+}
+
+/// The Parquet metadata cache under a memory limit: 1/32 of it, at most DataFusion's default.
+pub fn cache_size(memory_limit: usize) -> usize {
+    (memory_limit / 32).min(50 << 20)
 }
 
 /// The part of a run's memory limit DataFusion's pool gets: operators, and the tables a run

@@ -259,7 +259,13 @@ pub fn carry_sql(table: &DerivedTable, key: &str, previous: Option<(&str, &arrow
         let old: Vec<String> = table
             .columns
             .iter()
-            .map(|c| if schema.field_with_name(c.name).is_ok() { quoted(c.name) } else { format!("arrow_cast(NULL, '{}') AS {}", c.ty.data_type(), quoted(c.name)) })
+            // A column the previous run wrote as another type (its Parquet strings read back as
+            // views, say) is cast to the declared one: the union takes the wider type otherwise.
+            .map(|c| match schema.field_with_name(c.name) {
+                Ok(f) if *f.data_type() == c.ty.data_type() => quoted(c.name),
+                Ok(_) => format!("arrow_cast({}, '{}') AS {}", quoted(c.name), c.ty.data_type(), quoted(c.name)),
+                Err(_) => format!("arrow_cast(NULL, '{}') AS {}", c.ty.data_type(), quoted(c.name)),
+            })
             .collect();
         sql.push_str(&format!(" UNION ALL SELECT {} FROM {name} WHERE {k} {is_before} {bound}", old.join(", ")));
     }
