@@ -61,7 +61,7 @@ pub struct Args {
     #[arg(long, env = "GPULEDGER_SCHEDULER", required_if_eq("engine", "ballista"))]
     pub scheduler: Option<String>,
     /// Memory the run may use (e.g. 2GiB): the process's peak stays within 1.25 times it plus
-    /// about 150 MiB of its own (a day too big for it is split into parts of its nodes, and
+    /// 200 MiB of its own (a day too big for it is split into parts of its nodes, and
     /// operators spill to --spill-dir). Default: half of what the process may use (its cgroup's
     /// limit in a container or pod, else the machine's memory).
     #[arg(long, value_parser = super::byte_size)]
