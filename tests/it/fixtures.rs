@@ -1,4 +1,4 @@
-//! Every real fixture in ../shared/fixtures/real goes through ingest. Expected values were read
+//! Every real fixture in tests/fixtures/real goes through ingest. Expected values were read
 //! off the fixture files themselves (line counts, label values), not produced by this code.
 
 use tempfile::TempDir;

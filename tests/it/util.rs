@@ -1,4 +1,4 @@
-//! Helpers: run the binary, find the shared fixtures, read results back.
+//! Helpers: run the binary, find the real fixtures, read results back.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -17,17 +17,14 @@ pub fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_gpuledger"))
 }
 
-/// `../shared/fixtures/real` beside the checkout (or `$GPULEDGER_FIXTURES`).
+/// The real captures in `tests/fixtures/real` (their sources: PROVENANCE.md there).
 pub fn fixtures() -> PathBuf {
-    if let Ok(p) = std::env::var("GPULEDGER_FIXTURES") {
-        return PathBuf::from(p);
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/real")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/real")
 }
 
 pub fn fixture(rel: &str) -> PathBuf {
     let p = fixtures().join(rel);
-    assert!(p.exists(), "fixture {} is missing (set GPULEDGER_FIXTURES)", p.display());
+    assert!(p.exists(), "fixture {} is missing", p.display());
     p
 }
 

@@ -386,7 +386,7 @@ mod tests {
 
     #[test]
     fn a_file_read_in_chunks_is_the_file_read_whole() {
-        let real = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/real/dcgm-metrics"));
+        let real = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/real/dcgm-metrics"));
         let mut read = 0;
         for entry in std::fs::read_dir(&real).into_iter().flatten().flatten() {
             let bytes = std::fs::read(entry.path()).unwrap();

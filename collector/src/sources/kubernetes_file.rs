@@ -1055,7 +1055,7 @@ mod tests {
     use super::*;
     use std::path::PathBuf;
 
-    const REAL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/real");
+    const REAL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/real");
     /// The "file modification time" handed to the reader in these tests.
     const MTIME: i64 = 1_700_000_000_000;
 

@@ -938,7 +938,7 @@ mod tests {
     use std::collections::HashMap;
     use std::path::PathBuf;
 
-    const REAL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/real");
+    const REAL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/real");
     const MTIME: i64 = 1_700_000_000_000;
 
     struct Loaded {
