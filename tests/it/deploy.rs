@@ -260,3 +260,29 @@ fn kustomization_lists_every_manifest_once() {
     let absent: Vec<_> = listed.difference(&files).collect();
     assert!(absent.is_empty(), "deploy/kustomization.yaml lists {absent:?}, which are not YAML files in deploy/");
 }
+
+/// A "1.95" or "1.95.0" version as numbers, for comparing.
+fn version(text: &str) -> Vec<u32> {
+    text.split('.').map(|p| p.parse().unwrap_or_else(|_| panic!("not a version: {text}"))).collect()
+}
+
+/// The image's build stage uses a toolchain at least as new as the workspace's `rust-version`:
+/// cargo refuses to build otherwise, so the Dockerfile as written would not build.
+#[test]
+fn the_image_toolchain_satisfies_rust_version() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest: toml::Value = toml::from_str(&std::fs::read_to_string(root.join("Cargo.toml")).unwrap()).unwrap();
+    let wanted = manifest["workspace"]["package"]["rust-version"].as_str().expect("workspace.package.rust-version");
+    let dockerfile = std::fs::read_to_string(deploy_dir().join("Dockerfile")).unwrap();
+    let image = dockerfile
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("FROM rust:"))
+        .next()
+        .expect("a FROM rust:<version> build stage in deploy/Dockerfile");
+    let tag = image.split(|c: char| c == '-' || c.is_whitespace()).next().unwrap();
+    let (mut have, mut want) = (version(tag), version(wanted));
+    let n = have.len().max(want.len());
+    have.resize(n, 0);
+    want.resize(n, 0);
+    assert!(have >= want, "deploy/Dockerfile builds with rust:{tag}, the workspace needs rust-version {wanted}");
+}
