@@ -24,6 +24,7 @@ use datafusion::execution::context::SQLOptions;
 use datafusion::prelude::SessionContext;
 use datafusion::scalar::ScalarValue;
 use gpuledger_ledger::Ledger;
+use gpuledger_ledger::config::IdlePolicy;
 use gpuledger_engine::exec::rows;
 use gpuledger_ledger::monthly::{BUDGETS_SQL, FAILURE_CAUSES_SQL, IDLE_REASONS_SQL, QUEUE_WAITS_SQL, STRANDED_SQL, stored_months, stored_report};
 use gpuledger_ledger::types::Month;
@@ -43,11 +44,60 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 /// What the handlers share.
 pub struct Api {
     pub ledger: Arc<Ledger>,
+    /// The store: its ledger run record names the settings the stored figures were computed with.
+    pub store: gpuledger_store::StoreLocation,
     pub limits: Limits,
     pub token: Option<Secret>,
+    /// This server's configuration's currency and idle policy: the labels only while no ledger
+    /// run has recorded its own.
     pub currency: String,
-    pub idle_policy: gpuledger_ledger::config::IdlePolicy,
+    pub idle_policy: IdlePolicy,
     pub stats: Arc<Stats>,
+    /// How the stored figures' settings differ from this server's configuration, when they do
+    /// (shown on `/healthz`, logged once per difference).
+    pub differs: std::sync::Mutex<Option<String>>,
+}
+
+impl Api {
+    /// The currency and idle policy of the stored figures: those the last ledger run recorded
+    /// (`ledger/run.json`), else this server's configuration's. Reports are labelled with these,
+    /// never with a configuration the figures were not computed with.
+    async fn labels(&self) -> (String, IdlePolicy) {
+        let configured = (self.currency.clone(), self.idle_policy);
+        let recorded = match gpuledger_ledger::record::read(&self.store).await {
+            Ok(Some(r)) => match r.idle_policy.parse::<IdlePolicy>() {
+                Ok(policy) => (r.currency, policy),
+                Err(_) => return configured,
+            },
+            Ok(None) => return configured,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the ledger's run record: reports are labelled with this server's configuration");
+                return configured;
+            }
+        };
+        let differs = (recorded != configured).then(|| {
+            format!(
+                "the stored figures were computed with idle policy {} and currency {}; this server's configuration says {} and {}: reports carry the stored figures' settings (run `gpuledger ledger` with this configuration to change them)",
+                recorded.1, recorded.0, configured.1, configured.0
+            )
+        });
+        let mut last = self.differs.lock().unwrap_or_else(|p| p.into_inner());
+        if differs.is_some() && *last != differs {
+            tracing::warn!("{}", differs.as_deref().unwrap_or_default());
+        }
+        *last = differs;
+        recorded
+    }
+}
+
+/// `/healthz`: `ok`, and a second line when the stored figures' settings differ from this
+/// server's configuration.
+async fn healthz(State(api): State<Arc<Api>>) -> String {
+    let _ = api.labels().await;
+    match api.differs.lock().unwrap_or_else(|p| p.into_inner()).as_deref() {
+        Some(note) => format!("ok\nnote: {note}\n"),
+        None => "ok\n".to_string(),
+    }
 }
 
 pub fn router(api: Arc<Api>) -> Router {
@@ -64,7 +114,7 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/metrics", get(prometheus))
         .route_layer(middleware::from_fn_with_state(api.clone(), require_token));
     Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/api/v1/openapi.json", get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }))
         .merge(protected)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint (see /api/v1/openapi.json)") })
@@ -242,7 +292,8 @@ async fn chargeback(State(api): State<Arc<Api>>, Params(p): Params<MonthParams>)
         Some(other) => return Err(ApiError::bad(format!("format {other:?} is not json or csv"))),
     };
     let month = api.month(p.month.as_deref()).await?;
-    let report = api.limited(async |ctx| stored_report(&ctx, &month, &api.currency, api.idle_policy).await).await?;
+    let (currency, idle_policy) = api.labels().await;
+    let report = api.limited(async |ctx| stored_report(&ctx, &month, &currency, idle_policy).await).await?;
     let body = render(&report, format);
     let content_type = if matches!(format, TextFormat::Csv) { "text/csv; charset=utf-8" } else { "application/json" };
     Ok(([(header::CONTENT_TYPE, content_type)], body).into_response())
@@ -254,7 +305,8 @@ async fn report_html(State(api): State<Arc<Api>>, Params(p): Params<MonthParams>
         return Err(ApiError::bad("report.html takes no format"));
     }
     let month = api.month(p.month.as_deref()).await?;
-    let report = api.limited(async |ctx| stored_report(&ctx, &month, &api.currency, api.idle_policy).await).await?;
+    let (currency, idle_policy) = api.labels().await;
+    let report = api.limited(async |ctx| stored_report(&ctx, &month, &currency, idle_policy).await).await?;
     Ok(([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html::render(&report)).into_response())
 }
 

@@ -93,7 +93,16 @@ pub async fn run(options: Options, ready: impl FnOnce(Bound), shutdown: impl Fut
     };
 
     let endpoint = Arc::new(pg::PgEndpoint::new(Arc::new(ledger.context().clone()), &c.users, limits.clone(), stats.clone()));
-    let api = Arc::new(http::Api { ledger: ledger.clone(), limits, token: c.http_token.clone(), currency: options.currency.clone(), idle_policy: options.idle_policy, stats });
+    let api = Arc::new(http::Api {
+        ledger: ledger.clone(),
+        store: options.store.clone(),
+        limits,
+        token: c.http_token.clone(),
+        currency: options.currency.clone(),
+        idle_policy: options.idle_policy,
+        stats,
+        differs: std::sync::Mutex::new(None),
+    });
     if api.token.is_none() {
         tracing::warn!(variable = %c.http_token_env, "the HTTP token variable is not set: every API request but /healthz is refused until it is");
     }

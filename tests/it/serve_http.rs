@@ -727,3 +727,29 @@ fn fleet_answers_from_the_hourly_rollups() {
     assert_eq!(points.len() as i64, want, "{one}");
     assert!(points.iter().all(|p| p["node"] == node.as_str()), "{one}");
 }
+
+/// A server whose configuration names another idle policy than the one the stored figures were
+/// computed with labels them with theirs (the ledger's run record), answers what `gpuledger
+/// report` answers with the ledger's own configuration, and says on `/healthz` how they differ.
+#[test]
+fn a_server_configured_with_another_idle_policy_labels_the_stored_figures_with_theirs() {
+    let (store, demo_config) = demo_store();
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(demo_config).unwrap();
+    assert!(text.contains("idle_policy = \"platform\""), "the demo's ledger runs with the platform policy:\n{text}");
+    let share = dir.path().join("share.toml");
+    std::fs::write(&share, text.replace("idle_policy = \"platform\"", "idle_policy = \"share\"")).unwrap();
+    let config = serve_config(dir.path(), &share, "");
+    let server = Server::start(store, &config);
+
+    let month = str_of(&get_json(&server, "/api/v1/months")["busiest"]).to_owned();
+    let served = get_json(&server, &format!("/api/v1/chargeback?month={month}"));
+    assert_eq!(str_of(&served["idle_policy"]), "platform", "the label of the stored figures: {served:#}");
+    let reference: Value = serde_json::from_str(&report(store, demo_config, Some(&month), "json")).unwrap();
+    assert_same(&served, &reference, "the served chargeback against `gpuledger report` with the ledger's own configuration");
+
+    let (status, _, body) = server.get("/healthz", None);
+    assert_eq!(status, 200, "/healthz: {body}");
+    let note = body.lines().nth(1).unwrap_or_else(|| panic!("/healthz says nothing of the difference: {body:?}"));
+    assert!(note.starts_with("note: ") && note.contains("idle policy platform") && note.contains("says share"), "/healthz: {body:?}");
+}
