@@ -64,7 +64,7 @@ FROM (
 
 -- One row per namespace, with its team label (if any).
 CREATE OR REPLACE VIEW namespaces_latest AS
--- A label with an empty value counts as absent (DESIGN.md "Team").
+-- A label with an empty value counts as absent (docs/accounting.md "Team").
 SELECT n.name AS namespace, NULLIF(label(n.labels, s.team_label), '') AS team_label, n.labels
 FROM settings s CROSS JOIN (
     SELECT *, ROW_NUMBER() OVER (PARTITION BY name ORDER BY observed_at DESC, seq DESC) AS version_rank
@@ -81,7 +81,7 @@ FROM (
     FROM nodes
 ) WHERE version_rank = 1;
 
--- The names a DCGM `Hostname` may give a node (DESIGN.md "Identity"): its name and its
+-- The names a DCGM `Hostname` may give a node (docs/accounting.md "Identity"): its name and its
 -- kubernetes.io/hostname label, compared without case (`exact`), and failing those the first
 -- DNS label of each (`gpu-1.ec2.internal` is `gpu-1`).
 CREATE OR REPLACE VIEW node_keys AS

@@ -90,7 +90,7 @@ LEFT JOIN workload_segment_ends e
        ON e.namespace = a.namespace AND e.workload = a.workload AND e.segment = a.segment
 LEFT JOIN workload_jobs j ON j.namespace = a.namespace AND j.workload = a.workload;
 
--- The Workload of each pod incarnation, first found of (DESIGN.md "Identity"):
+-- The Workload of each pod incarnation, first found of (docs/accounting.md "Identity"):
 --   wa       the Workload its kueue.x-k8s.io/workload annotation names;
 --   wp       a Workload owned by the pod itself (Kueue's plain pods);
 --   w0..w9   the Workload owned by the nearest controller owner, following owners upward through

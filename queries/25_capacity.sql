@@ -1,6 +1,6 @@
 -- 25  Capacity: when a node could take no pod, and when GPU Workloads waited for quota.
 --
--- Both explain unallocated GPU time (40_states.sql; DESIGN.md "Why GPUs were idle", "Stranded
+-- Both explain unallocated GPU time (40_states.sql; docs/accounting.md "Why GPUs were idle", "Stranded
 -- capacity"). Unallocated time is, the first that holds at the observation's time:
 --   cordoned   its node was unschedulable (`kubectl cordon`, a drain) or its Ready condition
 --              was not True;

@@ -3,7 +3,7 @@
 -- Observation: the samples of one GPU (or MIG instance) less than 1000 ms after its previous
 -- sample are one observation of it (a capture read twice, a /federate file overlapping a scrape
 -- file). The earliest sample speaks for the observation: its field values and the pods it names
--- (32_spans.sql). DESIGN.md measures the 1000 ms from an observation's first sample; the two
+-- (32_spans.sql). docs/accounting.md measures the 1000 ms from an observation's first sample; the two
 -- readings differ only for exporters scraped faster than once a second.
 --
 -- Times are milliseconds since the epoch; `day_number` counts UTC days since the epoch.
@@ -45,7 +45,7 @@ WHERE s.mig_instance IS NULL AND m.uuid IS NULL;
 
 -- One row per GPU, instant and pod (several containers of one pod, or a row stored twice, are
 -- one holder of the GPU). The steps below read the samples only through it. `pod_uid`: the
--- pod's uid where the exporter writes it (DESIGN.md "Identity": it decides which pod of that
+-- pod's uid where the exporter writes it (docs/accounting.md "Identity": it decides which pod of that
 -- name the sample names). A MIG instance holds `slices` of its GPU's `gpu_slices` compute
 -- slices: N of profile Ng.* (3g.40gb: 3) of 7, or of 4 on an A30; a whole GPU holds all of them.
 -- Both are integers, so that GPU time can be split exactly (40_states.sql).

@@ -51,7 +51,7 @@ FROM pieces
 WHERE piece_end > piece_start;
 
 -- GPU time is counted in integer GPU-nanoseconds, split so that the parts of a piece add up to
--- the piece exactly, whatever order anything is summed in (DESIGN.md "Money is exact"). Each
+-- the piece exactly, whatever order anything is summed in (docs/accounting.md "Money is exact"). Each
 -- split is by largest remainder: every part gets the floor of its exact share, and the
 -- nanoseconds the floors leave go one each to the parts with the largest remainders.
 --
@@ -252,7 +252,7 @@ FROM (
 )
 WHERE is_piece = 1;
 
--- Why idle time was idle (DESIGN.md "Why GPUs were idle"), decided at the observation's time t:
+-- Why idle time was idle (docs/accounting.md "Why GPUs were idle"), decided at the observation's time t:
 --   allocated_idle  startup   before the pod's first active observation on that GPU (a pod never
 --                             active there: all of it)
 --                   teardown  after its last one

@@ -17,7 +17,7 @@
 -- leaves every spread amount with `platform`. `lost_gpu_hours_platform_paid` and
 -- `lost_cost_platform_paid` say how much of a team's failed and preempted time the platform paid.
 --
--- Money is exact (DESIGN.md "Money is exact"): amounts are DECIMAL(38, 6), whole micro-units of
+-- Money is exact (docs/accounting.md "Money is exact"): amounts are DECIMAL(38, 6), whole micro-units of
 -- the currency, and they round in three places only, each once:
 --   - each hourly row of GPU time is priced once: gpu_ns x price / 3.6e12 (ns per hour),
 --     rounded half to even to the micro-unit (`price_ns`); every cost above is a sum of rows;

@@ -1,5 +1,5 @@
 -- 68  Why GPUs were idle: the idle hours of each month by team, state and reason, and the
--- capacity that stood unallocated while GPU Workloads waited (DESIGN.md "Why GPUs were idle",
+-- capacity that stood unallocated while GPU Workloads waited (docs/accounting.md "Why GPUs were idle",
 -- "Stranded capacity"). The reasons come from 40_states.sql:
 --   allocated_idle  startup (before the pod's first active observation on the GPU), stall (between
 --                   active observations), teardown (after its last)

@@ -76,7 +76,7 @@ pub const DEFAULT_ACTIVE_THRESHOLD_ENGINE: f64 = 0.05;
 pub const DEFAULT_ACTIVE_THRESHOLD_UTIL: f64 = 5.0;
 pub const DEFAULT_MAX_GAP_FACTOR: f64 = 2.5;
 pub const DEFAULT_CURRENCY: &str = "USD";
-/// XID codes that mean the hardware failed, not the job (DESIGN.md "Who pays for lost runs"):
+/// XID codes that mean the hardware failed, not the job (docs/accounting.md "Who pays for lost runs"):
 /// ECC and row remapping (48, 63, 64, 94, 95), GPU memory and NVLink faults (61, 62, 74, 92),
 /// fallen off the bus (79), GSP errors (119, 120).
 pub const DEFAULT_HARDWARE_XIDS: [i64; 12] = [48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120];

@@ -66,13 +66,13 @@ pub async fn write_derived(accounting: &Accounting, store: &StoreLocation, confi
     Ok(written)
 }
 
-/// Bad annotation values the run ignored (DESIGN.md, "Accepted units"), one line each.
+/// Bad annotation values the run ignored (docs/accounting.md, "Accepted units"), one line each.
 pub async fn bad_annotations(accounting: &Accounting) -> Result<Vec<String>> {
     lines(accounting, "SELECT kind || ' ' || namespace || '/' || name || ': ' || annotation || ' = \"' || value || '\" (' || reason || ')' FROM bad_annotations ORDER BY namespace, kind, name").await
 }
 
 /// ClusterQueues and ResourceFlavors that GPU Workloads waited for but the capture does not
-/// hold (DESIGN.md "Stranded capacity": they select no node), one line each.
+/// hold (docs/accounting.md "Stranded capacity": they select no node), one line each.
 pub async fn missing_queue_objects(accounting: &Accounting) -> Result<Vec<String>> {
     lines(accounting, "SELECT kind || ' ' || name FROM missing_queue_objects ORDER BY kind, name").await
 }

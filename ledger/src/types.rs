@@ -9,7 +9,7 @@ use serde::{Serialize, Serializer};
 
 use crate::config::IdlePolicy;
 
-/// What a GPU did with a stretch of time (DESIGN.md, "GPU states").
+/// What a GPU did with a stretch of time (docs/accounting.md, "GPU states").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum State {
     Productive,
@@ -40,7 +40,7 @@ impl State {
     }
 }
 
-/// Why idle time was idle (DESIGN.md "Why GPUs were idle"): the first three split a pod's
+/// Why idle time was idle (docs/accounting.md "Why GPUs were idle"): the first three split a pod's
 /// allocated-idle time, the last three unallocated time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum IdleReason {

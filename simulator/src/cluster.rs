@@ -261,7 +261,7 @@ pub struct Node {
 
 /// A change of a node's standing as its Node object records it, at a whole second: the state
 /// after the change. Kubernetes writes these as new versions of the Node (k8s.rs), and the
-/// ledger's idle reasons read them back (DESIGN.md "Why GPUs were idle").
+/// ledger's idle reasons read them back (docs/accounting.md "Why GPUs were idle").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NodeChange {
     pub at_s: i64,
@@ -585,7 +585,7 @@ fn plan_outages(seed: u64, tl: &Timeline, nodes: &mut [Node]) {
 
 /// Cordons one node (never node 0, which has the NotReady outage) for a few hours, or about 15%
 /// of a short capture, as a platform team does for maintenance: its running pods go on, no new
-/// pod starts there, and its free GPUs are `cordoned` time (DESIGN.md "Why GPUs were idle").
+/// pod starts there, and its free GPUs are `cordoned` time (docs/accounting.md "Why GPUs were idle").
 /// Like the outage, only in captures of at least 200 scrapes.
 fn plan_cordon(seed: u64, tl: &Timeline, nodes: &mut [Node]) {
     if tl.scrapes < 200 || nodes.len() < 2 {

@@ -382,7 +382,7 @@ struct Series {
 }
 
 impl Series {
-    /// Files the open allocated-idle amounts of `team`'s pod under `reason` (DESIGN.md "Why
+    /// Files the open allocated-idle amounts of `team`'s pod under `reason` (docs/accounting.md "Why
     /// GPUs were idle": startup before the pod's first active observation on the GPU, teardown
     /// after its last, stall in between; so the reason is known only at the next active
     /// observation or when the hold ends).
@@ -402,7 +402,7 @@ impl Series {
     }
 }
 
-/// Why a free GPU of a node is idle at an observation (DESIGN.md "Why GPUs were idle"):
+/// Why a free GPU of a node is idle at an observation (docs/accounting.md "Why GPUs were idle"):
 /// walks the node's changes and its pool's stranding windows forward as scrapes go by.
 struct FreeReason<'a> {
     changes: Vec<crate::cluster::NodeChange>,
@@ -545,7 +545,7 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64, sink: &mut 
 
     let k_total = tl.scrapes;
     let iv = tl.interval_ms;
-    // DESIGN.md: max_gap = 2.5 x the interval (a single missed scrape stays covered).
+    // docs/accounting.md: max_gap = 2.5 x the interval (a single missed scrape stays covered).
     let max_gap = 5 * iv / 2;
     // Next present scrape after each one: the end of its covered span.
     let mut next_present = vec![usize::MAX; k_total];
@@ -592,11 +592,11 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64, sink: &mut 
         }
         // Every covered span of this observation takes the reason decided at its start.
         let unallocated_reason = free_reason.at(t);
-        // Coverage of this scrape's samples (DESIGN.md "Observation").
+        // Coverage of this scrape's samples (docs/accounting.md "Observation").
         pieces.clear();
         unobs.clear();
         // The span's length in intervals where the next observation comes within max_gap: its
-        // energy is then the counter's increase to it (DESIGN.md "Energy"), else the power.
+        // energy is then the counter's increase to it (docs/accounting.md "Energy"), else the power.
         let mut counter_span = None;
         match next_k {
             usize::MAX => split_span(ctx.months, t, t + iv, &mut pieces),
@@ -831,7 +831,7 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64, sink: &mut 
                 st.energy_mj = 0;
             }
             st.energy_mj += power_mw * (t - last_energy_t).max(0) as u64 / 1000;
-            // Energy (DESIGN.md "Energy"), from the values written at this scrape, which every
+            // Energy (docs/accounting.md "Energy"), from the values written at this scrape, which every
             // series of the GPU carries (MIG instances included, each with the whole GPU's
             // counter and power, so an instance's N/7 share and the leftover's come out of the
             // same mean power). The previous observation's spans end here: the counter's

@@ -22,7 +22,7 @@
 //! ```
 //!
 //! `expected.json` is computed from the simulation's own state as each sample is generated,
-//! applying DESIGN.md's accounting rules, never by reading the files back: it is the answer key
+//! applying docs/accounting.md's accounting rules, never by reading the files back: it is the answer key
 //! the ledger is tested against. The same configuration always gives the same bytes (a
 //! home-made seeded PRNG, no dependency on `rand`), whatever the number of threads.
 //!
@@ -415,7 +415,7 @@ mod tests {
         serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
     }
 
-    /// DESIGN.md "Why GPUs were idle": each reason shows up in a small capture, the reasons of
+    /// docs/accounting.md "Why GPUs were idle": each reason shows up in a small capture, the reasons of
     /// each (month, team, state, pool) add up to its `gpu_hours` row, and `stranded` is the
     /// stranded rows per month and pool.
     #[test]
@@ -573,7 +573,7 @@ mod tests {
         out
     }
 
-    /// DESIGN.md "Energy": the `energy` rows of `expected.json`, summed per month over teams
+    /// docs/accounting.md "Energy": the `energy` rows of `expected.json`, summed per month over teams
     /// and states, equal what the rule gives when applied to the written samples per series
     /// (a whole GPU, or a MIG instance with its N/7 share and an even part of its GPU's
     /// leftover); the capture crosses a counter reset, a gap within max_gap (two intervals),

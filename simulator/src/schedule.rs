@@ -24,7 +24,7 @@ pub enum Kind {
 }
 
 /// The Kubernetes objects a job is made of, and so how its pods find their Workload
-/// (DESIGN.md "Identity"): real clusters run more than batch/v1 Jobs.
+/// (docs/accounting.md "Identity"): real clusters run more than batch/v1 Jobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
     /// batch/v1 Job -> Pods; the Workload is owned by the Job.
@@ -50,7 +50,7 @@ pub enum TRes {
     Mig(MigProfile),
 }
 
-/// How a template's runs declare accepted units (DESIGN.md "Accepted units").
+/// How a template's runs declare accepted units (docs/accounting.md "Accepted units").
 #[derive(Debug, Clone, Copy)]
 pub enum Units {
     None,
@@ -343,7 +343,7 @@ pub const TEMPLATES: &[Template] = &[
 
 /// The pools whose `nvidia.com/gpu` flavor ClusterQueue `cq` lists: those its namespaces'
 /// templates ask whole GPUs of, as a platform team gives each queue the flavors its teams use.
-/// Which free GPUs a waiting Workload strands follows from it (DESIGN.md "Stranded capacity").
+/// Which free GPUs a waiting Workload strands follows from it (docs/accounting.md "Stranded capacity").
 pub fn cq_gpu_flavor_pools(cq: usize) -> Vec<PoolId> {
     crate::cluster::GPU_FLAVOR_POOLS
         .into_iter()
@@ -736,7 +736,7 @@ fn make_job(seed: u64, created: i64, ti: usize, n: u64, multi_node_ok: bool, nth
 /// A pretraining run that asks for one 8-GPU pod more than the H100 pool has nodes: more than
 /// the whole cohort can ever give, so Kueue never admits it (request > maximum capacity) and,
 /// queueing BestEffortFIFO, lets others pass. Its owner deletes it after some hours. While it
-/// waits, the free GPUs its ClusterQueue's flavors select are stranded (DESIGN.md "Stranded
+/// waits, the free GPUs its ClusterQueue's flavors select are stranded (docs/accounting.md "Stranded
 /// capacity"); every capture of a day or more has one, submitted after the metrics start.
 fn oversized_job(seed: u64, cl: &Cluster, tl: &Timeline) -> Option<Job> {
     if tl.end_s - tl.start_s < 86_400 {
@@ -795,7 +795,7 @@ fn mark_special_jobs(jobs: &mut [Job], start_s: i64) {
             .job_annotations
             .insert("gpuledger.io/unit".to_string(), "batch".to_string());
     }
-    // Bad unit annotations (DESIGN.md "Accepted units"): not a finite number >= 0, so ignored;
+    // Bad unit annotations (docs/accounting.md "Accepted units"): not a finite number >= 0, so ignored;
     // the next source decides (here none: one unit per run).
     if let Some(i) = pick(jobs, "batch-infer-", 1, true) {
         jobs[i].wl_annotations.insert("gpuledger.io/accepted-units".to_string(), "NaN".to_string());

@@ -1,5 +1,5 @@
 //! The ledger figures a capture implies, computed from the simulation state while its samples
-//! are generated (never by reading the files back), following DESIGN.md "Accounting rules".
+//! are generated (never by reading the files back), following docs/accounting.md "Accounting rules".
 //!
 //! Amounts are kept as integer "sevenths of a GPU x milliseconds", so that sums are exact and do
 //! not depend on thread or summation order; they become f64 GPU-hours only in `expected.json`.
@@ -36,7 +36,7 @@ pub const STATES: [&str; 5] = [
     "unallocated",
 ];
 
-/// Why a GPU was idle (DESIGN.md "Why GPUs were idle"): the first three split unallocated
+/// Why a GPU was idle (docs/accounting.md "Why GPUs were idle"): the first three split unallocated
 /// time, the last three allocated-idle time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Reason {
@@ -141,13 +141,13 @@ pub struct Acc {
     /// Per segment.
     pub seg: Vec<u64>,
     /// Failed and preempted amounts per (segment, month, pool), kept apart until it is known
-    /// whether a hardware fault lost the segment (DESIGN.md "Who pays for lost runs").
+    /// whether a hardware fault lost the segment (docs/accounting.md "Who pays for lost runs").
     pub lost: BTreeMap<(u32, usize, usize), u64>,
     /// (segment, node, GPU of the node) each lost segment's time was observed on.
     pub lost_gpus: BTreeSet<(u32, u32, u32)>,
     /// [month][team][reason][pool]: unallocated and allocated-idle time by why it was idle.
     reasons: Vec<u64>,
-    /// [month][team][state][basis]: energy numerators (DESIGN.md "Energy"), kept as exact
+    /// [month][team][state][basis]: energy numerators (docs/accounting.md "Energy"), kept as exact
     /// integers so that sums do not depend on thread or summation order. Each is a sum of
     /// (mJ-rate x amount), where the amount is the span piece's sevenths x ms x SCALE:
     /// basis [`ENERGY_POWER`] sums power (mW) x amount, so mJ = numerator / (1000 x 7 x SCALE);
@@ -290,7 +290,7 @@ pub struct Expected {
     /// Stranded hours per month and node pool (the `stranded` rows of `idle_reasons`, summed
     /// over teams, which are only `platform`).
     pub stranded: Vec<StrandedRow>,
-    /// GPU energy per (month, team, state), DESIGN.md "Energy": each covered span's mean power
+    /// GPU energy per (month, team, state), docs/accounting.md "Energy": each covered span's mean power
     /// (the energy counter's increase to the next observation within max_gap, a decrease being
     /// a reset counted from the new value; else the power reading) times the span and the
     /// share its time is filed with. Only rows with kwh > 0, sorted by month, team, state.
@@ -522,7 +522,7 @@ pub fn build_expected(
         let mut evicted_s = None;
         for &s in &job.segments {
             let seg = &sim.segs[s as usize];
-            // DESIGN.md "Queue": after an eviction the wait runs from the eviction, not the requeue.
+            // docs/accounting.md "Queue": after an eviction the wait runs from the eviction, not the requeue.
             w.push((seg.admitted_s - evicted_s.unwrap_or(seg.queued_s)) as f64);
             evicted_s = match seg.end {
                 SegEnd::Preempted { at, .. } => Some(at),
@@ -667,7 +667,7 @@ fn idle_rows(months: &Months, sim: &Sim, acc: &Acc) -> (Vec<IdleReasonRow>, Vec<
     (rows, stranded)
 }
 
-/// The times (seconds, half-open) a job's Workload waits for quota (DESIGN.md "Queue",
+/// The times (seconds, half-open) a job's Workload waits for quota (docs/accounting.md "Queue",
 /// "Stranded capacity"): from its creation to its first admission, and from each eviction to
 /// the next admission. A wait that no admission ends lasts until the Workload finishes or is
 /// deleted, else past the end of the capture (`i64::MAX`). None for a pod Kueue does not manage.
@@ -695,7 +695,7 @@ pub fn pending_intervals(sim: &Sim, job: &Job) -> Vec<(i64, i64)> {
     out
 }
 
-/// DESIGN.md "Stranded capacity": per pool, the times (ms, half-open, merged, in order) at
+/// docs/accounting.md "Stranded capacity": per pool, the times (ms, half-open, merged, in order) at
 /// which some Workload asking for whole GPUs (`nvidia.com/gpu`) waits in a ClusterQueue one of
 /// whose GPU flavors selects the pool's nodes. Each Workload's ClusterQueue is its namespace's
 /// (the LocalQueue there points at it).
@@ -731,7 +731,7 @@ pub fn stranding_windows(sim: &Sim) -> [Vec<(i64, i64)>; 4] {
 /// XID codes that are hardware faults: the ledger's default `hardware_xids`.
 const HARDWARE_XIDS: [u64; 12] = [48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120];
 
-/// The lost segments a hardware fault lost, with the fault (DESIGN.md "Who pays for lost
+/// The lost segments a hardware fault lost, with the fault (docs/accounting.md "Who pays for lost
 /// runs"), worked out from the simulation: an XID error with a hardware code on a GPU the
 /// segment's time was observed on (the first sample showing the code), or reported by an event
 /// about such a node, during the segment or within max_gap (2.5 scrape intervals) after it; or

@@ -1,4 +1,4 @@
-//! Where each thing lives inside a store (DESIGN.md, "The store"): the names every reader and
+//! Where each thing lives inside a store (docs/accounting.md, "The store"): the names every reader and
 //! writer uses, so that no crate spells a path of its own.
 //!
 //! ```text

@@ -109,7 +109,7 @@ fn prometheus_api_responses() {
     // 16 H100 series + 1 L40S temperature are GPU fields; the PCIe replay counter and the vLLM
     // gauge go long form; the empty result adds nothing; the console dump (.txt) is not a format.
     // The T4 seen only through its PCIe replay counter (a DCGM field with no column) is observed
-    // too (DESIGN.md "Observation": any DCGM field observes a GPU): 18 rows.
+    // too (docs/accounting.md "Observation": any DCGM field observes a GPU): 18 rows.
     assert_eq!(written(&s, "gpu_samples"), 18, "{s}");
     assert_eq!(count(&store, "SELECT count(*) AS n FROM gpu_samples WHERE gpu_util IS NULL AND temp_c IS NULL AND fb_used_mib IS NULL"), 1);
     assert_eq!(written(&s, "metric_samples"), 2, "{s}");

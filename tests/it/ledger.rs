@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::util::{ingest, run};
 
 // ---------------------------------------------------------------------------------------------
-// Hand-built capture: a few samples per rule of DESIGN.md "Accounting rules".
+// Hand-built capture: a few samples per rule of docs/accounting.md "Accounting rules".
 // ---------------------------------------------------------------------------------------------
 
 /// 2026-10-31T23:50:00Z in milliseconds: ten minutes before a month boundary.
@@ -342,7 +342,7 @@ fn hand_built_capture_follows_every_accounting_rule() {
 }
 
 /// A second hand-built capture: the shapes real clusters have and the simulator's first
-/// versions did not (DESIGN.md as of 2026-12-01), each on its own GPU, sampled every 30 s from
+/// versions did not (docs/accounting.md as of 2026-12-01), each on its own GPU, sampled every 30 s from
 /// T0 (Oct 31 23:50, all in October). Namespace `research` (team ml), H100s at 2.49/h unless
 /// said otherwise; max_gap 2.5 x 30 s = 75 s.
 fn shapes_capture(dir: &Path) {

@@ -101,7 +101,7 @@ pub fn table_rows(store: &Path, table: &gpuledger_schemas::Table) -> Vec<String>
 }
 
 /// Identical rows, every value equal to the last bit: for the tables of money and GPU time,
-/// which are sums of decimals and of integer nanoseconds (DESIGN.md "Money is exact"), so no
+/// which are sums of decimals and of integer nanoseconds (docs/accounting.md "Money is exact"), so no
 /// engine, store or run may change a figure of them.
 pub fn assert_identical_rows(got: &[Value], want: &[Value], what: &str) {
     assert!(!want.is_empty(), "{what}: no rows to compare");

@@ -1,4 +1,4 @@
-//! `kubernetes_file`: Kubernetes and Kueue objects as kubectl writes them (see DESIGN.md,
+//! `kubernetes_file`: Kubernetes and Kueue objects as kubectl writes them (see docs/accounting.md,
 //! "Capture directories"): JSON `List`s, single objects, watch-event streams (concatenated
 //! JSON values, pretty or one per line) and multi-document YAML.
 //!

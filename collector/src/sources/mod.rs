@@ -1,4 +1,4 @@
-//! Readers of the capture formats of DESIGN.md ("Capture directories") and of what the live
+//! Readers of the capture formats of docs/accounting.md ("Capture directories") and of what the live
 //! collector and the backfill fetch. Each is a [`Source`]: it turns one input's bytes into
 //! records plus diagnostics ([`Source::parse`]), and only then are the records loaded into
 //! [`crate::tables`] ([`Source::load`]). No source writes the store.

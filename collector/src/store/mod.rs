@@ -1,6 +1,6 @@
 //! `parquet_store`: the store's writer.
 //!
-//! Layout (DESIGN.md, "The store"): `<root>/<table>/date=YYYY-MM-DD/part-<run>-<n>.parquet`,
+//! Layout (docs/accounting.md, "The store"): `<root>/<table>/date=YYYY-MM-DD/part-<run>-<n>.parquet`,
 //! zstd-compressed, rows sorted by the table's `sort_by`, timestamps `Timestamp(ms, "UTC")`.
 //!
 //! Guarantees, on a directory and in object storage alike:

@@ -73,7 +73,7 @@ struct GpuIdentity {
     pod: Option<String>,
     container: Option<String>,
     /// Labels that stay in `labels` but tell rows apart, because the ledger reads them per row:
-    /// the HA scraper replica and the pod's uid (DESIGN.md "Observation", "Identity").
+    /// the HA scraper replica and the pod's uid (docs/accounting.md "Observation", "Identity").
     distinct: Option<String>,
 }
 
@@ -204,7 +204,7 @@ impl SampleTables {
             self.counts.blank += 1;
         }
         if let (None, Some(identity), BlankRule::Gauge | BlankRule::Counter) = (metric.gpu_column, series.identity, metric.blank) {
-            // Any DCGM field observes its GPU (DESIGN.md "Observation"), even one that is not a
+            // Any DCGM field observes its GPU (docs/accounting.md "Observation"), even one that is not a
             // column (FB_TOTAL, PSTATE, ...): the GPU gets its row; the value goes long form.
             self.gpu_row(identity, ts_ms);
         }
