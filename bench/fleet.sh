@@ -324,8 +324,10 @@ PY
     fi
     if [ "$ok" = 1 ]; then
       sleep 1   # the executors register with the scheduler once listening
+      # --full: every day computed on the cluster, like the in-process --full it is compared with
+      # (without it the cluster would reuse the day tables the in-process runs stored).
       timed ballista "$D/ballista.out" "$BIN" ledger --store "$S" --config "$CONFIG" --engine ballista \
-        --scheduler "df://127.0.0.1:$P" --progress off || true
+        --scheduler "df://127.0.0.1:$P" --progress off --full || true
       # Peak memory of the cluster, read before the processes go.
       : > "$D/ballista_hwm"
       for p in "$sched" "${execs[@]}"; do
@@ -521,7 +523,7 @@ if "error" not in b and "skipped" not in b:
 res["ballista"] = b
 # When AGAIN re-ran some steps: each run's time and the steps it ran.
 res["steps_run"] = [l.split(" ", 1) for l in (read("steps_run") or "").splitlines() if l.strip()]
-json.dump(res, open(f"{d}/result.json", "w"), indent=1)
+json.dump(res, open(f"{d}/result.json", "w"), indent=1, default=str)  # decimals (money) as their exact text
 PY
   say "[$G GPUs] done: $D/result.json"
 done

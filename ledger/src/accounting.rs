@@ -564,23 +564,73 @@ fn own_filter(own: Own, day: Option<&str>) -> String {
 
 /// The object steps (`10`, `20`, `25`), keeping what the sample steps read many times.
 async fn object_steps(ctx: &SessionContext, keeper: &Keeper) -> Result<()> {
-    for file in OBJECT_FILES {
-        let keeps: Vec<(&str, String)> = OBJECT_KEEPS.iter().map(|v| (*v, String::new())).collect();
-        exec_file(ctx, file, &keeps, &[], keeper).await?;
+    let mut spilling = false;
+    loop {
+        let result = async {
+            for file in OBJECT_FILES {
+                let keeps: Vec<(&str, String)> = OBJECT_KEEPS.iter().map(|v| (*v, String::new())).collect();
+                exec_file(ctx, file, &keeps, &[], keeper).await?;
+            }
+            Ok(())
+        }
+        .await;
+        if let Some(done) = again_with_spilling_joins(ctx, "object steps", result, &mut spilling).await? {
+            return Ok(done);
+        }
     }
+}
+
+/// After an attempt at a month-wide group of steps: its result (`Some`), or `None` to run them
+/// again, once, with sort-merge joins, which spill, when they were refused memory.
+///
+/// The object and monthly steps read a whole month at once (objects are not split by day, and
+/// the monthly steps join every day's rows), and a hash join's build side cannot spill: 256 GPUs
+/// x 30 days under `--memory-limit 512MiB` had `pod_runs`' and `priced_state_hours`' hash joins
+/// refused memory. Hash joins stay the first choice: they are faster where memory suffices.
+async fn again_with_spilling_joins(ctx: &SessionContext, what: &str, result: Result<()>, spilling: &mut bool) -> Result<Option<()>> {
+    match result {
+        Err(e) if out_of_memory(&e) && !*spilling => {
+            tracing::info!("the {what} were refused memory: running them again with sort-merge joins, which spill");
+            set_hash_joins(ctx, false).await?;
+            *spilling = true;
+            Ok(None)
+        }
+        result => {
+            if *spilling {
+                set_hash_joins(ctx, true).await?;
+            }
+            result.map(Some)
+        }
+    }
+}
+
+/// Whether the planner may choose hash joins (`datafusion.optimizer.prefer_hash_join`).
+async fn set_hash_joins(ctx: &SessionContext, on: bool) -> Result<()> {
+    let sql = format!("SET datafusion.optimizer.prefer_hash_join = {on}");
+    let err = |source| Error::Query { sql: sql.clone(), source };
+    ctx.sql(&sql).await.map_err(err)?.collect().await.map_err(err)?;
     Ok(())
 }
 
 /// The monthly files, then the report views over the tables they read.
 async fn monthly_steps(ctx: &SessionContext, keeper: &Keeper, carry: Option<&Carry>) -> Result<()> {
-    let keeps: Vec<(&str, String)> = MONTHLY_KEEPS.iter().map(|v| (*v, String::new())).collect();
-    for file in MONTHLY_FILES {
-        exec_file(ctx, file, &keeps, &[], keeper).await?;
+    let mut spilling = false;
+    loop {
+        let result = async {
+            let keeps: Vec<(&str, String)> = MONTHLY_KEEPS.iter().map(|v| (*v, String::new())).collect();
+            for file in MONTHLY_FILES {
+                exec_file(ctx, file, &keeps, &[], keeper).await?;
+            }
+            if let Some(c) = carry {
+                carry_expired(ctx, c, keeper).await?;
+            }
+            create_report_views(ctx).await
+        }
+        .await;
+        if let Some(done) = again_with_spilling_joins(ctx, "monthly steps", result, &mut spilling).await? {
+            return Ok(done);
+        }
     }
-    if let Some(c) = carry {
-        carry_expired(ctx, c, keeper).await?;
-    }
-    create_report_views(ctx).await
 }
 
 /// Replaces each derived table that has a month (or an end) by its computed rows from the
