@@ -21,18 +21,17 @@ use super::progress::ProgressMode;
 /// The day is the unit of work and of memory. The sample steps run once per day (and per part of
 /// a day's nodes, when a day has more samples than the memory limit allows at once), in two
 /// passes; what each day yields is written as day tables under <STORE>/ledger/days/<date>/, and
-/// the monthly steps read those, never a month held in memory. So memory is bounded by the
-/// limit, whatever the number of days or GPUs: --memory-limit (default: half of the process's
-/// cgroup limit or of the machine's memory) sizes the parts and DataFusion's pool, operators
-/// spill to --spill-dir beyond it, and the run prints its peak RSS at the end.
+/// the monthly steps read those, never a month held in memory. --memory-limit (default: half of
+/// the process's cgroup limit or of the machine's memory) sizes the parts and DataFusion's
+/// pool, operators spill to --spill-dir beyond it, and the run prints its peak RSS at the end.
 ///
 /// Incremental: each day's tables carry a digest of what they were computed from (the day's
 /// sample files, the runs and pods it names, its GPUs' scrape intervals, the windows and objects
 /// it reads, the settings). The next run computes only the days whose digest changed (a new
 /// day, the day before it, days restated because a run that held GPUs on them settled, a changed
 /// configuration) and reuses the others; the monthly steps run over all. A daily run after one
-/// more day computes two or three days of work plus the monthly steps (see the README's fleet
-/// section for figures). --full computes every day.
+/// more day computes two to four days plus the monthly steps: measured at 256 GPUs x 30 days,
+/// 16.5% of a full run (docs/ledger-runs.md). --full computes every day.
 ///
 /// With --engine ballista the same plan runs on a Ballista cluster (`gpuledger ballista
 /// scheduler|executor`): the executors write the day tables themselves.
@@ -60,9 +59,9 @@ pub struct Args {
     /// The Ballista scheduler, df://HOST:PORT (with --engine ballista).
     #[arg(long, env = "GPULEDGER_SCHEDULER", required_if_eq("engine", "ballista"))]
     pub scheduler: Option<String>,
-    /// Memory the run may use (e.g. 2GiB): the process's peak stays within 1.25 times it plus
-    /// 200 MiB of its own (a day too big for it is split into parts of its nodes, and
-    /// operators spill to --spill-dir). Default: half of what the process may use (its cgroup's
+    /// Memory the run may use (e.g. 2GiB): a day too big for it is split into parts of its nodes,
+    /// and operators spill to --spill-dir. The peak RSS is meant to stay within 1.25 times it
+    /// plus 200 MiB; measured so on small fleets, not yet on large ones (docs/ledger-runs.md). Default: half of what the process may use (its cgroup's
     /// limit in a container or pod, else the machine's memory).
     #[arg(long, value_parser = super::byte_size)]
     pub memory_limit: Option<u64>,
