@@ -564,43 +564,35 @@ fn own_filter(own: Own, day: Option<&str>) -> String {
 
 /// The object steps (`10`, `20`, `25`), keeping what the sample steps read many times.
 async fn object_steps(ctx: &SessionContext, keeper: &Keeper) -> Result<()> {
-    let mut spilling = false;
-    loop {
-        let result = async {
+    let keeps: Vec<(&str, String)> = OBJECT_KEEPS.iter().map(|v| (*v, String::new())).collect();
+    let keeps = &keeps;
+    with_spilling_joins_if_refused(ctx, "object steps", || {
+        Box::pin(async move {
             for file in OBJECT_FILES {
-                let keeps: Vec<(&str, String)> = OBJECT_KEEPS.iter().map(|v| (*v, String::new())).collect();
-                exec_file(ctx, file, &keeps, &[], keeper).await?;
+                exec_file(ctx, file, keeps, &[], keeper).await?;
             }
             Ok(())
-        }
-        .await;
-        if let Some(done) = again_with_spilling_joins(ctx, "object steps", result, &mut spilling).await? {
-            return Ok(done);
-        }
-    }
+        })
+    })
+    .await
 }
 
-/// After an attempt at a month-wide group of steps: its result (`Some`), or `None` to run them
-/// again, once, with sort-merge joins, which spill, when they were refused memory.
+/// Runs `steps`; refused memory, runs them once more with sort-merge joins, which spill.
 ///
 /// The object and monthly steps read a whole month at once (objects are not split by day, and
 /// the monthly steps join every day's rows), and a hash join's build side cannot spill: 256 GPUs
 /// x 30 days under `--memory-limit 512MiB` had `pod_runs`' and `priced_state_hours`' hash joins
 /// refused memory. Hash joins stay the first choice: they are faster where memory suffices.
-async fn again_with_spilling_joins(ctx: &SessionContext, what: &str, result: Result<()>, spilling: &mut bool) -> Result<Option<()>> {
-    match result {
-        Err(e) if out_of_memory(&e) && !*spilling => {
+async fn with_spilling_joins_if_refused<'a>(ctx: &SessionContext, what: &str, steps: impl Fn() -> futures::future::BoxFuture<'a, Result<()>>) -> Result<()> {
+    match steps().await {
+        Err(e) if out_of_memory(&e) => {
             tracing::info!("the {what} were refused memory: running them again with sort-merge joins, which spill");
             set_hash_joins(ctx, false).await?;
-            *spilling = true;
-            Ok(None)
+            let again = steps().await;
+            set_hash_joins(ctx, true).await?;
+            again
         }
-        result => {
-            if *spilling {
-                set_hash_joins(ctx, true).await?;
-            }
-            result.map(Some)
-        }
+        other => other,
     }
 }
 
@@ -614,23 +606,20 @@ async fn set_hash_joins(ctx: &SessionContext, on: bool) -> Result<()> {
 
 /// The monthly files, then the report views over the tables they read.
 async fn monthly_steps(ctx: &SessionContext, keeper: &Keeper, carry: Option<&Carry>) -> Result<()> {
-    let mut spilling = false;
-    loop {
-        let result = async {
-            let keeps: Vec<(&str, String)> = MONTHLY_KEEPS.iter().map(|v| (*v, String::new())).collect();
+    let keeps: Vec<(&str, String)> = MONTHLY_KEEPS.iter().map(|v| (*v, String::new())).collect();
+    let keeps = &keeps;
+    with_spilling_joins_if_refused(ctx, "monthly steps", || {
+        Box::pin(async move {
             for file in MONTHLY_FILES {
-                exec_file(ctx, file, &keeps, &[], keeper).await?;
+                exec_file(ctx, file, keeps, &[], keeper).await?;
             }
             if let Some(c) = carry {
                 carry_expired(ctx, c, keeper).await?;
             }
             create_report_views(ctx).await
-        }
-        .await;
-        if let Some(done) = again_with_spilling_joins(ctx, "monthly steps", result, &mut spilling).await? {
-            return Ok(done);
-        }
-    }
+        })
+    })
+    .await
 }
 
 /// Replaces each derived table that has a month (or an end) by its computed rows from the
