@@ -65,16 +65,20 @@ WHERE piece_end > piece_start;
 -- leftover is measured on the piece of the instant's first instance, the total rounded to
 -- whole nanoseconds before it is split.) Two window sorts, over the MIG rows only, and no
 -- aggregate over every pod row: under a small memory limit a day's MIG node must fit.
+-- An instance one pod holds (or none: nearly every MIG row) keeps its pod here, so that
+-- mig_pieces joins back to the pieces only for the instances pods share. The ledger keeps this
+-- view as a table as soon as it is created (ledger/src/plan.rs): mig_pieces is read six times.
 CREATE OR REPLACE VIEW mig_piece_parts AS
 WITH instances AS (
     -- One row per instance piece: an instance held by one pod, or none, is its own row; the k
     -- rows of an instance shared by k pods are made one.
-    SELECT date, hostname, uuid, mig_instance, model_name, xid_error, watts, slices, gpu_slices, t, piece_start, piece_ns
+    SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, pods, xid_error, watts,
+           slices, gpu_slices, t, piece_start, piece_ns
     FROM sample_pieces
     WHERE mig_instance IS NOT NULL AND pods = 1
     UNION ALL
-    SELECT date, hostname, uuid, mig_instance, MIN(model_name), MAX(xid_error), MAX(watts), MIN(slices), MIN(gpu_slices),
-           t, piece_start, piece_ns
+    SELECT date, hostname, uuid, mig_instance, MIN(model_name), CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR),
+           false, MIN(pods), MAX(xid_error), MAX(watts), MIN(slices), MIN(gpu_slices), t, piece_start, piece_ns
     FROM sample_pieces
     WHERE mig_instance IS NOT NULL AND pods > 1
     GROUP BY date, hostname, uuid, mig_instance, t, piece_start, piece_ns
@@ -91,6 +95,9 @@ parts AS (
     -- 1/M ns. (The two-row VALUES makes the leftover's row beside the first instance's.)
     SELECT a.date, a.hostname, a.uuid, CASE WHEN k.leftover THEN NULL ELSE a.mig_instance END AS mig_instance,
            a.model_name, a.xid_error, a.watts, a.t, a.piece_start, a.gpu_slices,
+           CASE WHEN NOT k.leftover THEN a.namespace END AS namespace, CASE WHEN NOT k.leftover THEN a.pod END AS pod,
+           CASE WHEN NOT k.leftover THEN a.pod_uid END AS pod_uid, a.active AND NOT k.leftover AS active,
+           CASE WHEN NOT k.leftover THEN a.pods END AS pods,
            a.piece_ns * CASE WHEN k.leftover THEN a.leftover_slices ELSE a.slices END AS share
     FROM (VALUES (false), (true)) AS k(leftover)
     CROSS JOIN at_instant a
@@ -99,7 +106,7 @@ parts AS (
 floors AS (
     SELECT *, share / gpu_slices AS floor_ns, share % gpu_slices AS remainder FROM parts
 )
-SELECT date, hostname, uuid, mig_instance, model_name, xid_error, watts, t, piece_start,
+SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, pods, xid_error, watts, t, piece_start,
        -- The instant's whole (the piece, in the usual case), less the floors: the nanoseconds
        -- left, one each to the largest remainders.
        floor_ns + CASE WHEN ROW_NUMBER() OVER (PARTITION BY hostname, uuid, t, piece_start ORDER BY remainder DESC, mig_instance NULLS LAST)
@@ -119,13 +126,16 @@ SELECT hostname, node FROM (
     JOIN node_keys k ON k.key = lower(h.hostname) OR (NOT k.exact AND k.key = split_part(lower(h.hostname), '.', 1))
 ) WHERE match_rank = 1;
 
--- A MIG GPU's pieces as its pods hold them: each instance's part (mig_piece_parts) goes to the
--- k pods the observation names, the floor of 1/k each and the nanoseconds left one each to the
--- pods with the smallest uid (as for a whole GPU, below); and the leftover, which no pod holds.
--- The ledger keeps this view as a table as soon as it is created (ledger/src/plan.rs): the
--- states read it twice and are themselves read three times, and joining the pods to their
--- instances' parts in each of those reads took more than a small memory limit leaves.
+-- A MIG GPU's pieces as its pods hold them: an instance one pod holds (or none) is its part
+-- (mig_piece_parts); the part of an instance k pods share goes to them, the floor of 1/k each
+-- and the nanoseconds left one each to the pods with the smallest uid (as for a whole GPU,
+-- below); and the leftover, which no pod holds.
 CREATE OR REPLACE VIEW mig_pieces AS
+SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, xid_error, watts, t, piece_start,
+       part_ns AS gpu_ns
+FROM mig_piece_parts
+WHERE mig_instance IS NOT NULL AND pods = 1
+UNION ALL
 SELECT sp.date, sp.hostname, sp.uuid, sp.mig_instance, sp.model_name, sp.namespace, sp.pod, sp.pod_uid, sp.active,
        sp.xid_error, sp.watts, sp.t, sp.piece_start,
        mp.part_ns / sp.pods
@@ -136,8 +146,8 @@ FROM sample_pieces sp
 JOIN mig_piece_parts mp
   ON (mp.hostname IS NOT DISTINCT FROM sp.hostname) AND (mp.uuid IS NOT DISTINCT FROM sp.uuid)
  AND mp.mig_instance = sp.mig_instance AND mp.t = sp.t AND mp.piece_start = sp.piece_start
--- Said, not only implied by the join: the whole GPUs' pieces (nearly all of them) stay out.
-WHERE sp.mig_instance IS NOT NULL
+-- Said, not only implied by the join: only the shared instances' pieces (few) are joined.
+WHERE sp.mig_instance IS NOT NULL AND sp.pods > 1 AND mp.pods > 1
 UNION ALL
 SELECT date, hostname, uuid, CAST(NULL AS INT), model_name, CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR),
        false, xid_error, watts, t, piece_start, part_ns

@@ -111,10 +111,11 @@ pub const PASS2: Pass = Pass {
         Step {
             file: "40_states.sql",
             reads: &[("known_active_bounds", "day_active_bounds")],
-            // A MIG GPU's pieces split among its instances, leftover and pods: the states read
-            // it twice and are read three times, and splitting again in each read took more
-            // memory than a small limit leaves (tests/it/fleet.rs).
-            keeps: &[("mig_pieces", Own::All)],
+            // A MIG GPU's pieces split among its instances and leftover: `mig_pieces` reads the
+            // split three times and the states read `mig_pieces` six times; splitting again in
+            // each read took more memory than a small limit leaves (tests/it/fleet.rs), and
+            // computing it twice per unit was the largest step at 256 GPUs (bench/README.md).
+            keeps: &[("mig_piece_parts", Own::All)],
             yields: &[("gpu_state_hours", Own::All), ("unobserved_gpu_hours", Own::All), ("gpu_pods", Own::All), ("lost_segment_gpus", Own::All), ("observed_extent", Own::All)],
             lets_go: &[],
         },

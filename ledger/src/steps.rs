@@ -71,6 +71,11 @@ async fn keep_in_memory(ctx: &SessionContext, name: &str, sql: &str) -> Result<(
     let limited = matches!(ctx.runtime_env().memory_pool.memory_limit(), MemoryLimit::Finite(_));
     let _timer = Timer::start(ctx, &first_line(sql));
     let err = |source| Error::Query { sql: first_line(sql), source };
+    // A profiling aid (docs/ledger-runs.md): the plan of one kept view, with its operators' metrics.
+    if std::env::var("GPULEDGER_EXPLAIN").is_ok_and(|v| v == name) {
+        let plan = ctx.sql(&format!("EXPLAIN ANALYZE {sql}")).await.map_err(err)?.collect().await.map_err(err)?;
+        eprintln!("{}", arrow::util::pretty::pretty_format_batches(&plan).map_err(|e| Error::internal(e.to_string()))?);
+    }
     let df = ctx.sql(sql).await.map_err(err)?;
     let schema: arrow::datatypes::SchemaRef = Arc::new(df.schema().as_arrow().clone());
     if !limited {
