@@ -128,7 +128,7 @@ SELECT p.hostname, p.uuid, p.mig_instance, COALESCE(r.pod_key, p.namespace || '/
 FROM observation_starts o
 JOIN pod_samples p
   ON (p.hostname IS NOT DISTINCT FROM o.hostname) AND (p.uuid IS NOT DISTINCT FROM o.uuid)
- AND (p.mig_instance IS NOT DISTINCT FROM o.mig_instance) AND p.t = o.t
+ AND (p.mig_instance IS NOT DISTINCT FROM o.mig_instance) AND (p.t IS NOT DISTINCT FROM o.t)
 LEFT JOIN pod_runs r ON r.namespace = p.namespace AND r.pod = p.pod
                     AND CASE WHEN p.pod_uid IS NOT NULL AND r.uid IS NOT NULL THEN r.uid = p.pod_uid
                              ELSE p.t >= r.valid_from_ms AND (r.valid_to_ms IS NULL OR p.t < r.valid_to_ms) END

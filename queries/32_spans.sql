@@ -86,6 +86,6 @@ LEFT JOIN (
            LAG(xid) OVER (PARTITION BY hostname, uuid ORDER BY day_number) AS last_xid_before
     FROM known_day_last_xids
 ) k ON r.xid_before IS NULL AND (k.hostname IS NOT DISTINCT FROM r.hostname)
-   AND (k.uuid IS NOT DISTINCT FROM r.uuid) AND k.day_number = r.day_number
+   AND (k.uuid IS NOT DISTINCT FROM r.uuid) AND (k.day_number IS NOT DISTINCT FROM r.day_number)
 WHERE r.xid <> 0 AND COALESCE(r.xid_before, k.last_xid_before) IS NOT NULL
   AND r.xid <> COALESCE(r.xid_before, k.last_xid_before);

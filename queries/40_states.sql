@@ -145,7 +145,8 @@ SELECT sp.date, sp.hostname, sp.uuid, sp.mig_instance, sp.model_name, sp.namespa
 FROM sample_pieces sp
 JOIN mig_piece_parts mp
   ON (mp.hostname IS NOT DISTINCT FROM sp.hostname) AND (mp.uuid IS NOT DISTINCT FROM sp.uuid)
- AND mp.mig_instance = sp.mig_instance AND mp.t = sp.t AND mp.piece_start = sp.piece_start
+ AND (mp.mig_instance IS NOT DISTINCT FROM sp.mig_instance) AND (mp.t IS NOT DISTINCT FROM sp.t)
+ AND (mp.piece_start IS NOT DISTINCT FROM sp.piece_start)
 -- Said, not only implied by the join: only the shared instances' pieces (few) are joined.
 WHERE sp.mig_instance IS NOT NULL AND sp.pods > 1 AND mp.pods > 1
 UNION ALL
@@ -286,7 +287,7 @@ SELECT p.date, p.node, p.uuid, p.model_name, p.piece_start, p.xid_error, p.team,
 FROM gpu_state_piece_states p
 LEFT JOIN pod_active_bounds b
        ON p.state = 'allocated_idle' AND (b.hostname IS NOT DISTINCT FROM p.hostname) AND (b.uuid IS NOT DISTINCT FROM p.uuid)
-      AND (b.mig_instance IS NOT DISTINCT FROM p.mig_instance) AND b.pod_key = p.pod_key
+      AND (b.mig_instance IS NOT DISTINCT FROM p.mig_instance) AND (b.pod_key IS NOT DISTINCT FROM p.pod_key)
 WHERE p.state <> 'unallocated'
 UNION ALL
 SELECT date, node, uuid, model_name, piece_start, xid_error, 'platform' AS team, CAST(NULL AS VARCHAR) AS namespace,

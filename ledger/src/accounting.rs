@@ -481,6 +481,7 @@ impl Driver<'_> {
             if let Some((name, filter)) = keeps.iter().find(|(k, _)| *k == v) {
                 self.keeper.keep(self.ctx, name, &format!("SELECT * FROM {name}{filter}")).await?;
             } else if let (Some((name, _)), Some((day, part))) = (to_carry.iter().find(|(c, _)| *c == v), unit) {
+                crate::steps::explain_if_asked(self.ctx, name, &format!("SELECT * FROM {name}")).await?;
                 let rel = self.tables.scratch().rel(&format!("carried/{day}/{name}.{part}.parquet"));
                 let written = self.write(&format!("SELECT * FROM {name}"), &self.tables.scratch().location.clone(), &rel, Keeping::Scratch).await?;
                 let url = self.tables.scratch().location.join(&rel);
@@ -493,6 +494,7 @@ impl Driver<'_> {
 
     /// Writes the unit's own rows of `view` as its day table file, and notes it.
     async fn yield_table(&mut self, view: &'static str, own: Own, day: Option<&str>, part: usize) -> Result<()> {
+        crate::steps::explain_if_asked(self.ctx, view, &format!("SELECT * FROM {view}")).await?;
         let at = self.tables.file(day, view, part);
         let keeping = if self.tables.keeps() { Keeping::Stored } else { Keeping::Scratch };
         let written = self.write(&format!("SELECT * FROM {view}{}", own_filter(own, day)), &at.location, &at.rel, keeping).await?;

@@ -71,11 +71,7 @@ async fn keep_in_memory(ctx: &SessionContext, name: &str, sql: &str) -> Result<(
     let limited = matches!(ctx.runtime_env().memory_pool.memory_limit(), MemoryLimit::Finite(_));
     let _timer = Timer::start(ctx, &first_line(sql));
     let err = |source| Error::Query { sql: first_line(sql), source };
-    // A profiling aid (docs/ledger-runs.md): the plan of one kept view, with its operators' metrics.
-    if std::env::var("GPULEDGER_EXPLAIN").is_ok_and(|v| v == name) {
-        let plan = ctx.sql(&format!("EXPLAIN ANALYZE {sql}")).await.map_err(err)?.collect().await.map_err(err)?;
-        eprintln!("{}", arrow::util::pretty::pretty_format_batches(&plan).map_err(|e| Error::internal(e.to_string()))?);
-    }
+    explain_if_asked(ctx, name, sql).await?;
     let df = ctx.sql(sql).await.map_err(err)?;
     let schema: arrow::datatypes::SchemaRef = Arc::new(df.schema().as_arrow().clone());
     if !limited {
@@ -87,6 +83,18 @@ async fn keep_in_memory(ctx: &SessionContext, name: &str, sql: &str) -> Result<(
     // comes, rather than being whole in memory first.
     let rows = df.execute_stream().await.map_err(err)?;
     replace_table(ctx, name, kept::stream(ctx, name, schema, rows).await?)
+}
+
+/// A profiling aid (docs/ledger-runs.md): where `GPULEDGER_EXPLAIN` names the view `name`,
+/// prints the `EXPLAIN ANALYZE` of `sql` (the view is computed once more for it).
+pub async fn explain_if_asked(ctx: &SessionContext, name: &str, sql: &str) -> Result<()> {
+    if !std::env::var("GPULEDGER_EXPLAIN").is_ok_and(|v| v == name) {
+        return Ok(());
+    }
+    let err = |source| Error::Query { sql: first_line(sql), source };
+    let plan = ctx.sql(&format!("EXPLAIN ANALYZE {sql}")).await.map_err(err)?.collect().await.map_err(err)?;
+    eprintln!("{}", arrow::util::pretty::pretty_format_batches(&plan).map_err(|e| Error::internal(e.to_string()))?);
+    Ok(())
 }
 
 /// Runs every statement of the SQL file `file` (each creates a view). Views named in `keeps`
