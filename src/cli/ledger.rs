@@ -31,7 +31,7 @@ use super::progress::ProgressMode;
 /// day, the day before it, days restated because a run that held GPUs on them settled, a changed
 /// configuration) and reuses the others; the monthly steps run over all. A daily run after one
 /// more day computes two to four days plus the monthly steps: measured at 256 GPUs x 30 days,
-/// 16.5% of a full run (docs/ledger-runs.md). --full computes every day.
+/// 18.6% of a full run (docs/ledger-runs.md). --full computes every day.
 ///
 /// With --engine ballista the same plan runs on a Ballista cluster (`gpuledger ballista
 /// scheduler|executor`): the executors write the day tables themselves.
