@@ -545,8 +545,7 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64, sink: &mut 
 
     let k_total = tl.scrapes;
     let iv = tl.interval_ms;
-    // docs/accounting.md: max_gap = 2.5 x the interval (a single missed scrape stays covered).
-    let max_gap = 5 * iv / 2;
+    let max_gap = crate::max_gap_ms(iv);
     // Next present scrape after each one: the end of its covered span.
     let mut next_present = vec![usize::MAX; k_total];
     let mut nxt = usize::MAX;

@@ -62,6 +62,14 @@ pub const TRUTH_FILE: &str = "expected.json";
 /// (queues, runs in flight) when metrics begin.
 const WARMUP_S: i64 = 12 * 3600;
 
+/// The longest gap between a GPU's observations that still counts as covered under the
+/// ledger's default `max_gap_factor` (docs/accounting.md, "Observation"): 2.5 scrape intervals, so
+/// that one missed scrape costs nothing. The simulator's expected figures assume it; spelled
+/// as 5/2 so that it stays whole milliseconds.
+pub(crate) fn max_gap_ms(interval_ms: i64) -> i64 {
+    5 * interval_ms / 2
+}
+
 /// What to simulate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SimConfig {
@@ -585,7 +593,7 @@ mod tests {
         simulate_files(&cfg, dir.path(), 2, &mut |_| {}).unwrap();
         let exp = read_json(&dir.path().join(TRUTH_FILE));
         let iv = cfg.scrape_interval_s as i64 * 1000;
-        let max_gap = 2.5 * iv as f64;
+        let max_gap = max_gap_ms(iv);
 
         let samples = read_dcgm_samples(dir.path());
         // HA pairs: per GPU and UTC day only the replica seen first counts.
@@ -662,7 +670,7 @@ mod tests {
             let times: Vec<i64> = obs.keys().copied().collect();
             for (i, &t) in times.iter().enumerate() {
                 let (energy, power) = obs[&t];
-                let next = times.get(i + 1).copied().filter(|&n| (n - t) as f64 <= max_gap);
+                let next = times.get(i + 1).copied().filter(|&n| n - t <= max_gap);
                 let end = next.unwrap_or(t + iv);
                 let watts = match (next, energy, next.and_then(|n| obs[&n].0)) {
                     (Some(n), Some(e), Some(e_next)) => {

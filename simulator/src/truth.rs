@@ -738,7 +738,7 @@ const HARDWARE_XIDS: [u64; 12] = [48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 1
 /// such a node not Ready (its NotReady stretch) at some time in the segment's last 10 minutes,
 /// which also covers the NodeNotReady event at the stretch's start. XID faults come first.
 fn hardware_faults(cl: &Cluster, tl: &Timeline, sim: &Sim, acc: &Acc) -> BTreeMap<u32, String> {
-    let max_gap = 5 * tl.interval_ms / 2;
+    let max_gap = crate::max_gap_ms(tl.interval_ms);
     // Each hardware XID error: (node, GPU, code, the first sample showing it, the event's time).
     let mut errors = Vec::new();
     for pod in &sim.pods {
