@@ -61,8 +61,9 @@ pub struct Args {
     pub scheduler: Option<String>,
     /// Memory the run may use (e.g. 2GiB): a day too big for it is split into parts of its nodes,
     /// and operators spill to --spill-dir. The peak RSS is meant to stay within 1.25 times it
-    /// plus 200 MiB; measured so on small fleets, not yet on large ones (docs/ledger-runs.md). Default: half of what the process may use (its cgroup's
-    /// limit in a container or pod, else the machine's memory).
+    /// plus 200 MiB; measured so on small fleets, not yet on large ones (docs/ledger-runs.md).
+    /// Default: half of what the process may use (its cgroup's limit in a container or pod,
+    /// else the machine's memory).
     #[arg(long, value_parser = super::byte_size)]
     pub memory_limit: Option<u64>,
     /// Directory for spill files (default: the system's temporary directory).
