@@ -63,8 +63,9 @@ WHERE piece_end > piece_start;
 -- add up to the piece. (Instances of one GPU are read in one scrape, so their pieces at an
 -- instant are the same; where one's is not, each instance takes N/M of its own piece and the
 -- leftover is measured on the piece of the instant's first instance, the total rounded to
--- whole nanoseconds before it is split.) Two window sorts, over the MIG rows only, and no
--- aggregate over every pod row: under a small memory limit a day's MIG node must fit.
+-- whole nanoseconds before it is split.) Per-instant totals are aggregates joined back, and the
+-- one window (the ranking) sorts, so everything this holds is counted in the memory pool and
+-- can spill: under a small memory limit a day's MIG node must fit.
 -- An instance one pod holds (or none: nearly every MIG row) keeps its pod here, so that
 -- mig_pieces joins back to the pieces only for the instances pods share. The ledger keeps this
 -- view as a table as soon as it is created (ledger/src/plan.rs): mig_pieces is read six times.
@@ -83,12 +84,23 @@ WITH instances AS (
     WHERE mig_instance IS NOT NULL AND pods > 1
     GROUP BY date, hostname, uuid, mig_instance, t, piece_start, piece_ns
 ),
-at_instant AS (
-    -- The slices no instance of the GPU holds at the instant, and its first instance (which
-    -- carries the leftover below).
-    SELECT *, gpu_slices - SUM(slices) OVER (PARTITION BY hostname, uuid, t, piece_start) AS leftover_slices,
-              MIN(mig_instance) OVER (PARTITION BY hostname, uuid, t, piece_start) AS first_instance
+instant_totals AS (
+    -- Per GPU and instant: the slices its instances hold, and its first instance (which
+    -- carries the leftover below). An aggregate joined back, not a window over the partition:
+    -- a window without ORDER BY holds a whole unit's rows at once, outside the memory pool.
+    SELECT hostname, uuid, t, piece_start, SUM(slices) AS held_slices, MIN(mig_instance) AS first_instance
     FROM instances
+    GROUP BY hostname, uuid, t, piece_start
+),
+at_instant AS (
+    -- The slices no instance of the GPU holds at the instant.
+    SELECT i.*, i.gpu_slices - it.held_slices AS leftover_slices, it.first_instance
+    -- The aggregate first: DataFusion builds its hash table from the left side, and the rows
+    -- a join emits hold the whole of its build side's string buffers.
+    FROM instant_totals it
+    JOIN instances i
+      ON (it.hostname IS NOT DISTINCT FROM i.hostname) AND (it.uuid IS NOT DISTINCT FROM i.uuid)
+     AND (it.t IS NOT DISTINCT FROM i.t) AND (it.piece_start IS NOT DISTINCT FROM i.piece_start)
 ),
 parts AS (
     -- Each instance's part, and the leftover's (none where the instances hold every slice), in
@@ -105,15 +117,25 @@ parts AS (
 ),
 floors AS (
     SELECT *, share / gpu_slices AS floor_ns, share % gpu_slices AS remainder FROM parts
+),
+floor_totals AS (
+    -- Per GPU and instant: the whole, in 1/M ns, and the sum of the parts' floors.
+    SELECT hostname, uuid, t, piece_start, SUM(share) AS total_share, SUM(floor_ns) AS total_floor_ns
+    FROM floors
+    GROUP BY hostname, uuid, t, piece_start
 )
-SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, pods, xid_error, watts, t, piece_start,
+SELECT f.date, f.hostname, f.uuid, f.mig_instance, f.model_name, f.namespace, f.pod, f.pod_uid, f.active, f.pods,
+       f.xid_error, f.watts, f.t, f.piece_start,
        -- The instant's whole (the piece, in the usual case), less the floors: the nanoseconds
        -- left, one each to the largest remainders.
-       floor_ns + CASE WHEN ROW_NUMBER() OVER (PARTITION BY hostname, uuid, t, piece_start ORDER BY remainder DESC, mig_instance NULLS LAST)
-                            <= (SUM(share) OVER (PARTITION BY hostname, uuid, t, piece_start) + gpu_slices / 2) / gpu_slices
-                               - SUM(floor_ns) OVER (PARTITION BY hostname, uuid, t, piece_start)
-                       THEN 1 ELSE 0 END AS part_ns
-FROM floors;
+       f.floor_ns + CASE WHEN ROW_NUMBER() OVER (PARTITION BY f.hostname, f.uuid, f.t, f.piece_start
+                                                 ORDER BY f.remainder DESC, f.mig_instance NULLS LAST)
+                              <= (ft.total_share + f.gpu_slices / 2) / f.gpu_slices - ft.total_floor_ns
+                         THEN 1 ELSE 0 END AS part_ns
+FROM floor_totals ft
+JOIN floors f
+  ON (ft.hostname IS NOT DISTINCT FROM f.hostname) AND (ft.uuid IS NOT DISTINCT FROM f.uuid)
+ AND (ft.t IS NOT DISTINCT FROM f.t) AND (ft.piece_start IS NOT DISTINCT FROM f.piece_start);
 
 -- The Node each DCGM Hostname names: an exact match (without case) first, else by first DNS
 -- label; the alphabetically first node where two match equally. A hostname no node matches
