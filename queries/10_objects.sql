@@ -24,16 +24,24 @@ FROM (
            ROW_NUMBER() OVER (PARTITION BY namespace, pod ORDER BY first_seen, pod_key) AS incarnation,
            LEAD(first_seen) OVER (PARTITION BY namespace, pod ORDER BY first_seen, pod_key) AS next_first_seen
     FROM (
-        SELECT namespace, name AS pod, pod_key, uid, node_name, phase, reason, owner_kind, owner_name, owner_uid,
-               job_name, workload_name, start_time, first_seen, disruption_target, disruption_reason,
-               last_termination_reason, last_exit_code, labels, observed_at AS last_seen, gpu_request
+        SELECT l.namespace, l.name AS pod, l.pod_key, l.uid, l.node_name, l.phase, l.reason, l.owner_kind, l.owner_name,
+               l.owner_uid, l.job_name, l.workload_name, l.start_time, f.first_seen, l.disruption_target,
+               l.disruption_reason, l.last_termination_reason, l.last_exit_code, l.labels, l.observed_at AS last_seen,
+               l.gpu_request
         FROM (
-            SELECT p.*,
-                   COALESCE(MIN(start_time) OVER (PARTITION BY pod_key),
-                            MIN(observed_at) OVER (PARTITION BY pod_key)) AS first_seen,
-                   ROW_NUMBER() OVER (PARTITION BY pod_key ORDER BY observed_at DESC, seq DESC) AS version_rank
-            FROM (SELECT *, COALESCE(uid, namespace || '/' || name) AS pod_key FROM pods) p
-        ) WHERE version_rank = 1
+            -- The first start (or sighting) of each pod, over all its versions: an aggregate
+            -- joined to the latest version, not a window over each pod's versions (a window
+            -- without ORDER BY holds the whole table at once, outside the memory pool).
+            SELECT pod_key, COALESCE(MIN(start_time), MIN(observed_at)) AS first_seen
+            FROM (SELECT COALESCE(uid, namespace || '/' || name) AS pod_key, start_time, observed_at FROM pods)
+            GROUP BY pod_key
+        ) f
+        JOIN (
+            SELECT * FROM (
+                SELECT p.*, ROW_NUMBER() OVER (PARTITION BY pod_key ORDER BY observed_at DESC, seq DESC) AS version_rank
+                FROM (SELECT *, COALESCE(uid, namespace || '/' || name) AS pod_key FROM pods) p
+            ) WHERE version_rank = 1
+        ) l ON l.pod_key IS NOT DISTINCT FROM f.pod_key
     )
 );
 
@@ -56,11 +64,16 @@ SELECT namespace, name AS workload, uid, created_at, owner_kind, owner_name, own
        admitted_cluster_queue, labels, annotations, gpu_count, whole_gpu_count,
        CASE WHEN event_type = 'DELETED' THEN observed_at END AS deleted_at
 FROM (
-    SELECT w.*,
-           MAX(cluster_queue) OVER (PARTITION BY namespace, name) AS admitted_cluster_queue,
-           ROW_NUMBER() OVER (PARTITION BY namespace, name ORDER BY observed_at DESC, seq DESC) AS version_rank
-    FROM workloads w
-) WHERE version_rank = 1;
+    SELECT l.*, a.admitted_cluster_queue
+    FROM (SELECT namespace AS a_namespace, name AS a_name, MAX(cluster_queue) AS admitted_cluster_queue
+          FROM workloads GROUP BY namespace, name) a
+    JOIN (
+        SELECT * FROM (
+            SELECT w.*, ROW_NUMBER() OVER (PARTITION BY namespace, name ORDER BY observed_at DESC, seq DESC) AS version_rank
+            FROM workloads w
+        ) WHERE version_rank = 1
+    ) l ON (l.namespace IS NOT DISTINCT FROM a.a_namespace) AND (l.name IS NOT DISTINCT FROM a.a_name)
+);
 
 -- One row per namespace, with its team label (if any).
 CREATE OR REPLACE VIEW namespaces_latest AS
