@@ -42,24 +42,41 @@ FROM (
     JOIN price_by_node_label p ON label(n.labels, p.label_key) = p.label_value
 ) WHERE price_rank = 1;
 
-CREATE OR REPLACE VIEW priced_state_hours AS
-SELECT h.*,
+-- The price of each node and GPU model the month's GPU time names: by the node's labels (its
+-- node pool), else by its GPU model, else the default.
+CREATE OR REPLACE VIEW node_model_prices AS
+SELECT k.node, k.model_name,
        COALESCE(np.price, np2.price, pm.price, s.default_price) AS price,
-       -- The row's cost, rounded once, half to even, to the micro-unit.
-       price_ns(h.gpu_ns, COALESCE(np.price, np2.price, pm.price, s.default_price)) AS cost,
-       COALESCE(np.label_value, np2.label_value) AS pool,
-       -- Who pays for lost time (55_who_pays.sql): `platform` or `team`; null for other states.
-       CASE WHEN h.state IN ('failed', 'preempted') THEN COALESCE(lp.paid_by, 'team') END AS paid_by
+       COALESCE(np.label_value, np2.label_value) AS pool
 FROM settings s
-CROSS JOIN gpu_state_hours h
-LEFT JOIN node_prices np ON np.node = h.node
+CROSS JOIN (SELECT DISTINCT node, model_name FROM gpu_state_hours) k
+LEFT JOIN node_prices np ON np.node = k.node
 -- The DCGM Hostname may be the node's kubernetes.io/hostname label rather than its name.
 LEFT JOIN (SELECT n.hostname_label, MIN(p.price) AS price, MIN(p.label_value) AS label_value
            FROM nodes_latest n JOIN node_prices p ON p.node = n.node
            WHERE n.hostname_label IS NOT NULL AND n.hostname_label <> n.node
-           GROUP BY n.hostname_label) np2 ON np.node IS NULL AND np2.hostname_label = h.node
-LEFT JOIN price_by_model pm ON pm.model_name = h.model_name
-LEFT JOIN lost_segment_payers lp ON lp.namespace = h.namespace AND lp.run = h.run AND lp.segment = h.segment;
+           GROUP BY n.hostname_label) np2 ON np.node IS NULL AND np2.hostname_label = k.node
+LEFT JOIN price_by_model pm ON pm.model_name = k.model_name;
+
+-- Each hourly row of GPU time with its price and cost. The small tables come first in these
+-- joins: DataFusion builds a join's hash table from its left side, and held in memory the
+-- month's rows would be the biggest thing of a run (hence RIGHT JOIN for the payers).
+CREATE OR REPLACE VIEW priced_state_hours AS
+SELECT hp.*,
+       -- Who pays for lost time (55_who_pays.sql): `platform` or `team`; null for other states.
+       CASE WHEN hp.state IN ('failed', 'preempted') THEN COALESCE(lp.paid_by, 'team') END AS paid_by
+FROM lost_segment_payers lp
+RIGHT JOIN (
+    SELECT h.*,
+           p.price,
+           -- The row's cost, rounded once, half to even, to the micro-unit.
+           price_ns(h.gpu_ns, p.price) AS cost,
+           p.pool
+    FROM node_model_prices p
+    -- Every row's node and model are in node_model_prices; RIGHT JOIN tells the planner the
+    -- join has at least the month's rows, so that it does not take the month for the small side.
+    RIGHT JOIN gpu_state_hours h ON (p.node IS NOT DISTINCT FROM h.node) AND (p.model_name IS NOT DISTINCT FROM h.model_name)
+) hp ON lp.namespace = hp.namespace AND lp.run = hp.run AND lp.segment = hp.segment;
 
 -- GPU time (integer GPU-nanoseconds, summed as DECIMAL(38, 0): a month of a large fleet passes
 -- BIGINT's 9.2e18) and price-list cost per month, team and state.

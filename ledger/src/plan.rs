@@ -153,8 +153,12 @@ pub const MONTHLY_FILES: &[&str] = &["50_units.sql", "55_who_pays.sql", "60_char
 
 /// Views of the monthly steps kept as tables as soon as they are created: each is read several
 /// times by the steps after it (run_segments reads priced_state_hours; budget_monthly and the
-/// report views chargeback_monthly).
+/// report views chargeback_monthly), or, as node_model_prices and lost_segment_payers, is the
+/// small side of a join with the month's rows: kept, its row count is known, and DataFusion
+/// builds the join's hash table from it rather than from the month.
 pub const MONTHLY_KEEPS: &[&str] = &[
+    "lost_segment_payers",
+    "node_model_prices",
     "run_segments",
     "queue_waits",
     "run_failures",
