@@ -80,10 +80,10 @@ impl Engine {
                 let pool = Arc::new(PeakPool::new(pool_limit));
                 let mut rt = RuntimeEnvBuilder::new().with_memory_pool(Arc::clone(&pool) as Arc<dyn MemoryPool>);
                 if let Some(limit) = memory_limit {
-                    // DataFusion caches Parquet footers outside the pool (50 MiB by default): a
-                    // run writes and reads a file per table and unit, so the cache fills. Under
-                    // a limit it gets a share of it instead.
-                    rt = rt.with_metadata_cache_limit(cache_size(*limit));
+                    // DataFusion caches Parquet footers (50 MiB by default) and files' statistics
+                    // (20 MiB) outside the pool: a run writes and reads a file per table and
+                    // unit, so the caches fill. Under a limit each gets a share of it instead.
+                    rt = rt.with_metadata_cache_limit(cache_size(*limit)).with_file_statistics_cache_limit(cache_size(*limit).min(20 << 20));
                 }
                 if let Some(dir) = spill_dir {
                     rt = rt.with_temp_file_path(dir.clone());
