@@ -88,12 +88,13 @@ async fn keep_in_memory(ctx: &SessionContext, name: &str, sql: &str) -> Result<(
 /// A profiling aid (docs/ledger-runs.md): where `GPULEDGER_EXPLAIN` names the view `name`,
 /// prints the `EXPLAIN ANALYZE` of `sql` (the view is computed once more for it).
 pub async fn explain_if_asked(ctx: &SessionContext, name: &str, sql: &str) -> Result<()> {
-    if !std::env::var("GPULEDGER_EXPLAIN").is_ok_and(|v| v == name) {
+    // A comma-separated list of views, or `*` for every one.
+    if !std::env::var("GPULEDGER_EXPLAIN").is_ok_and(|v| v == "*" || v.split(',').any(|v| v.trim() == name)) {
         return Ok(());
     }
     let err = |source| Error::Query { sql: first_line(sql), source };
     let plan = ctx.sql(&format!("EXPLAIN ANALYZE {sql}")).await.map_err(err)?.collect().await.map_err(err)?;
-    eprintln!("{}", arrow::util::pretty::pretty_format_batches(&plan).map_err(|e| Error::internal(e.to_string()))?);
+    eprintln!("EXPLAIN ANALYZE {name}\n{}", arrow::util::pretty::pretty_format_batches(&plan).map_err(|e| Error::internal(e.to_string()))?);
     Ok(())
 }
 
