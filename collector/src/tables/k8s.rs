@@ -130,6 +130,11 @@ impl K8sTables {
             );
             return;
         };
+        if let Some(problem) = bad_field(obj, &kind) {
+            let namespace = str_at(obj, &["metadata", "namespace"]).map(|n| format!("{n}/")).unwrap_or_default();
+            diags.error(source, Position::File, "bad_field", format!("{kind_name} {namespace}{name}: {problem}; the version is skipped"));
+            return;
+        }
         *self.kinds.entry(kind_name.to_owned()).or_default() += 1;
 
         let object_json = canonical_json(&without_managed_fields(obj));
@@ -723,6 +728,74 @@ fn quantity(v: &Value) -> Option<i64> {
     }
 }
 
+/// The first field the tables read from `obj` whose value no API server would have written: a
+/// GPU quantity that is not a whole number >= 0 ("-5", "abc", 1e300), a time that is not RFC
+/// 3339, a pod set count that is not a whole number >= 0. Such a version is bad input: stored, it
+/// would read as a request of -5 or 0, or a pod that never started.
+fn bad_field(obj: &Value, kind: &Kind) -> Option<String> {
+    let mut times: Vec<(&str, Option<&Value>)> = vec![
+        ("metadata.creationTimestamp", path(obj, &["metadata", "creationTimestamp"])),
+        ("metadata.deletionTimestamp", path(obj, &["metadata", "deletionTimestamp"])),
+    ];
+    let mut gpus: Vec<(String, &Value)> = Vec::new();
+    match kind {
+        Kind::Pod => {
+            times.push(("status.startTime", path(obj, &["status", "startTime"])));
+            if let Some(spec) = obj.get("spec") {
+                pod_spec_gpu_fields("spec.", spec, &mut gpus);
+            }
+        }
+        Kind::Node => {
+            if let Some(v) = path(obj, &["status", "capacity", "nvidia.com/gpu"]) {
+                gpus.push(("status.capacity.nvidia.com/gpu".into(), v));
+            }
+        }
+        Kind::Job { .. } => {
+            times.push(("status.startTime", path(obj, &["status", "startTime"])));
+            times.push(("status.completionTime", path(obj, &["status", "completionTime"])));
+        }
+        Kind::Workload => {
+            for (i, ps) in path(obj, &["spec", "podSets"]).and_then(Value::as_array).into_iter().flatten().enumerate() {
+                if let Some(count) = ps.get("count").filter(|c| !c.is_null()) {
+                    if count.as_i64().is_none_or(|c| c < 0) {
+                        return Some(format!("spec.podSets[{i}].count is {count}, not a whole number >= 0"));
+                    }
+                }
+                if let Some(spec) = path(ps, &["template", "spec"]) {
+                    pod_spec_gpu_fields(&format!("spec.podSets[{i}].template.spec."), spec, &mut gpus);
+                }
+            }
+        }
+        Kind::Namespace | Kind::Event | Kind::Queue => {}
+    }
+    for (field, v) in times {
+        match v {
+            None | Some(Value::Null) => {}
+            Some(Value::String(t)) if parse_time_ms(t).is_some() => {}
+            Some(v) => return Some(format!("{field} is {v}, not an RFC 3339 time")),
+        }
+    }
+    for (field, v) in gpus {
+        if quantity(v).is_none_or(|n| n < 0) {
+            return Some(format!("{field} is {v}, not a whole number of GPUs >= 0"));
+        }
+    }
+    None
+}
+
+/// The GPU resources of a pod spec's containers (limits and requests), with where they are.
+fn pod_spec_gpu_fields<'a>(at: &str, spec: &'a Value, gpus: &mut Vec<(String, &'a Value)>) {
+    for (i, c) in spec.get("containers").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        for list in ["limits", "requests"] {
+            for (k, v) in path(c, &["resources", list]).and_then(Value::as_object).into_iter().flatten() {
+                if k == "nvidia.com/gpu" || k.starts_with("nvidia.com/mig-") {
+                    gpus.push((format!("{at}containers[{i}].resources.{list}.{k}"), v));
+                }
+            }
+        }
+    }
+}
+
 fn path<'a>(v: &'a Value, keys: &[&str]) -> Option<&'a Value> {
     keys.iter().try_fold(v, |cur, k| cur.get(*k))
 }
@@ -1049,6 +1122,47 @@ mod tests {
 
     fn kinds(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
         pairs.iter().map(|(k, n)| ((*k).to_owned(), *n)).collect()
+    }
+
+    /// Values no API server writes are bad input, named with the object and field, and the
+    /// version is skipped: never a request of -5, 0 for "abc" or 1e300, or a null start.
+    #[test]
+    fn wrong_typed_fields_are_reported_not_stored() {
+        let pod = |name: &str, gpus: &str, start: &str| {
+            format!(
+                r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"ml"}},"spec":{{"containers":[{{"name":"c","resources":{{"limits":{{"nvidia.com/gpu":{gpus}}}}}}}]}},"status":{{"startTime":{start}}}}}"#
+            )
+        };
+        let lines = [
+            pod("neg", "-5", r#""2026-10-01T00:00:00Z""#),
+            pod("abc", r#""abc""#, r#""2026-10-01T00:00:00Z""#),
+            pod("huge", "1e300", r#""2026-10-01T00:00:00Z""#),
+            pod("badtime", "1", r#""not-a-time""#),
+            pod("numtime", "1", "17"),
+            pod("good", r#""2""#, r#""2026-10-01T00:00:00Z""#),
+            r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"n1"},"status":{"capacity":{"nvidia.com/gpu":"-1"}}}"#.to_owned(),
+            r#"{"apiVersion":"kueue.x-k8s.io/v1beta1","kind":"Workload","metadata":{"name":"w","namespace":"ml"},"spec":{"podSets":[{"name":"main","count":-2,"template":{"spec":{"containers":[]}}}]}}"#.to_owned(),
+        ];
+        let l = load_text("objects.jsonl", &lines.join("\n"));
+        let reasons: Vec<&str> = l.diags.errors.iter().map(|e| e.reason.as_str()).collect();
+        assert_eq!(l.diags.errors.iter().filter(|e| e.error_type == "bad_field").count(), 7, "{reasons:#?}");
+        for expected in [
+            "Pod ml/neg: spec.containers[0].resources.limits.nvidia.com/gpu is -5",
+            "Pod ml/abc: spec.containers[0].resources.limits.nvidia.com/gpu is \"abc\"",
+            "Pod ml/huge: spec.containers[0].resources.limits.nvidia.com/gpu is 1e+300",
+            "Pod ml/badtime: status.startTime is \"not-a-time\", not an RFC 3339 time",
+            "Pod ml/numtime: status.startTime is 17",
+            "Node n1: status.capacity.nvidia.com/gpu is \"-1\"",
+            "Workload ml/w: spec.podSets[0].count is -2",
+        ] {
+            assert!(reasons.iter().any(|r| r.starts_with(expected)), "no error starts with {expected:?}: {reasons:#?}");
+        }
+        // Only the good pod is a row, with its request of 2.
+        assert_eq!(l.strs("pods", "name"), vec![some("good")]);
+        assert_eq!(l.ints("pods", "gpu_request"), vec![Some(2)]);
+        // No node or Workload row at all (an empty table writes no batch), nor their versions.
+        assert!(!l.batches.iter().any(|(t, b)| (*t == "nodes" || *t == "workloads") && b.num_rows() > 0));
+        assert_eq!(l.kinds, kinds(&[("Pod", 1)]));
     }
 
     #[test]
