@@ -121,8 +121,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("backfilling {} into {}", args.prometheus, args.store))?;
     super::ingest::print_problems(&summary.diagnostics, args.verbose, "rejected samples");
     match args.format {
-        SummaryFormat::Text => print!("{}", summary_text(&summary, &options)),
-        SummaryFormat::Json => println!("{}", serde_json::to_string_pretty(&summary_json(&summary, &options))?),
+        SummaryFormat::Text => out!("{}", summary_text(&summary, &options))?,
+        SummaryFormat::Json => outln!("{}", serde_json::to_string_pretty(&summary_json(&summary, &options))?)?,
     }
     if !summary.failures.is_empty() {
         let n = summary.failures.len();

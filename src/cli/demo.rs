@@ -52,7 +52,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         verbose: false,
     };
     let summary = ingest::ingest_with(&ingest_args)?;
-    print!("{}", ingest::summary_text(&summary));
+    out!("{}", ingest::summary_text(&summary))?;
     let config = args.dir.join("gpuledger.toml");
     report::write_atomically(&config, DEMO_CONFIG.as_bytes())?;
     eprintln!("gpuledger: running the ledger over {store} with {}", config.display());
@@ -68,15 +68,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     })?;
     let html_path = args.dir.join(format!("report-{}.html", report.month));
     report::write_atomically(&html_path, html::render(&report).as_bytes())?;
-    println!("\n{}", render(&report, TextFormat::Table));
-    println!("Written:");
-    println!("  {}  (open in a browser: charts, budgets, failure causes, queue waits)", html_path.display());
-    println!("  {} and {}  (FinOps FOCUS 1.2, {} rows)", focus.csv.display(), focus.parquet.display(), focus.rows);
-    println!("\nNext:");
+    outln!("\n{}", render(&report, TextFormat::Table))?;
+    outln!("Written:")?;
+    outln!("  {}  (open in a browser: charts, budgets, failure causes, queue waits)", html_path.display())?;
+    outln!("  {} and {}  (FinOps FOCUS 1.2, {} rows)", focus.csv.display(), focus.parquet.display(), focus.rows)?;
+    outln!("\nNext:")?;
     let st = store.to_string();
     let cf = config.display();
-    println!("  gpuledger report --store {st} --config {cf} --month {} --format csv", report.month);
-    println!("  gpuledger ledger --store {st} --config {cf}      # derived tables into {st}/ledger/");
-    println!("  gpuledger query  --store {st} \"SELECT team, state, sum(gpu_hours) FROM priced_state_hours GROUP BY 1, 2\"");
+    outln!("  gpuledger report --store {st} --config {cf} --month {} --format csv", report.month)?;
+    outln!("  gpuledger ledger --store {st} --config {cf}      # derived tables into {st}/ledger/")?;
+    outln!("  gpuledger query  --store {st} \"SELECT team, state, sum(gpu_hours) FROM priced_state_hours GROUP BY 1, 2\"")?;
     Ok(ExitCode::SUCCESS)
 }

@@ -90,8 +90,8 @@ pub fn ingest_with(args: &Args) -> anyhow::Result<IngestSummary> {
 pub(super) fn print_summary(s: &IngestSummary, format: SummaryFormat, verbose: bool) -> anyhow::Result<()> {
     print_problems(&s.diagnostics, verbose, "input problems");
     match format {
-        SummaryFormat::Text => print!("{}", summary_text(s)),
-        SummaryFormat::Json => println!("{}", serde_json::to_string_pretty(&summary_json(s))?),
+        SummaryFormat::Text => out!("{}", summary_text(s))?,
+        SummaryFormat::Json => outln!("{}", serde_json::to_string_pretty(&summary_json(s))?)?,
     }
     Ok(())
 }

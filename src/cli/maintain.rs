@@ -65,23 +65,23 @@ pub fn compact(args: CompactArgs) -> anyhow::Result<ExitCode> {
     let before_files: usize = done.iter().map(|d| d.files_before).sum();
     let after_files: usize = done.iter().map(|d| d.files_after).sum();
     let mib = |b: u64| b as f64 / 1048576.0;
-    println!(
+    outln!(
         "compacted {} table-days before {before} in {:.1}s: {before_files} files ({:.1} MiB) -> {after_files} files ({:.1} MiB)",
         done.len(),
         started.elapsed().as_secs_f64(),
         mib(done.iter().map(|d| d.bytes_before).sum()),
         mib(done.iter().map(|d| d.bytes_after).sum()),
-    );
+    )?;
     let mut per_table: std::collections::BTreeMap<&str, (usize, usize, usize, u64)> = Default::default();
     for d in &done {
         let e = per_table.entry(d.table).or_default();
         *e = (e.0 + 1, e.1 + d.files_before, e.2 + d.files_after, e.3 + d.rows);
     }
     for (table, (days, files_before, files_after, rows)) in per_table {
-        println!("  {table:<20} {days} days, {files_before} -> {files_after} files, {rows} rows");
+        outln!("  {table:<20} {days} days, {files_before} -> {files_after} files, {rows} rows")?;
     }
     if !done.is_empty() {
-        println!("the replaced files stay until `gpuledger vacuum --store {} --retain 7d` (readers that started earlier still read them)", args.store);
+        outln!("the replaced files stay until `gpuledger vacuum --store {} --retain 7d` (readers that started earlier still read them)", args.store)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -118,9 +118,9 @@ pub fn vacuum(args: VacuumArgs) -> anyhow::Result<ExitCode> {
     })?;
     let total: usize = rows.iter().map(|(_, v)| v.files_deleted).sum();
     let verb = if args.dry_run { "would delete" } else { "deleted" };
-    println!("vacuum {verb} {total} files older than {}", gpuledger_schemas::units::format_duration(args.retain));
+    outln!("vacuum {verb} {total} files older than {}", gpuledger_schemas::units::format_duration(args.retain))?;
     for (table, v) in rows.iter().filter(|(_, v)| v.files_deleted > 0) {
-        println!("  {table:<20} {} files", v.files_deleted);
+        outln!("  {table:<20} {} files", v.files_deleted)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -202,17 +202,17 @@ fn expire(args: ExpireArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<Exit
     let done = rt.block_on(retention::expire(&args.store, before, args.dry_run))?;
     let files: usize = done.tables.iter().map(|t| t.files).sum();
     if files == 0 {
-        println!("no samples before {before} in {}: nothing to remove", args.store);
+        outln!("no samples before {before} in {}: nothing to remove", args.store)?;
         return Ok(ExitCode::SUCCESS);
     }
     let verb = if args.dry_run { "would remove" } else { "removed" };
     let mib = |b: u64| b as f64 / 1048576.0;
-    println!("{verb} the samples of {} ({} months before {before}): {files} files, {:.1} MiB", done.months.join(", "), done.months.len(), mib(done.tables.iter().map(|t| t.bytes).sum()));
+    outln!("{verb} the samples of {} ({} months before {before}): {files} files, {:.1} MiB", done.months.join(", "), done.months.len(), mib(done.tables.iter().map(|t| t.bytes).sum()))?;
     for t in done.tables.iter().filter(|t| t.files > 0) {
-        println!("  {:<20} {} files, {} rows, {:.1} MiB", t.table, t.files, t.rows, mib(t.bytes));
+        outln!("  {:<20} {} files, {} rows, {:.1} MiB", t.table, t.files, t.rows, mib(t.bytes))?;
     }
     if !args.dry_run {
-        println!("ledger runs keep these months' figures; the files stay until `gpuledger vacuum --store {} --retain 7d`", args.store);
+        outln!("ledger runs keep these months' figures; the files stay until `gpuledger vacuum --store {} --retain 7d`", args.store)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -229,18 +229,18 @@ pub fn store(command: StoreCommand) -> anyhow::Result<ExitCode> {
                     (false, false) => format!("added columns {}", e.added_columns.join(", ")),
                     (false, true) => "up to date".to_string(),
                 };
-                println!("  {table:<20} {what}");
+                outln!("  {table:<20} {what}")?;
             }
-            println!("store {} is current ({} tables)", a.store, done.len());
+            outln!("store {} is current ({} tables)", a.store, done.len())?;
         }
         StoreCommand::Status(a) => {
-            println!("{:<20} {:>8} {:>8} {:>12} {:>14} {:>6}", "table", "version", "files", "MiB", "rows", "days");
+            outln!("{:<20} {:>8} {:>8} {:>12} {:>14} {:>6}", "table", "version", "files", "MiB", "rows", "days")?;
             for table in gpuledger_schemas::TABLES {
                 let s = rt.block_on(a.store.snapshot(table.name))?;
                 let Some(version) = s.version else { continue };
                 let days: std::collections::BTreeSet<_> = s.files.iter().filter_map(|f| f.date.as_deref()).collect();
                 let rows = s.rows().map_or("?".to_string(), |r| r.to_string());
-                println!("{:<20} {version:>8} {:>8} {:>12.1} {rows:>14} {:>6}", table.name, s.files.len(), s.bytes() as f64 / 1048576.0, days.len());
+                outln!("{:<20} {version:>8} {:>8} {:>12.1} {rows:>14} {:>6}", table.name, s.files.len(), s.bytes() as f64 / 1048576.0, days.len())?;
             }
         }
     }

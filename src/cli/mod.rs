@@ -1,5 +1,22 @@
 //! Command-line definitions: one module per subcommand, each with its arguments and `run`.
 
+/// `print!` to stdout that returns the write's error (`?`) instead of panicking: a closed pipe
+/// (`gpuledger store status | head -4`) ends the command quietly (`main`).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
+/// `println!` that returns the write's error, as [`out!`].
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
 mod backfill;
 mod ballista;
 mod collect;

@@ -30,7 +30,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         out.push_str(&d);
         out.push('\n');
     }
-    print!("{out}");
+    out!("{out}")?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -89,3 +89,20 @@ fn a_build_without_ballista_says_so_and_how_to_get_it() {
         assert!(err.contains("not in this build") && err.contains("--features ballista"), "{err}");
     }
 }
+
+/// `gpuledger store status | head -4`, at its worst: the reader is gone before the first line
+/// (a pipe whose read end is closed), so every write fails with a broken pipe. The command ends
+/// quietly and successfully, as `head`'s writers do, instead of panicking.
+#[test]
+fn a_closed_pipe_ends_the_output_quietly() {
+    let store = TempDir::new().unwrap();
+    let store = store.path().to_str().unwrap();
+    for args in [vec!["schema"], vec!["store", "status", "--store", store]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let output = bin().args(&args).stdout(writer).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!stderr.contains("panicked") && !stderr.contains("error"), "{args:?}: stderr: {stderr}");
+        assert!(output.status.success(), "{args:?}: {:?}, stderr: {stderr}", output.status);
+    }
+}
