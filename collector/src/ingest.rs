@@ -360,6 +360,13 @@ impl<'a> Worker<'a> {
     fn read_one(&mut self, path: &Path, skip: &[SkipFile]) -> Result<Message> {
         let mut diags = Diagnostics::new();
         self.buf.clear();
+        // Only regular files (or links to them) are read: opening a FIFO waits for a writer
+        // forever, and a device such as /dev/zero never ends.
+        match std::fs::metadata(path) {
+            Ok(m) if !m.is_file() => return Ok(not_a_file(path, &m.file_type(), diags)),
+            Ok(_) => {}
+            Err(e) => return Ok(unreadable(path, &e, diags)),
+        }
         let opened = std::fs::File::open(path).and_then(|mut f| {
             std::io::Read::read_to_end(&mut std::io::Read::take(&mut f, HEAD_BYTES), &mut self.buf)?;
             Ok(f)
@@ -471,6 +478,21 @@ impl<'a> Worker<'a> {
 }
 
 /// The message for a file that could not be read.
+fn not_a_file(path: &Path, kind: &std::fs::FileType, mut diags: Diagnostics) -> Message {
+    use std::os::unix::fs::FileTypeExt;
+    let what = if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    };
+    diags.error(path, Position::File, "not_a_file", format!("{what}, not a regular file: not read"));
+    Message::File { format: Err("not a regular file".into()), bytes: 0, told: 0, diags, objects: BTreeMap::new(), samples: 0, blank: 0, rejected: 1 }
+}
+
 fn unreadable(path: &Path, e: &std::io::Error, mut diags: Diagnostics) -> Message {
     diags.error(path, Position::File, "unreadable_file", format!("cannot read: {e}"));
     Message::File { format: Err("unreadable".into()), bytes: 0, told: 0, diags, objects: BTreeMap::new(), samples: 0, blank: 0, rejected: 1 }
@@ -558,6 +580,36 @@ mod tests {
         let again = ingest(&[capture], &store, &options, &Advances::default()).unwrap();
         assert_eq!(again.store.rows_written.get("k8s_objects"), None);
         assert_eq!(again.store.duplicates.get("k8s_objects"), Some(&(versions as u64)));
+    }
+
+    /// A FIFO (opening it would wait for a writer forever) and a link to /dev/zero (it never
+    /// ends) in a capture are reported and skipped; the regular file beside them is read.
+    #[test]
+    fn only_regular_files_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let capture = dir.path().join("capture");
+        std::fs::create_dir(&capture).unwrap();
+        std::fs::write(capture.join("ns.jsonl"), "{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"ml\"}}\n").unwrap();
+        let fifo = capture.join("fifo.prom");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        std::os::unix::fs::symlink("/dev/zero", capture.join("zero.prom")).unwrap();
+        let store = gpuledger_store::StoreLocation::Local(dir.path().join("store"));
+        // A worker stuck on the FIFO would never return: wait in a thread, and call that a hang.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(ingest(&[capture], &store, &IngestOptions::default(), &Advances::default()));
+        });
+        let summary = rx.recv_timeout(std::time::Duration::from_secs(300)).expect("ingest hung on a FIFO or a device").unwrap();
+        let mut not_files: Vec<String> = summary
+            .diagnostics
+            .errors
+            .iter()
+            .filter(|e| e.error_type == "not_a_file")
+            .map(|e| format!("{} {}", e.path.file_name().unwrap().to_string_lossy(), e.reason))
+            .collect();
+        not_files.sort();
+        assert_eq!(not_files, ["fifo.prom a FIFO, not a regular file: not read", "zero.prom a device, not a regular file: not read"]);
+        assert_eq!(summary.objects.get("Namespace"), Some(&1));
     }
 
     #[test]
