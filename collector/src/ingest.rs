@@ -47,6 +47,9 @@ pub struct IngestOptions {
     /// Files not to read wherever they lie, by file name, each with the reason the summary
     /// counts it under (a tool's own output written beside a capture, say).
     pub skip: Vec<SkipFile>,
+    /// The longest exposition text line read; a longer one is an error at its line and is
+    /// passed over without being held whole.
+    pub max_line_bytes: usize,
 }
 
 /// A file name ingest passes over (see [`IngestOptions::skip`]).
@@ -59,7 +62,7 @@ pub struct SkipFile {
 impl Default for IngestOptions {
     fn default() -> Self {
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, 8);
-        IngestOptions { store: StoreOptions::default(), threads, skip: Vec::new() }
+        IngestOptions { store: StoreOptions::default(), threads, skip: Vec::new(), max_line_bytes: crate::sources::dcgm_text::MAX_LINE_BYTES }
     }
 }
 
@@ -236,7 +239,8 @@ fn read_files(files: &[PathBuf], store: &mut Store, options: &IngestOptions, pro
             let tx = tx.clone();
             let (files, next) = (&files, &next);
             let skip = &options.skip;
-            scope.spawn(move || Worker::new(&tx).run(files, skip, next));
+            let max_line = options.max_line_bytes;
+            scope.spawn(move || Worker::new(&tx, max_line).run(files, skip, next));
         }
         drop(tx);
         for msg in rx {
@@ -313,8 +317,8 @@ struct Worker<'a> {
 }
 
 impl<'a> Worker<'a> {
-    fn new(tx: &'a mpsc::SyncSender<Message>) -> Self {
-        let sources = Sources { dcgm: DcgmText::file(), api: PrometheusApi::query(), k8s: KubernetesFile };
+    fn new(tx: &'a mpsc::SyncSender<Message>, max_line_bytes: usize) -> Self {
+        let sources = Sources { dcgm: DcgmText::file().with_max_line_bytes(max_line_bytes), api: PrometheusApi::query(), k8s: KubernetesFile };
         Worker { tx, sources, samples: SampleTables::new(), k8s: K8sTables::new(), buf: Vec::new(), pending: 0 }
     }
 

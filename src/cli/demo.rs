@@ -47,6 +47,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         progress: ProgressMode::Auto,
         format: ingest::SummaryFormat::Text,
         threads: None,
+        max_line_bytes: gpuledger_collector::ingest::IngestOptions::default().max_line_bytes as u64,
         flush_rows: StoreOptions::default().flush_rows,
         flush_bytes: StoreOptions::default().flush_bytes as u64,
         verbose: false,

@@ -49,6 +49,10 @@ pub struct Args {
     /// Parser threads (default: the number of cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// The longest line of exposition text read (e.g. 4MiB): a longer one is reported with its
+    /// file and line and passed over without being held in memory.
+    #[arg(long, value_parser = super::byte_size, default_value = "1MiB")]
+    pub max_line_bytes: u64,
     /// Write a table out once this many rows are buffered (lower it to bound memory).
     #[arg(long, default_value_t = 2_000_000)]
     pub flush_rows: usize,
@@ -77,6 +81,7 @@ pub fn ingest_with(args: &Args) -> anyhow::Result<IngestSummary> {
     if let Some(t) = args.threads {
         options.threads = t.max(1);
     }
+    options.max_line_bytes = usize::try_from(args.max_line_bytes).unwrap_or(usize::MAX);
     // A simulated capture holds its truth beside the data: reading it as Kubernetes objects
     // would only report it as bad input.
     let truth = gpuledger_simulator::TRUTH_FILE;

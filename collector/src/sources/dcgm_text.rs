@@ -53,7 +53,13 @@ pub struct DcgmText {
     series_refs: Vec<Option<SeriesRef>>,
     /// The last records' buffer, kept for the next text.
     spare: Vec<Sample>,
+    /// The longest line a file may have (see [`DcgmText::with_max_line_bytes`]).
+    max_line_bytes: usize,
 }
+
+/// The longest exposition line read by default: a sample line with every DCGM and Kubernetes
+/// label is a few kilobytes; a megabyte without a newline is not exposition text.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
 
 /// The samples of one text, with the counts of what was read.
 #[derive(Debug, Default)]
@@ -91,6 +97,13 @@ impl DcgmText {
         Self::new(Kind::Scrape)
     }
 
+    /// A file's line longer than `max` bytes is an error at its line, and its bytes are passed
+    /// over without being held: a file of 2 GB without a newline is never whole in memory.
+    pub fn with_max_line_bytes(mut self, max: usize) -> Self {
+        self.max_line_bytes = max.max(1);
+        self
+    }
+
     fn new(kind: Kind) -> Self {
         DcgmText {
             kind,
@@ -101,6 +114,7 @@ impl DcgmText {
             metric_refs: Vec::new(),
             series_refs: Vec::new(),
             spare: Vec::new(),
+            max_line_bytes: MAX_LINE_BYTES,
         }
     }
 
@@ -179,16 +193,62 @@ impl DcgmText {
         // The errors of a file not one line of which has parsed yet: if none ever does, the
         // file gets one error instead (see `Source::parse`).
         let (mut held, mut parsed_any) = (Diagnostics::new(), false);
+        // Inside a line longer than the bound: its bytes are dropped up to its newline.
+        let mut passing_over = false;
         while !(eof && buf.is_empty()) {
             if !eof && std::io::Read::read_to_end(&mut std::io::Read::take(&mut *input, chunk.max(1) as u64), &mut buf)? == 0 {
                 eof = true;
             }
+            if passing_over {
+                let end = memchr::memchr(b'\n', &buf).map_or(buf.len(), |i| i + 1);
+                passing_over = buf.get(end.wrapping_sub(1)) != Some(&b'\n') && !eof;
+                if end > 0 && buf.get(end - 1) == Some(&b'\n') {
+                    lines_before += 1;
+                }
+                consumed += end as u64;
+                buf.drain(..end);
+                read_so_far(consumed);
+                continue;
+            }
+            // The first line longer than the bound, if any: reported, and passed over.
+            let first = memchr::memchr(b'\n', &buf).unwrap_or(buf.len());
+            if first > self.max_line_bytes {
+                diags.error(
+                    path,
+                    Position::Line(lines_before + 1),
+                    "line_too_long",
+                    format!("a line longer than {} bytes (the ingest's --max-line-bytes): passed over", self.max_line_bytes),
+                );
+                let end = if first < buf.len() { first + 1 } else { buf.len() };
+                if end == first + 1 {
+                    lines_before += 1;
+                } else {
+                    passing_over = !eof;
+                }
+                consumed += end as u64;
+                buf.drain(..end);
+                read_so_far(consumed);
+                continue;
+            }
             let cut = match memchr::memrchr(b'\n', &buf) {
                 _ if eof => buf.len(),
                 Some(i) => i + 1,
-                // A line longer than a chunk: read on.
+                // A line longer than a chunk: read on (up to the bound, above).
                 None => continue,
             };
+            // Parse up to a long line further on: it is the first line of the next round.
+            let mut start = 0;
+            let mut cut = cut;
+            for nl in memchr::memchr_iter(b'\n', buf.get(..cut).unwrap_or_default()).chain((eof && cut > 0 && buf.get(cut - 1) != Some(&b'\n')).then_some(cut)) {
+                if nl - start > self.max_line_bytes {
+                    cut = start;
+                    break;
+                }
+                start = nl + 1;
+            }
+            if cut == 0 {
+                continue;
+            }
             let text = buf.get(..cut).unwrap_or_default();
             let mut chunk_diags = Diagnostics::new();
             let records = self.parse_lines(path, text, lines_before, time, &mut chunk_diags);
@@ -381,6 +441,28 @@ mod tests {
             assert_eq!(diags.errors, whole_diags.errors, "{name}, {chunk}-byte chunks");
             assert_eq!(diags.warnings, whole_diags.warnings, "{name}, {chunk}-byte chunks");
             assert_eq!(told.last().copied().unwrap_or(0), bytes.len() as u64);
+        }
+    }
+
+    /// A line longer than the bound is one error at its line, passed over whatever the chunks,
+    /// and the lines around it are read; a file that ends inside such a line ends too.
+    #[test]
+    fn a_line_longer_than_the_bound_is_passed_over() {
+        let good = |gpu: u32| format!("DCGM_FI_DEV_GPU_UTIL{{gpu=\"{gpu}\",UUID=\"GPU-{gpu}\",Hostname=\"n1\"}} 50 1790000000000\n");
+        let long = "x".repeat(5000);
+        for (text, samples) in [(format!("{}{long}\n{}", good(0), good(1)), 2), (format!("{}{long}", good(0)), 1)] {
+            let origin = Origin::file(Path::new("n1.prom"), None);
+            for chunk in [7, 100, 4096, 1 << 20] {
+                let (mut tables, mut diags, mut told) = (SampleTables::new(), Diagnostics::new(), Vec::new());
+                let loaded = DcgmText::file()
+                    .with_max_line_bytes(1000)
+                    .read_file(&mut text.as_bytes(), &origin, chunk, &mut tables, &mut diags, &mut |n| told.push(n))
+                    .unwrap();
+                assert_eq!(loaded.samples, samples, "{chunk}-byte chunks");
+                let errors: Vec<(&str, &Position)> = diags.errors.iter().map(|e| (e.error_type, &e.position)).collect();
+                assert_eq!(errors, [("line_too_long", &Position::Line(2))], "{chunk}-byte chunks");
+                assert_eq!(told.last().copied(), Some(text.len() as u64), "{chunk}-byte chunks");
+            }
         }
     }
 
