@@ -119,6 +119,14 @@ pub fn vacuum(args: VacuumArgs) -> anyhow::Result<ExitCode> {
     let total: usize = rows.iter().map(|(_, v)| v.files_deleted).sum();
     let verb = if args.dry_run { "would delete" } else { "deleted" };
     outln!("vacuum {verb} {total} files older than {}", gpuledger_schemas::units::format_duration(args.retain))?;
+    // What killed writers (ingest, compaction, the ledger) left half written: `.<name>.<pid>.tmp`
+    // files of processes that are gone.
+    if let (Some(root), false) = (args.store.local(), args.dry_run) {
+        let removed = gpuledger_store::atomic::remove_all_stale_temporaries(root)?;
+        if removed > 0 {
+            outln!("  removed {removed} temporary files that killed writers left")?;
+        }
+    }
     for (table, v) in rows.iter().filter(|(_, v)| v.files_deleted > 0) {
         outln!("  {table:<20} {} files", v.files_deleted)?;
     }

@@ -96,23 +96,40 @@ pub fn write_with<E: From<Error>>(path: &Path, fill: impl FnOnce(&mut AtomicFile
 /// Removes the temporary files a killed writer left in the partition directories under `root`
 /// (`<root>/<table>/<partition>/`) and in `root` itself: those of processes that are gone.
 /// Another writer may be running (Delta commits keep writers apart, not a lock), so a
-/// temporary file of a live process is left alone.
-pub fn remove_stale_temporaries(root: &Path) -> Result<()> {
+/// temporary file of a live process is left alone. Returns how many were removed.
+pub fn remove_stale_temporaries(root: &Path) -> Result<usize> {
+    remove_stale_temporaries_to(root, 2)
+}
+
+/// As [`remove_stale_temporaries`], at every depth under `root` (`vacuum`: the ledger's day
+/// tables lie three levels down, `ledger/days/<date>/`).
+pub fn remove_all_stale_temporaries(root: &Path) -> Result<usize> {
+    remove_stale_temporaries_to(root, usize::MAX)
+}
+
+fn remove_stale_temporaries_to(root: &Path, depth: usize) -> Result<usize> {
     let is_tmp = |n: &str| n.starts_with('.') && n.ends_with(TMP_SUFFIX) && writer_is_gone(n);
-    let mut dirs = vec![root.to_path_buf()];
-    for table in read_dirs(root) {
-        dirs.push(table.clone());
-        dirs.extend(read_dirs(&table));
+    let mut dirs = Vec::new();
+    let mut level = vec![root.to_path_buf()];
+    for _ in 0..=depth {
+        if level.is_empty() {
+            break;
+        }
+        let next: Vec<PathBuf> = level.iter().flat_map(|d| read_dirs(d)).collect();
+        dirs.append(&mut level);
+        level = next;
     }
+    let mut removed = 0;
     for dir in dirs {
         let Ok(entries) = fs::read_dir(&dir) else { continue };
         for e in entries.flatten() {
             if is_tmp(&e.file_name().to_string_lossy()) && e.path().is_file() {
                 fs::remove_file(e.path()).map_err(|err| Error::io(e.path(), err))?;
+                removed += 1;
             }
         }
     }
-    Ok(())
+    Ok(removed)
 }
 
 /// Whether the process that named the temporary file `.<name>.<pid>.tmp` has ended. Where
@@ -200,8 +217,15 @@ mod tests {
         // A writer still running (this process) keeps its temporary file.
         let live = format!(".part-2.parquet.{}.tmp", std::process::id());
         fs::write(part.join(&live), b"w").unwrap();
-        remove_stale_temporaries(dir.path()).unwrap();
+        // Three levels down (a ledger day table's): only the walk of every depth finds it.
+        let day = dir.path().join("ledger/days/2026-10-01");
+        fs::create_dir_all(&day).unwrap();
+        fs::write(day.join(".gpu_state_hours.0.parquet.4000000002.tmp"), b"").unwrap();
+        assert_eq!(remove_stale_temporaries(dir.path()).unwrap(), 2);
         assert_eq!(names(&part), vec![live.clone(), "part-0.parquet".to_string()]);
-        assert_eq!(names(dir.path()), vec!["gpu_samples"]);
+        assert_eq!(names(dir.path()), vec!["gpu_samples", "ledger"]);
+        assert_eq!(names(&day).len(), 1);
+        assert_eq!(remove_all_stale_temporaries(dir.path()).unwrap(), 1);
+        assert!(names(&day).is_empty());
     }
 }
