@@ -68,6 +68,13 @@ pub struct ServeConfig {
     pub refresh_interval: Duration,
     /// Most SQL connections open at once; more are refused.
     pub max_connections: usize,
+    /// Most HTTP connections open at once: past it, new ones wait in the listen queue until
+    /// one closes, so the server's file descriptors are bounded by this, not by the kernel.
+    pub http_max_connections: usize,
+    /// An HTTP connection that neither sends nor receives a byte for this long is closed: a
+    /// client that never finishes its headers, or an idle keep-alive connection. Longer than
+    /// `query_timeout`, so that a slow answer is never cut.
+    pub http_idle_timeout: Duration,
     pub users: Vec<User>,
     /// PEM certificate chain and PKCS#8 key: with both, the SQL endpoint speaks TLS.
     pub tls_cert: Option<PathBuf>,
@@ -86,6 +93,8 @@ impl Default for ServeConfig {
             memory_total: 4 << 30,
             refresh_interval: Duration::from_secs(5),
             max_connections: 64,
+            http_max_connections: 2048,
+            http_idle_timeout: Duration::from_secs(90),
             users: Vec::new(),
             tls_cert: None,
             tls_key: None,
@@ -104,6 +113,8 @@ struct RawServe {
     memory_total: Option<Spanned<String>>,
     refresh_interval: Option<Spanned<String>>,
     max_connections: Option<Spanned<i64>>,
+    http_max_connections: Option<Spanned<i64>>,
+    http_idle_timeout: Option<Spanned<String>>,
     tls_cert: Option<Spanned<String>>,
     tls_key: Option<Spanned<String>>,
     users: Option<Vec<Spanned<RawUser>>>,
@@ -202,6 +213,18 @@ impl ServeConfig {
                 None => err(v.span(), "max_connections", format!("{} must be a positive number", v.get_ref())),
             }
         }
+        if let Some(v) = &raw.http_max_connections {
+            match usize::try_from(*v.get_ref()).ok().filter(|n| *n > 0) {
+                Some(n) => c.http_max_connections = n,
+                None => err(v.span(), "http_max_connections", format!("{} must be a positive number", v.get_ref())),
+            }
+        }
+        match raw.http_idle_timeout.as_ref().map(|v| (v, duration(v, "http_idle_timeout", Duration::from_millis(100)))) {
+            Some((_, Some(d))) => c.http_idle_timeout = d,
+            Some((_, None)) => {}
+            // Unset: past the query timeout, so that an answer still being computed is not cut.
+            None => c.http_idle_timeout = c.http_idle_timeout.max(c.query_timeout + Duration::from_secs(30)),
+        }
         let path = |v: &Spanned<String>, key: &str| -> Option<PathBuf> {
             let p = PathBuf::from(v.get_ref().trim());
             if !p.is_file() {
@@ -277,7 +300,12 @@ mod tests {
         assert_eq!(c.http_listen.to_string(), "127.0.0.1:8080");
         assert_eq!(c.query_timeout, Duration::from_secs(60));
         assert_eq!(c.memory_limit, 2 << 30);
+        assert_eq!((c.http_max_connections, c.http_idle_timeout), (2048, Duration::from_secs(90)));
         assert_eq!(c.http_token.as_ref().map(Secret::expose), Some("t0k"));
+        // Unset, the idle timeout stays past a long query timeout: a slow answer is never cut.
+        let c = parse_with("[serve]\nquery_timeout = \"5m\"\n", &[]).unwrap();
+        assert_eq!(c.http_idle_timeout, Duration::from_secs(330));
+        assert!(error("[serve]\nhttp_max_connections = 0\n", &[]).contains("http_max_connections: 0 must be a positive number"));
         assert!(c.users.is_empty());
     }
 
@@ -293,6 +321,8 @@ memory_limit = "512MiB"
 memory_total = "1GiB"
 refresh_interval = "1s"
 max_connections = 8
+http_max_connections = 100
+http_idle_timeout = "10s"
 [[serve.users]]
 name = "grafana"
 password_env = "GRAFANA_PW"
@@ -309,6 +339,8 @@ password = "inline"
         assert_eq!(c.memory_total, 1 << 30);
         assert_eq!(c.refresh_interval, Duration::from_secs(1));
         assert_eq!(c.max_connections, 8);
+        assert_eq!(c.http_max_connections, 100);
+        assert_eq!(c.http_idle_timeout, Duration::from_secs(10));
         let users: Vec<(&str, &str)> = c.users.iter().map(|u| (u.name.as_str(), u.password.expose())).collect();
         assert_eq!(users, [("grafana", "s3cret"), ("analyst", "inline")]);
     }
@@ -321,6 +353,7 @@ password = "inline"
         let d = ServeConfig::default();
         assert_eq!((c.pg_listen, c.http_listen, &c.http_token_env), (d.pg_listen, d.http_listen, &d.http_token_env));
         assert_eq!((c.query_timeout, c.memory_limit, c.memory_total, c.refresh_interval, c.max_connections), (d.query_timeout, d.memory_limit, d.memory_total, d.refresh_interval, d.max_connections));
+        assert_eq!((c.http_max_connections, c.http_idle_timeout), (d.http_max_connections, d.http_idle_timeout));
         assert_eq!(c.users.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(), ["grafana"]);
     }
 

@@ -14,6 +14,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod config;
+pub mod conn;
 pub mod guard;
 pub mod http;
 pub mod limits;
@@ -147,6 +148,7 @@ pub async fn run(options: Options, ready: impl FnOnce(Bound), shutdown: impl Fut
         })
     };
     let sql = tokio::spawn(endpoint.serve(pg_listener, tls, c.max_connections, stopped(stop_rx.clone())));
+    let http_listener = conn::GuardedListener::new(http_listener, c.http_max_connections, c.http_idle_timeout);
     let http = axum::serve(http_listener, http::router(api)).with_graceful_shutdown(stopped(stop_rx));
     let http_result = http.await;
     let _ = sql.await;

@@ -753,3 +753,34 @@ fn a_server_configured_with_another_idle_policy_labels_the_stored_figures_with_t
     let note = body.lines().nth(1).unwrap_or_else(|| panic!("/healthz says nothing of the difference: {body:?}"));
     assert!(note.starts_with("note: ") && note.contains("idle policy platform") && note.contains("says share"), "/healthz: {body:?}");
 }
+
+/// Hostile HTTP clients (issue 46): 1,000 connections that send half a request and wait hold
+/// no one else out (the API answers beside them), and the server closes each once it has moved
+/// no byte for `http_idle_timeout`, instead of keeping their file descriptors for ever.
+#[test]
+fn half_sent_connections_neither_block_the_api_nor_stay_open() {
+    use std::io::{Read, Write};
+    let (store, demo_config) = demo_store();
+    let dir = tempfile::tempdir().unwrap();
+    let config = serve_config(dir.path(), demo_config, "http_idle_timeout = \"2s\"\n");
+    let server = Server::start(store, &config);
+    let mut held = Vec::new();
+    for i in 0..1000 {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", server.http_port)).unwrap_or_else(|e| panic!("connection {i}: {e}"));
+        // No blank line: the headers never end.
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").unwrap();
+        held.push(s);
+    }
+    let (status, _, body) = server.get("/healthz", None);
+    assert_eq!(status, 200, "{body}\nserver log:\n{}", server.log());
+    for (i, s) in held.iter_mut().enumerate() {
+        s.set_read_timeout(Some(PATIENCE)).unwrap();
+        let mut rest = Vec::new();
+        match s.read_to_end(&mut rest) {
+            // Closed by the server (a reset is a close too).
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            Err(e) => panic!("connection {i} still open after {PATIENCE:?}: {e}"),
+        }
+    }
+}
