@@ -66,8 +66,13 @@ pub struct ServeConfig {
     /// How long a table's file listing is reused before the directory is read again: the delay
     /// after which new Parquet files show up.
     pub refresh_interval: Duration,
-    /// Most SQL connections open at once; more are refused.
+    /// Most SQL connections logged in at once; more are refused.
     pub max_connections: usize,
+    /// Most SQL connections at once that have not logged in yet (they do not count in
+    /// `max_connections`); more are refused.
+    pub max_unauthenticated: usize,
+    /// How long a SQL connection may take to log in before it is closed.
+    pub startup_timeout: Duration,
     /// Most HTTP connections open at once: past it, new ones wait in the listen queue until
     /// one closes, so the server's file descriptors are bounded by this, not by the kernel.
     pub http_max_connections: usize,
@@ -93,6 +98,8 @@ impl Default for ServeConfig {
             memory_total: 4 << 30,
             refresh_interval: Duration::from_secs(5),
             max_connections: 64,
+            max_unauthenticated: 1024,
+            startup_timeout: Duration::from_secs(10),
             http_max_connections: 2048,
             http_idle_timeout: Duration::from_secs(90),
             users: Vec::new(),
@@ -113,6 +120,8 @@ struct RawServe {
     memory_total: Option<Spanned<String>>,
     refresh_interval: Option<Spanned<String>>,
     max_connections: Option<Spanned<i64>>,
+    max_unauthenticated: Option<Spanned<i64>>,
+    startup_timeout: Option<Spanned<String>>,
     http_max_connections: Option<Spanned<i64>>,
     http_idle_timeout: Option<Spanned<String>>,
     tls_cert: Option<Spanned<String>>,
@@ -212,6 +221,15 @@ impl ServeConfig {
                 Some(n) => c.max_connections = n,
                 None => err(v.span(), "max_connections", format!("{} must be a positive number", v.get_ref())),
             }
+        }
+        if let Some(v) = &raw.max_unauthenticated {
+            match usize::try_from(*v.get_ref()).ok().filter(|n| *n > 0) {
+                Some(n) => c.max_unauthenticated = n,
+                None => err(v.span(), "max_unauthenticated", format!("{} must be a positive number", v.get_ref())),
+            }
+        }
+        if let Some(d) = raw.startup_timeout.as_ref().and_then(|v| duration(v, "startup_timeout", Duration::from_millis(100))) {
+            c.startup_timeout = d;
         }
         if let Some(v) = &raw.http_max_connections {
             match usize::try_from(*v.get_ref()).ok().filter(|n| *n > 0) {
@@ -323,6 +341,8 @@ refresh_interval = "1s"
 max_connections = 8
 http_max_connections = 100
 http_idle_timeout = "10s"
+max_unauthenticated = 50
+startup_timeout = "3s"
 [[serve.users]]
 name = "grafana"
 password_env = "GRAFANA_PW"
@@ -341,6 +361,7 @@ password = "inline"
         assert_eq!(c.max_connections, 8);
         assert_eq!(c.http_max_connections, 100);
         assert_eq!(c.http_idle_timeout, Duration::from_secs(10));
+        assert_eq!((c.max_unauthenticated, c.startup_timeout), (50, Duration::from_secs(3)));
         let users: Vec<(&str, &str)> = c.users.iter().map(|u| (u.name.as_str(), u.password.expose())).collect();
         assert_eq!(users, [("grafana", "s3cret"), ("analyst", "inline")]);
     }
@@ -354,6 +375,7 @@ password = "inline"
         assert_eq!((c.pg_listen, c.http_listen, &c.http_token_env), (d.pg_listen, d.http_listen, &d.http_token_env));
         assert_eq!((c.query_timeout, c.memory_limit, c.memory_total, c.refresh_interval, c.max_connections), (d.query_timeout, d.memory_limit, d.memory_total, d.refresh_interval, d.max_connections));
         assert_eq!((c.http_max_connections, c.http_idle_timeout), (d.http_max_connections, d.http_idle_timeout));
+        assert_eq!((c.max_unauthenticated, c.startup_timeout), (d.max_unauthenticated, d.startup_timeout));
         assert_eq!(c.users.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(), ["grafana"]);
     }
 

@@ -147,7 +147,8 @@ pub async fn run(options: Options, ready: impl FnOnce(Bound), shutdown: impl Fut
             }
         })
     };
-    let sql = tokio::spawn(endpoint.serve(pg_listener, tls, c.max_connections, stopped(stop_rx.clone())));
+    let admission = pg::Admission { max_connections: c.max_connections, max_unauthenticated: c.max_unauthenticated, startup_timeout: c.startup_timeout };
+    let sql = tokio::spawn(endpoint.serve(pg_listener, tls, admission, stopped(stop_rx.clone())));
     let http_listener = conn::GuardedListener::new(http_listener, c.http_max_connections, c.http_idle_timeout);
     let http = axum::serve(http_listener, http::router(api)).with_graceful_shutdown(stopped(stop_rx));
     let http_result = http.await;

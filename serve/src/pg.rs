@@ -71,9 +71,13 @@ impl PgEndpoint {
         }
     }
 
-    /// Accepts connections until `shutdown` resolves.
-    pub async fn serve(self: Arc<Self>, listener: TcpListener, tls: Option<TlsAcceptor>, max_connections: usize, shutdown: impl Future<Output = ()>) {
-        let limiter = Arc::new(Semaphore::new(max_connections));
+    /// Accepts connections until `shutdown` resolves. A connection holds a place among the
+    /// `max_unauthenticated` until it has logged in, and is closed if it has not within
+    /// `startup_timeout`; only then does it take one of the `max_connections`: sockets that
+    /// never finish a login can no longer lock the users out.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, tls: Option<TlsAcceptor>, admission: Admission, shutdown: impl Future<Output = ()>) {
+        let logged_in_places = Arc::new(Semaphore::new(admission.max_connections));
+        let login_places = Arc::new(Semaphore::new(admission.max_unauthenticated));
         tokio::pin!(shutdown);
         loop {
             let accepted = tokio::select! {
@@ -89,22 +93,105 @@ impl PgEndpoint {
                     continue;
                 }
             };
-            let Ok(permit) = limiter.clone().try_acquire_owned() else {
+            let Ok(logging_in) = login_places.clone().try_acquire_owned() else {
                 self.queries.stats.pg_connections_refused.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(%peer, max_connections, "sql: refused a connection: max_connections reached");
+                tracing::warn!(%peer, max_unauthenticated = admission.max_unauthenticated, "sql: refused a connection: too many connections are logging in");
                 drop(socket);
                 continue;
             };
             self.queries.stats.pg_connections.fetch_add(1, Ordering::Relaxed);
             let endpoint = self.clone();
             let tls = tls.clone();
+            let logged_in_places = logged_in_places.clone();
             tokio::spawn(async move {
-                if let Err(e) = pgwire::tokio::process_socket(socket, tls, endpoint).await {
+                let logged_in = Arc::new(tokio::sync::Notify::new());
+                let session = pgwire::tokio::process_socket(socket, tls, Connection { endpoint: endpoint.clone(), logged_in: logged_in.clone() });
+                tokio::pin!(session);
+                let in_time = tokio::select! {
+                    ended = &mut session => {
+                        if let Err(e) = ended {
+                            tracing::info!(%peer, error = %e, "sql: connection ended");
+                        }
+                        return;
+                    }
+                    () = logged_in.notified() => true,
+                    () = tokio::time::sleep(admission.startup_timeout) => false,
+                };
+                drop(logging_in);
+                if !in_time {
+                    tracing::info!(%peer, startup_timeout = ?admission.startup_timeout, "sql: closed a connection that did not log in in time");
+                    return;
+                }
+                let Ok(place) = logged_in_places.try_acquire_owned() else {
+                    endpoint.queries.stats.pg_connections_refused.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%peer, max_connections = admission.max_connections, "sql: refused a connection: max_connections reached");
+                    return;
+                };
+                if let Err(e) = session.await {
                     tracing::info!(%peer, error = %e, "sql: connection ended");
                 }
-                drop(permit);
+                drop(place);
             });
         }
+    }
+}
+
+/// How the SQL endpoint lets connections in (`[serve]` settings).
+#[derive(Debug, Clone, Copy)]
+pub struct Admission {
+    /// Logged-in connections at once.
+    pub max_connections: usize,
+    /// Connections at once that have not logged in yet.
+    pub max_unauthenticated: usize,
+    /// How long a connection may take to log in.
+    pub startup_timeout: Duration,
+}
+
+/// The handlers of one connection: the endpoint's, with its startup handler watched so that
+/// the accept loop learns when the client has logged in.
+struct Connection {
+    endpoint: Arc<PgEndpoint>,
+    logged_in: Arc<tokio::sync::Notify>,
+}
+
+impl PgWireServerHandlers for Connection {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        self.endpoint.simple_query_handler()
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        self.endpoint.extended_query_handler()
+    }
+
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        Arc::new(WatchedStartup { inner: self.endpoint.startup_handler(), logged_in: self.logged_in.clone() })
+    }
+
+    fn cancel_handler(&self) -> Arc<impl CancelHandler> {
+        self.endpoint.cancel_handler()
+    }
+}
+
+/// A startup handler that tells when the login has succeeded (the connection is ready for
+/// queries).
+struct WatchedStartup<S> {
+    inner: Arc<S>,
+    logged_in: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait]
+impl<S: StartupHandler> StartupHandler for WatchedStartup<S> {
+    async fn on_startup<C>(&self, client: &mut C, message: pgwire::messages::PgWireFrontendMessage) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let done = self.inner.on_startup(client, message).await;
+        if matches!(client.state(), pgwire::api::PgWireConnectionState::ReadyForQuery) {
+            self.logged_in.notify_one();
+        }
+        done
     }
 }
 

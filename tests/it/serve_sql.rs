@@ -368,3 +368,36 @@ fn the_extended_protocol_binds_parameters_and_is_read_only_too() {
     }
     assert_eq!(local_csv(store, "SELECT count(*) AS n FROM pods"), server.psql_csv("SELECT count(*) AS n FROM pods").unwrap());
 }
+
+/// Hostile logins (issue 46): 200 sockets that open a connection and never finish logging in
+/// (half a startup packet) take none of the `max_connections` (here 4), so psql still logs in
+/// and queries; each is closed once `startup_timeout` has passed.
+#[test]
+fn sockets_that_never_log_in_neither_lock_users_out_nor_stay_open() {
+    use std::io::{Read, Write};
+    let (store, base) = demo_store();
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(store, &serve_config(tmp.path(), base, "max_connections = 4\nstartup_timeout = \"2s\"\n"));
+    let mut stuck = Vec::new();
+    for i in 0..200 {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", server.pg_port)).unwrap_or_else(|e| panic!("socket {i}: {e}"));
+        // The length of a startup packet, and nothing after it.
+        s.write_all(&[0, 0, 0, 40]).unwrap();
+        stuck.push(s);
+    }
+    for _ in 0..2 {
+        let (code, out, err) = server.psql_as(PASSWORD, &["-c", "SELECT 41 + 1 AS answer"]);
+        assert_eq!(code, 0, "{err}\nserver log:\n{}", server.log());
+        assert!(out.contains("42"), "{out}");
+    }
+    for (i, s) in stuck.iter_mut().enumerate() {
+        s.set_read_timeout(Some(super::util::PATIENCE)).unwrap();
+        let mut rest = Vec::new();
+        match s.read_to_end(&mut rest) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            Err(e) => panic!("socket {i} still open: {e}"),
+        }
+    }
+    assert!(server.log().contains("did not log in in time"), "{}", server.log());
+}
