@@ -9,7 +9,11 @@ use std::process::ExitCode;
 use anyhow::Context;
 use gpuledger_serve::Options;
 
-/// Serve the store to Grafana, SQL clients and HTTP until SIGTERM or Ctrl-C.
+/// How long `serve` drains after SIGTERM or Ctrl-C before it exits regardless.
+const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Serve the store to Grafana, SQL clients and HTTP until SIGTERM or Ctrl-C (then it drains
+/// for at most 20 s).
 ///
 /// The SQL endpoint speaks the PostgreSQL wire protocol: Grafana's PostgreSQL data source, psql,
 /// DBeaver or any PostgreSQL driver connect to it and see every store table and every derived
@@ -82,8 +86,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let _ = writeln!(out, "ready sql={} http={}", b.pg, b.http);
         let _ = out.flush();
     };
+    let shutdown = async {
+        super::collect::shutdown_signal().await;
+        // The server drains (open statements and requests finish); a drain that does not end
+        // in time, a statement that never yields or clients that keep their connections, ends
+        // with the process, so SIGTERM stops the server within DRAIN_LIMIT, before Kubernetes'
+        // default 30 s grace period has passed. A thread of its own: the runtime's workers may be
+        // the ones stuck.
+        std::thread::spawn(|| {
+            std::thread::sleep(DRAIN_LIMIT);
+            let _ = writeln!(std::io::stderr(), "gpuledger: serve: still draining {} s after the stop signal: exiting", DRAIN_LIMIT.as_secs());
+            std::process::exit(0);
+        });
+    };
     super::runtime()?
-        .block_on(gpuledger_serve::run(options, ready, super::collect::shutdown_signal()))
+        .block_on(gpuledger_serve::run(options, ready, shutdown))
         .with_context(|| format!("serving {}", args.store))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -401,3 +401,33 @@ fn sockets_that_never_log_in_neither_lock_users_out_nor_stay_open() {
     }
     assert!(server.log().contains("did not log in in time"), "{}", server.log());
 }
+
+/// SIGTERM stops the server within its drain limit (20 s) while two statements that would run
+/// for hours (under a 1 h query_timeout) keep both of its workers busy (issue 46: SIGTERM was
+/// ignored for 14 minutes).
+#[test]
+fn sigterm_stops_the_server_while_runaway_statements_run() {
+    let (store, base) = demo_store();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut server = Server::start(store, &serve_config(tmp.path(), base, "query_timeout = \"1h\"\n"));
+    let runaway = || {
+        std::process::Command::new("psql")
+            .args(["-h", "127.0.0.1", "-p", &server.pg_port.to_string(), "-U", "grafana", "-d", "datafusion", "-X"])
+            .args(["-c", "SELECT count(*) FROM generate_series(1, 1000000) AS a(x) CROSS JOIN generate_series(1, 100000000) AS b(y)"])
+            .env("PGPASSWORD", PASSWORD)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut clients = [runaway(), runaway()];
+    // Not a measurement: time for both to log in and start (the HTTP API may not answer while
+    // they run, so it cannot be asked).
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let status = server.terminate();
+    for c in &mut clients {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    assert!(status.is_some(), "serve still running {:?} after SIGTERM:\n{}", super::util::PATIENCE, server.log());
+}

@@ -140,6 +140,22 @@ impl Server {
     }
 }
 
+impl Server {
+    /// Sends SIGTERM and waits for the process to end (at most PATIENCE: None if it has not).
+    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        let end = Instant::now() + PATIENCE;
+        while Instant::now() < end {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        None
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
