@@ -176,6 +176,13 @@ impl ServeConfig {
         let bytes = |v: &Spanned<String>, key: &str| -> Option<u64> {
             parse_bytes(v.get_ref()).map_err(|reason| err(v.span(), key, reason)).ok()
         };
+        let positive = |v: &Spanned<i64>, key: &str| -> Option<usize> {
+            let n = usize::try_from(*v.get_ref()).ok().filter(|n| *n > 0);
+            if n.is_none() {
+                err(v.span(), key, format!("{} must be a positive number", v.get_ref()));
+            }
+            n
+        };
         if let Some(a) = raw.pg_listen.as_ref().and_then(|v| addr(v, "pg_listen")) {
             c.pg_listen = a;
         }
@@ -216,30 +223,24 @@ impl ServeConfig {
             (Some(_), Some(n)) => c.memory_total = n,
             (Some(_), None) => {}
         }
-        if let Some(v) = &raw.max_connections {
-            match usize::try_from(*v.get_ref()).ok().filter(|n| *n > 0) {
-                Some(n) => c.max_connections = n,
-                None => err(v.span(), "max_connections", format!("{} must be a positive number", v.get_ref())),
-            }
+        if let Some(n) = raw.max_connections.as_ref().and_then(|v| positive(v, "max_connections")) {
+            c.max_connections = n;
         }
-        if let Some(v) = &raw.max_unauthenticated {
-            match usize::try_from(*v.get_ref()).ok().filter(|n| *n > 0) {
-                Some(n) => c.max_unauthenticated = n,
-                None => err(v.span(), "max_unauthenticated", format!("{} must be a positive number", v.get_ref())),
-            }
+        if let Some(n) = raw.max_unauthenticated.as_ref().and_then(|v| positive(v, "max_unauthenticated")) {
+            c.max_unauthenticated = n;
         }
         if let Some(d) = raw.startup_timeout.as_ref().and_then(|v| duration(v, "startup_timeout", Duration::from_millis(100))) {
             c.startup_timeout = d;
         }
-        if let Some(v) = &raw.http_max_connections {
-            match usize::try_from(*v.get_ref()).ok().filter(|n| *n > 0) {
-                Some(n) => c.http_max_connections = n,
-                None => err(v.span(), "http_max_connections", format!("{} must be a positive number", v.get_ref())),
-            }
+        if let Some(n) = raw.http_max_connections.as_ref().and_then(|v| positive(v, "http_max_connections")) {
+            c.http_max_connections = n;
         }
-        match raw.http_idle_timeout.as_ref().map(|v| (v, duration(v, "http_idle_timeout", Duration::from_millis(100)))) {
-            Some((_, Some(d))) => c.http_idle_timeout = d,
-            Some((_, None)) => {}
+        match &raw.http_idle_timeout {
+            Some(v) => {
+                if let Some(d) = duration(v, "http_idle_timeout", Duration::from_millis(100)) {
+                    c.http_idle_timeout = d;
+                }
+            }
             // Unset: past the query timeout, so that an answer still being computed is not cut.
             None => c.http_idle_timeout = c.http_idle_timeout.max(c.query_timeout + Duration::from_secs(30)),
         }
