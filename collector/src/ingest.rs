@@ -481,7 +481,7 @@ impl<'a> Worker<'a> {
     }
 }
 
-/// The message for a file that could not be read.
+/// The message for a file that is not a regular file (a FIFO, a device, a socket): not read.
 fn not_a_file(path: &Path, kind: &std::fs::FileType, mut diags: Diagnostics) -> Message {
     use std::os::unix::fs::FileTypeExt;
     let what = if kind.is_fifo() {
@@ -494,12 +494,18 @@ fn not_a_file(path: &Path, kind: &std::fs::FileType, mut diags: Diagnostics) -> 
         "not a regular file"
     };
     diags.error(path, Position::File, "not_a_file", format!("{what}, not a regular file: not read"));
-    Message::File { format: Err("not a regular file".into()), bytes: 0, told: 0, diags, objects: BTreeMap::new(), samples: 0, blank: 0, rejected: 1 }
+    not_read("not a regular file", diags)
 }
 
+/// The message for a file that could not be read.
 fn unreadable(path: &Path, e: &std::io::Error, mut diags: Diagnostics) -> Message {
     diags.error(path, Position::File, "unreadable_file", format!("cannot read: {e}"));
-    Message::File { format: Err("unreadable".into()), bytes: 0, told: 0, diags, objects: BTreeMap::new(), samples: 0, blank: 0, rejected: 1 }
+    not_read("unreadable", diags)
+}
+
+/// A file read not at all, counted under `why`, its one error in `diags`.
+fn not_read(why: &str, diags: Diagnostics) -> Message {
+    Message::File { format: Err(why.into()), bytes: 0, told: 0, diags, objects: BTreeMap::new(), samples: 0, blank: 0, rejected: 1 }
 }
 
 /// Counts how far into its input reading got (bytes read twice, after a seek back, count once).

@@ -199,38 +199,30 @@ impl DcgmText {
             if !eof && std::io::Read::read_to_end(&mut std::io::Read::take(&mut *input, chunk.max(1) as u64), &mut buf)? == 0 {
                 eof = true;
             }
-            if passing_over {
-                let end = memchr::memchr(b'\n', &buf).map_or(buf.len(), |i| i + 1);
-                passing_over = buf.get(end.wrapping_sub(1)) != Some(&b'\n') && !eof;
-                if end > 0 && buf.get(end - 1) == Some(&b'\n') {
-                    lines_before += 1;
-                }
-                consumed += end as u64;
-                buf.drain(..end);
-                read_so_far(consumed);
-                continue;
-            }
-            // The first line longer than the bound, if any: reported, and passed over.
+            // A line longer than the bound at the front (or the rest of one): reported once,
+            // and dropped up to its newline.
             let first = memchr::memchr(b'\n', &buf).unwrap_or(buf.len());
-            if first > self.max_line_bytes {
-                diags.error(
-                    path,
-                    Position::Line(lines_before + 1),
-                    "line_too_long",
-                    format!("a line longer than {} bytes (the ingest's --max-line-bytes): passed over", self.max_line_bytes),
-                );
-                let end = if first < buf.len() { first + 1 } else { buf.len() };
-                if end == first + 1 {
-                    lines_before += 1;
-                } else {
-                    passing_over = !eof;
+            if passing_over || first > self.max_line_bytes {
+                if !passing_over {
+                    diags.error(
+                        path,
+                        Position::Line(lines_before + 1),
+                        "line_too_long",
+                        format!("a line longer than {} bytes (the ingest's --max-line-bytes): passed over", self.max_line_bytes),
+                    );
                 }
+                let ended = first < buf.len();
+                let end = if ended { first + 1 } else { buf.len() };
+                if ended {
+                    lines_before += 1;
+                }
+                passing_over = !ended && !eof;
                 consumed += end as u64;
                 buf.drain(..end);
                 read_so_far(consumed);
                 continue;
             }
-            let cut = match memchr::memrchr(b'\n', &buf) {
+            let mut cut = match memchr::memrchr(b'\n', &buf) {
                 _ if eof => buf.len(),
                 Some(i) => i + 1,
                 // A line longer than a chunk: read on (up to the bound, above).
@@ -238,16 +230,12 @@ impl DcgmText {
             };
             // Parse up to a long line further on: it is the first line of the next round.
             let mut start = 0;
-            let mut cut = cut;
-            for nl in memchr::memchr_iter(b'\n', buf.get(..cut).unwrap_or_default()).chain((eof && cut > 0 && buf.get(cut - 1) != Some(&b'\n')).then_some(cut)) {
-                if nl - start > self.max_line_bytes {
+            for end in memchr::memchr_iter(b'\n', buf.get(..cut).unwrap_or_default()).chain(std::iter::once(cut)) {
+                if end - start > self.max_line_bytes {
                     cut = start;
                     break;
                 }
-                start = nl + 1;
-            }
-            if cut == 0 {
-                continue;
+                start = end + 1;
             }
             let text = buf.get(..cut).unwrap_or_default();
             let mut chunk_diags = Diagnostics::new();

@@ -701,12 +701,17 @@ fn pod_spec_gpus(spec: &Value, kinds: GpuKinds) -> Option<i64> {
 fn gpu_resources(resources: &Value, kinds: GpuKinds) -> Option<i64> {
     let mut found = None;
     for (k, v) in resources.as_object()? {
-        if k == "nvidia.com/gpu" || (kinds == GpuKinds::WithMig && k.starts_with("nvidia.com/mig-")) {
+        if is_gpu_resource(k, kinds) {
             let n = quantity(v).unwrap_or(0);
             found = Some(found.unwrap_or(0i64).saturating_add(n));
         }
     }
     found
+}
+
+/// Whether the resource named `key` is a GPU resource of `kinds`.
+fn is_gpu_resource(key: &str, kinds: GpuKinds) -> bool {
+    key == "nvidia.com/gpu" || (kinds == GpuKinds::WithMig && key.starts_with("nvidia.com/mig-"))
 }
 
 /// A whole-number resource quantity, written as a JSON number or a string ("2").
@@ -788,7 +793,7 @@ fn pod_spec_gpu_fields<'a>(at: &str, spec: &'a Value, gpus: &mut Vec<(String, &'
     for (i, c) in spec.get("containers").and_then(Value::as_array).into_iter().flatten().enumerate() {
         for list in ["limits", "requests"] {
             for (k, v) in path(c, &["resources", list]).and_then(Value::as_object).into_iter().flatten() {
-                if k == "nvidia.com/gpu" || k.starts_with("nvidia.com/mig-") {
+                if is_gpu_resource(k, GpuKinds::WithMig) {
                     gpus.push((format!("{at}containers[{i}].resources.{list}.{k}"), v));
                 }
             }
