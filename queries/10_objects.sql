@@ -14,6 +14,9 @@
 -- naming the pod belongs to the incarnation that started last at or before it (the first one
 -- for samples before any start): [valid_from_ms, valid_to_ms), valid_to_ms null for the last.
 CREATE OR REPLACE VIEW pods_latest AS
+WITH versions AS (
+    SELECT *, COALESCE(uid, namespace || '/' || name) AS pod_key FROM pods
+)
 SELECT namespace, pod, pod_key, uid, incarnation, node_name, phase, reason, owner_kind, owner_name, owner_uid,
        job_name, workload_name, start_time, first_seen, disruption_target, disruption_reason,
        last_termination_reason, last_exit_code, labels, last_seen, gpu_request,
@@ -33,13 +36,13 @@ FROM (
             -- joined to the latest version, not a window over each pod's versions (a window
             -- without ORDER BY holds the whole table at once, outside the memory pool).
             SELECT pod_key, COALESCE(MIN(start_time), MIN(observed_at)) AS first_seen
-            FROM (SELECT COALESCE(uid, namespace || '/' || name) AS pod_key, start_time, observed_at FROM pods)
+            FROM versions
             GROUP BY pod_key
         ) f
         JOIN (
             SELECT * FROM (
-                SELECT p.*, ROW_NUMBER() OVER (PARTITION BY pod_key ORDER BY observed_at DESC, seq DESC) AS version_rank
-                FROM (SELECT *, COALESCE(uid, namespace || '/' || name) AS pod_key FROM pods) p
+                SELECT *, ROW_NUMBER() OVER (PARTITION BY pod_key ORDER BY observed_at DESC, seq DESC) AS version_rank
+                FROM versions
             ) WHERE version_rank = 1
         ) l ON l.pod_key IS NOT DISTINCT FROM f.pod_key
     )
