@@ -21,6 +21,8 @@ pub mod limits;
 pub mod metrics;
 pub mod pg;
 mod pgcompat;
+pub mod stop;
+pub mod workers;
 
 use gpuledger_store::StoreLocation;
 use std::net::SocketAddr;
@@ -84,7 +86,12 @@ pub async fn run(options: Options, ready: impl FnOnce(Bound), shutdown: impl Fut
     };
     let ledger = Arc::new(open_ledger(&options.store, c).await?);
     let stats = Arc::new(Stats::default());
-    let limits = Limits::new(c.query_timeout, c.memory_limit, c.memory_total);
+    let limits = Limits::new(c.query_timeout, c.memory_limit, c.memory_total, c.max_statements_per_user);
+    let threads = match c.statement_threads {
+        0 => std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get),
+        n => n,
+    };
+    let workers = workers::Workers::new(threads).map_err(|e| ServeError::Session(format!("starting {threads} statement threads: {e}")))?;
 
     let pg_listener = TcpListener::bind(c.pg_listen).await.map_err(|source| ServeError::Listen { addr: c.pg_listen, what: "the SQL endpoint (serve.pg_listen or --pg)", source })?;
     let http_listener = TcpListener::bind(c.http_listen).await.map_err(|source| ServeError::Listen { addr: c.http_listen, what: "the HTTP API (serve.http_listen or --http)", source })?;
@@ -98,6 +105,7 @@ pub async fn run(options: Options, ready: impl FnOnce(Bound), shutdown: impl Fut
         ledger: ledger.clone(),
         store: options.store.clone(),
         limits,
+        workers: workers.handle(),
         token: c.http_token.clone(),
         currency: options.currency.clone(),
         idle_policy: options.idle_policy,
@@ -114,6 +122,7 @@ pub async fn run(options: Options, ready: impl FnOnce(Bound), shutdown: impl Fut
         query_timeout = %gpuledger_schemas::units::format_duration(c.query_timeout),
         memory_limit_mib = c.memory_limit >> 20,
         memory_total_mib = c.memory_total >> 20,
+        statement_threads = threads,
         "serving"
     );
     ready(bound);
@@ -148,7 +157,7 @@ pub async fn run(options: Options, ready: impl FnOnce(Bound), shutdown: impl Fut
         })
     };
     let admission = pg::Admission { max_connections: c.max_connections, max_unauthenticated: c.max_unauthenticated, startup_timeout: c.startup_timeout };
-    let sql = tokio::spawn(endpoint.serve(pg_listener, tls, admission, stopped(stop_rx.clone())));
+    let sql = tokio::spawn(endpoint.serve(pg_listener, tls, admission, workers.handle(), stopped(stop_rx.clone())));
     let http_listener = conn::GuardedListener::new(http_listener, c.http_max_connections, c.http_idle_timeout);
     let http = axum::serve(http_listener, http::router(api)).with_graceful_shutdown(stopped(stop_rx));
     let http_result = http.await;

@@ -2,11 +2,15 @@
 //!
 //! Every statement runs in its own session cut from the shared one: the same tables and
 //! functions, but its own memory pool of `memory_limit` bytes, stacked on the server's pool of
-//! `memory_total` bytes that all statements draw from together. The time limit covers planning, execution and the transfer of the result: a slow client
-//! reading rows holds the query open, so the deadline is checked while rows stream out too.
+//! `memory_total` bytes that all statements draw from together, and its plan checked against
+//! its [`Stop`] between operators. The time limit covers planning, execution and the transfer
+//! of the result: a slow client reading rows holds the query open, so the deadline is checked
+//! while rows stream out too. A user runs at most `max_statements_per_user` statements at once
+//! ([`Turns`]).
 
+use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -16,7 +20,10 @@ use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryConsumer, Memor
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::SessionContext;
 use futures::Stream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
+
+use crate::stop::Stop;
 
 /// The limits of one statement, and the pool all statements share.
 #[derive(Debug, Clone)]
@@ -25,32 +32,57 @@ pub struct Limits {
     pub memory: u64,
     /// The server's pool: a statement's reservation counts against it as well as its own.
     pub shared: Arc<dyn MemoryPool>,
+    pub turns: Arc<Turns>,
 }
 
 impl Limits {
-    pub fn new(timeout: Duration, memory: u64, total: u64) -> Limits {
+    pub fn new(timeout: Duration, memory: u64, total: u64, per_user: usize) -> Limits {
         let total = usize::try_from(total).unwrap_or(usize::MAX);
-        Limits { timeout, memory, shared: Arc::new(GreedyMemoryPool::new(total)) }
+        Limits { timeout, memory, shared: Arc::new(GreedyMemoryPool::new(total)), turns: Arc::new(Turns::new(per_user)) }
     }
 
     /// A session for one statement: shares `base`'s tables, functions and file caches, owns
-    /// its memory pool. The pool names its three largest consumers when a query runs out.
-    pub fn session(&self, base: &SessionContext) -> Result<SessionContext, DataFusionError> {
+    /// its memory pool, and stops where `stop` says. The pool names its three largest
+    /// consumers when a query runs out.
+    pub fn session(&self, base: &SessionContext, stop: &Arc<Stop>) -> Result<SessionContext, DataFusionError> {
         let state = base.state();
         let memory = usize::try_from(self.memory).unwrap_or(usize::MAX);
         let own: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(memory));
         let stacked = Stacked { own, shared: self.shared.clone() };
         let pool = TrackConsumersPool::new(stacked, std::num::NonZeroUsize::new(3).unwrap_or(std::num::NonZeroUsize::MIN));
         let runtime = RuntimeEnvBuilder::from_runtime_env(state.runtime_env()).with_memory_pool(Arc::new(pool)).build_arc()?;
-        let state = SessionStateBuilder::new_from_existing(state).with_runtime_env(runtime).build();
+        let mut rules = state.physical_optimizers().to_vec();
+        rules.push(stop.rule());
+        let state = SessionStateBuilder::new_from_existing(state).with_runtime_env(runtime).with_physical_optimizer_rules(rules).build();
         Ok(SessionContext::new_with_state(state))
     }
+}
 
-    /// When a statement started now must be done, given the client's own `statement_timeout`
-    /// (which may only shorten ours).
-    pub fn deadline(&self, client_timeout: Option<Duration>) -> Instant {
-        let t = client_timeout.map_or(self.timeout, |c| c.min(self.timeout));
-        Instant::now() + t
+/// How many statements each user runs at once. Past the limit a statement waits for a turn
+/// (a dashboard's twenty panels queue rather than fail); the wait counts in its time limit.
+#[derive(Debug)]
+pub struct Turns {
+    per_user: usize,
+    users: Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+impl Turns {
+    pub fn new(per_user: usize) -> Turns {
+        Turns { per_user: per_user.max(1), users: Mutex::new(HashMap::new()) }
+    }
+
+    /// Waits for one of `user`'s turns until `deadline`: None when none came in time. The
+    /// turn is given back when the permit is dropped.
+    pub async fn wait(&self, user: &str, deadline: Instant) -> Option<OwnedSemaphorePermit> {
+        let places = {
+            let mut users = self.users.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            users.entry(user.to_owned()).or_insert_with(|| Arc::new(Semaphore::new(self.per_user))).clone()
+        };
+        tokio::time::timeout_at(deadline, places.acquire_owned()).await.ok()?.ok()
+    }
+
+    pub fn per_user(&self) -> usize {
+        self.per_user
     }
 }
 
@@ -167,20 +199,39 @@ mod tests {
     #[tokio::test]
     async fn a_query_over_the_memory_limit_fails_and_one_under_it_runs() {
         let base = SessionContext::new();
-        let small = Limits::new(Duration::from_secs(10), 1 << 20, 1 << 30);
+        let stop = crate::stop::Stop::new(crate::stop::TimeLimit::of(Duration::from_secs(60), None));
+        let small = Limits::new(Duration::from_secs(10), 1 << 20, 1 << 30, 1);
         // Sorting 2M distinct values needs far more than 1 MiB; spilling is impossible without
         // the rows fitting a batch, so the pool refuses.
         let sql = "SELECT v FROM (SELECT value * 7919 % 2000003 AS v FROM generate_series(1, 2000000)) ORDER BY v DESC LIMIT 5 OFFSET 1000000";
-        let err = small.session(&base).unwrap().sql(sql).await.unwrap().collect().await.unwrap_err();
+        let err = small.session(&base, &stop).unwrap().sql(sql).await.unwrap().collect().await.unwrap_err();
         assert!(err.to_string().contains("Resources exhausted"), "{err}");
-        let big = Limits::new(Duration::from_secs(10), 1 << 30, 1 << 30);
-        let rows: usize = big.session(&base).unwrap().sql(sql).await.unwrap().collect().await.unwrap().iter().map(|b| b.num_rows()).sum();
+        let big = Limits::new(Duration::from_secs(10), 1 << 30, 1 << 30, 1);
+        let rows: usize = big.session(&base, &stop).unwrap().sql(sql).await.unwrap().collect().await.unwrap().iter().map(|b| b.num_rows()).sum();
         assert_eq!(rows, 5);
         // Every statement's memory is back in the server's pool once it is done.
         assert_eq!(big.shared.reserved(), 0);
         // A statement within its own limit still fails when the server's pool is short.
-        let crowded = Limits::new(Duration::from_secs(10), 1 << 30, 1 << 20);
-        let err = crowded.session(&base).unwrap().sql(sql).await.unwrap().collect().await.unwrap_err();
+        let crowded = Limits::new(Duration::from_secs(10), 1 << 30, 1 << 20, 1);
+        let err = crowded.session(&base, &stop).unwrap().sql(sql).await.unwrap().collect().await.unwrap_err();
         assert!(err.to_string().contains("memory_total"), "{err}");
+    }
+
+    // On tokio's paused clock: a third statement waits for one of the user's two turns, gets
+    // it when one ends, and gives up at its deadline when none does; other users are not held.
+    #[tokio::test(start_paused = true)]
+    async fn a_user_past_the_limit_waits_for_a_turn_until_the_deadline() {
+        let turns = Turns::new(2);
+        let soon = Instant::now() + Duration::from_secs(1);
+        let a = turns.wait("grafana", soon).await.unwrap();
+        let _b = turns.wait("grafana", soon).await.unwrap();
+        assert!(turns.wait("grafana", soon).await.is_none());
+        assert!(turns.wait("analyst", Instant::now() + Duration::from_secs(1)).await.is_some());
+        let later = Instant::now() + Duration::from_secs(10);
+        let (third, ()) = tokio::join!(turns.wait("grafana", later), async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            drop(a);
+        });
+        assert!(third.is_some());
     }
 }

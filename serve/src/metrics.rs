@@ -20,6 +20,7 @@ pub struct Stats {
     pub query_errors: AtomicU64,
     pub queries_refused: AtomicU64,
     pub queries_timed_out: AtomicU64,
+    pub queries_cancelled: AtomicU64,
     pub query_micros: AtomicU64,
     pub http_requests: AtomicU64,
     pub http_unauthorized: AtomicU64,
@@ -93,13 +94,14 @@ pub fn render(gauges: Option<&[GaugeSample]>, currency: &str, stats: &Stats) -> 
     }
     out.header("gpuledger_ledger_available", "gauge", "1 when the store holds a ledger (gpuledger ledger has run), else 0.");
     out.sample("gpuledger_ledger_available", &[], u8::from(gauges.is_some()));
-    let counters: [(&str, &str, &AtomicU64); 8] = [
+    let counters: [(&str, &str, &AtomicU64); 9] = [
         ("gpuledger_sql_connections_total", "SQL connections accepted.", &stats.pg_connections),
         ("gpuledger_sql_connections_refused_total", "SQL connections refused at max_connections.", &stats.pg_connections_refused),
         ("gpuledger_sql_queries_total", "SQL statements run.", &stats.queries),
         ("gpuledger_sql_query_errors_total", "SQL statements that ended in an error.", &stats.query_errors),
         ("gpuledger_sql_queries_refused_total", "SQL statements refused as not read-only.", &stats.queries_refused),
-        ("gpuledger_sql_queries_timed_out_total", "SQL statements stopped at query_timeout.", &stats.queries_timed_out),
+        ("gpuledger_sql_queries_timed_out_total", "SQL statements stopped at query_timeout or the client's statement_timeout.", &stats.queries_timed_out),
+        ("gpuledger_sql_queries_cancelled_total", "SQL statements stopped by the client's cancel request.", &stats.queries_cancelled),
         ("gpuledger_http_requests_total", "HTTP API requests.", &stats.http_requests),
         ("gpuledger_http_unauthorized_total", "HTTP API requests refused for a missing or wrong token.", &stats.http_unauthorized),
     ];
