@@ -73,6 +73,12 @@ pub struct ServeConfig {
     pub max_unauthenticated: usize,
     /// How long a SQL connection may take to log in before it is closed.
     pub startup_timeout: Duration,
+    /// Statements one user (or the HTTP API, as one) may run at once; more wait their turn
+    /// within their time limit.
+    pub max_statements_per_user: usize,
+    /// Worker threads of the runtime statements run on, apart from the threads that accept
+    /// connections and answer the HTTP API. 0: one per CPU.
+    pub statement_threads: usize,
     /// Most HTTP connections open at once: past it, new ones wait in the listen queue until
     /// one closes, so the server's file descriptors are bounded by this, not by the kernel.
     pub http_max_connections: usize,
@@ -100,6 +106,8 @@ impl Default for ServeConfig {
             max_connections: 64,
             max_unauthenticated: 1024,
             startup_timeout: Duration::from_secs(10),
+            max_statements_per_user: 8,
+            statement_threads: 0,
             http_max_connections: 2048,
             http_idle_timeout: Duration::from_secs(90),
             users: Vec::new(),
@@ -122,6 +130,8 @@ struct RawServe {
     max_connections: Option<Spanned<i64>>,
     max_unauthenticated: Option<Spanned<i64>>,
     startup_timeout: Option<Spanned<String>>,
+    max_statements_per_user: Option<Spanned<i64>>,
+    statement_threads: Option<Spanned<i64>>,
     http_max_connections: Option<Spanned<i64>>,
     http_idle_timeout: Option<Spanned<String>>,
     tls_cert: Option<Spanned<String>>,
@@ -232,6 +242,15 @@ impl ServeConfig {
         if let Some(d) = raw.startup_timeout.as_ref().and_then(|v| duration(v, "startup_timeout", Duration::from_millis(100))) {
             c.startup_timeout = d;
         }
+        if let Some(n) = raw.max_statements_per_user.as_ref().and_then(|v| positive(v, "max_statements_per_user")) {
+            c.max_statements_per_user = n;
+        }
+        if let Some(v) = &raw.statement_threads {
+            match usize::try_from(*v.get_ref()) {
+                Ok(n) => c.statement_threads = n,
+                Err(_) => err(v.span(), "statement_threads", format!("{} must be 0 (one per CPU) or a positive number", v.get_ref())),
+            }
+        }
         if let Some(n) = raw.http_max_connections.as_ref().and_then(|v| positive(v, "http_max_connections")) {
             c.http_max_connections = n;
         }
@@ -325,6 +344,8 @@ mod tests {
         let c = parse_with("[serve]\nquery_timeout = \"5m\"\n", &[]).unwrap();
         assert_eq!(c.http_idle_timeout, Duration::from_secs(330));
         assert!(error("[serve]\nhttp_max_connections = 0\n", &[]).contains("http_max_connections: 0 must be a positive number"));
+        assert!(error("[serve]\nmax_statements_per_user = 0\n", &[]).contains("max_statements_per_user: 0 must be a positive number"));
+        assert!(error("[serve]\nstatement_threads = -1\n", &[]).contains("statement_threads: -1 must be 0"));
         assert!(c.users.is_empty());
     }
 
@@ -344,6 +365,8 @@ http_max_connections = 100
 http_idle_timeout = "10s"
 max_unauthenticated = 50
 startup_timeout = "3s"
+max_statements_per_user = 3
+statement_threads = 6
 [[serve.users]]
 name = "grafana"
 password_env = "GRAFANA_PW"
@@ -363,6 +386,7 @@ password = "inline"
         assert_eq!(c.http_max_connections, 100);
         assert_eq!(c.http_idle_timeout, Duration::from_secs(10));
         assert_eq!((c.max_unauthenticated, c.startup_timeout), (50, Duration::from_secs(3)));
+        assert_eq!((c.max_statements_per_user, c.statement_threads), (3, 6));
         let users: Vec<(&str, &str)> = c.users.iter().map(|u| (u.name.as_str(), u.password.expose())).collect();
         assert_eq!(users, [("grafana", "s3cret"), ("analyst", "inline")]);
     }
@@ -377,6 +401,7 @@ password = "inline"
         assert_eq!((c.query_timeout, c.memory_limit, c.memory_total, c.refresh_interval, c.max_connections), (d.query_timeout, d.memory_limit, d.memory_total, d.refresh_interval, d.max_connections));
         assert_eq!((c.http_max_connections, c.http_idle_timeout), (d.http_max_connections, d.http_idle_timeout));
         assert_eq!((c.max_unauthenticated, c.startup_timeout), (d.max_unauthenticated, d.startup_timeout));
+        assert_eq!((c.max_statements_per_user, c.statement_threads), (d.max_statements_per_user, d.statement_threads));
         assert_eq!(c.users.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(), ["grafana"]);
     }
 

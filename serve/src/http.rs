@@ -36,6 +36,8 @@ use serde_json::{Value, json};
 
 use crate::config::Secret;
 use crate::limits::Limits;
+use crate::stop::{Stop, TimeLimit};
+use crate::workers;
 use crate::metrics::{self, Stats};
 
 /// The OpenAPI 3 description of this API, served at `/api/v1/openapi.json`.
@@ -47,6 +49,8 @@ pub struct Api {
     /// The store: its ledger run record names the settings the stored figures were computed with.
     pub store: gpuledger_store::StoreLocation,
     pub limits: Limits,
+    /// The statements' runtime (see [`crate::workers`]).
+    pub workers: tokio::runtime::Handle,
     pub token: Option<Secret>,
     /// This server's configuration's currency and idle policy: the labels only while no ledger
     /// run has recorded its own.
@@ -197,22 +201,37 @@ impl Api {
     /// Runs one read-only statement under the limits; `$1`, `$2`... take `params`.
     async fn run(&self, sql: &str, params: Vec<ScalarValue>) -> Result<Vec<RecordBatch>, ApiError> {
         let read_only = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
-        self.limited(async |ctx| {
-            let df = ctx.sql_with_options(sql, read_only).await?;
+        let sql = sql.to_owned();
+        self.limited(move |ctx| async move {
+            let df = ctx.sql_with_options(&sql, read_only).await?;
             let df = if params.is_empty() { df } else { df.with_param_values(params)? };
             df.collect().await
         })
         .await
     }
 
-    /// Runs `work` (one statement, or the several of a report) in a session of its own, under
-    /// the per-statement time limit and memory pool: 504 past the time, 503 past the memory.
-    async fn limited<T, E: Into<Limited>>(&self, work: impl AsyncFnOnce(SessionContext) -> Result<T, E>) -> Result<T, ApiError> {
-        let ctx = self.limits.session(self.ctx()).map_err(internal)?;
-        match tokio::time::timeout(self.limits.timeout, work(ctx)).await {
-            Err(_) => Err(ApiError::new(StatusCode::GATEWAY_TIMEOUT, format!("the query ran longer than query_timeout ({})", gpuledger_schemas::units::format_duration(self.limits.timeout)))),
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(match e.into() {
+    /// Runs `work` (one statement, or the several of a report) in a session of its own on the
+    /// statements' threads, under the per-statement time limit and memory pool (504 past the
+    /// time, 503 past the memory), in one of the HTTP API's turns (it counts as one user).
+    async fn limited<T, E, W, F>(&self, work: W) -> Result<T, ApiError>
+    where
+        W: FnOnce(SessionContext) -> F,
+        F: Future<Output = Result<T, E>> + Send + 'static,
+        T: Send + 'static,
+        E: Into<Limited> + Send + 'static,
+    {
+        let stop = Stop::new(TimeLimit::of(self.limits.timeout, None));
+        let timed_out = |waiting: &str| ApiError::new(StatusCode::GATEWAY_TIMEOUT, format!("the query ran longer than query_timeout ({}){waiting}", gpuledger_schemas::units::format_duration(self.limits.timeout)));
+        let Some(_turn) = self.limits.turns.wait(HTTP_USER, stop.deadline()).await else {
+            return Err(timed_out(&format!(", waiting for a turn: the HTTP API already runs max_statements_per_user ({}) statements", self.limits.turns.per_user())));
+        };
+        let ctx = self.limits.session(self.ctx(), &stop).map_err(internal)?;
+        match tokio::time::timeout_at(stop.deadline(), workers::run_on(&self.workers, work(ctx))).await {
+            Err(_) => Err(timed_out("")),
+            Ok(Err(join)) => Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("the query's task ended: {join}"))),
+            Ok(Ok(Ok(v))) => Ok(v),
+            Ok(Ok(Err(_))) if stop.stopped().is_some() => Err(timed_out("")),
+            Ok(Ok(Err(e))) => Err(match e.into() {
                 Limited::Query(e) if is_resources_exhausted(&e) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, format!("the query needed more than memory_limit: {e}")),
                 Limited::Query(e) => internal(e),
                 Limited::Ledger(e) => e.into(),
@@ -235,7 +254,7 @@ impl Api {
         // A malformed month is the request's fault whether or not a ledger exists.
         let asked = asked.map(|m| m.parse::<Month>().map_err(|e| ApiError::bad(e.to_string()))).transpose()?;
         self.need_ledger().await?;
-        let (months, busiest) = self.limited(async |ctx| stored_months(&ctx).await).await?;
+        let (months, busiest) = self.limited(|ctx| async move { stored_months(&ctx).await }).await?;
         match asked {
             Some(m) if months.contains(&m) => Ok(m),
             Some(m) => {
@@ -269,6 +288,9 @@ impl From<gpuledger_ledger::Error> for Limited {
     }
 }
 
+/// The name the HTTP API's statements take their turns under.
+const HTTP_USER: &str = "(http api)";
+
 fn internal(e: DataFusionError) -> ApiError {
     ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
 }
@@ -293,7 +315,7 @@ async fn chargeback(State(api): State<Arc<Api>>, Params(p): Params<MonthParams>)
     };
     let month = api.month(p.month.as_deref()).await?;
     let (currency, idle_policy) = api.labels().await;
-    let report = api.limited(async |ctx| stored_report(&ctx, &month, &currency, idle_policy).await).await?;
+    let report = api.limited(move |ctx| async move { stored_report(&ctx, &month, &currency, idle_policy).await }).await?;
     let body = render(&report, format);
     let content_type = if matches!(format, TextFormat::Csv) { "text/csv; charset=utf-8" } else { "application/json" };
     Ok(([(header::CONTENT_TYPE, content_type)], body).into_response())
@@ -306,14 +328,14 @@ async fn report_html(State(api): State<Arc<Api>>, Params(p): Params<MonthParams>
     }
     let month = api.month(p.month.as_deref()).await?;
     let (currency, idle_policy) = api.labels().await;
-    let report = api.limited(async |ctx| stored_report(&ctx, &month, &currency, idle_policy).await).await?;
+    let report = api.limited(move |ctx| async move { stored_report(&ctx, &month, &currency, idle_policy).await }).await?;
     Ok(([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html::render(&report)).into_response())
 }
 
 /// `GET /api/v1/months`: months with data and the busiest one.
 async fn months(State(api): State<Arc<Api>>) -> Result<Response, ApiError> {
     api.need_ledger().await?;
-    let (months, busiest) = api.limited(async |ctx| stored_months(&ctx).await).await?;
+    let (months, busiest) = api.limited(|ctx| async move { stored_months(&ctx).await }).await?;
     Ok(axum::Json(json!({ "months": months, "busiest": busiest })).into_response())
 }
 

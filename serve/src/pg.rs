@@ -7,6 +7,7 @@
 //! in front of every statement, per-statement time and memory limits, TLS that fails loudly, a
 //! connection limit, and counters for `/metrics`.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use datafusion_postgres::hooks::transactions::TransactionStatementHook;
 use datafusion_postgres::hooks::{HookClient, QueryHook};
 use datafusion_postgres::pgwire;
 use datafusion_postgres::{DfSessionService, Parser};
-use futures::Sink;
+use futures::{Sink, StreamExt};
 use pgwire::api::auth::sasl::SASLAuthStartupHandler;
 use pgwire::api::auth::sasl::scram::{ScramAuth, gen_salted_password, random_nonce};
 use pgwire::api::auth::{AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler};
@@ -34,15 +35,18 @@ use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{QueryResponse, Response};
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionManager, PgWireServerHandlers};
+use pgwire::messages::cancel::CancelRequest;
+use pgwire::messages::startup::SecretKey;
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::tokio::TlsAcceptor;
 use pgwire::tokio::tokio_rustls::rustls;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::User;
 use crate::limits::{Deadline, Limits};
+use crate::stop::{Stop, TimeLimit, Why};
 use crate::metrics::Stats;
 use crate::{ServeError, guard};
 
@@ -64,7 +68,7 @@ impl PgEndpoint {
         // they run in a per-statement session (see `QueryService::service`).
         let parser = DfSessionService::new_with_hooks(base.clone(), hooks.clone()).query_parser();
         PgEndpoint {
-            queries: Arc::new(QueryService { base, parser, hooks, limits, stats }),
+            queries: Arc::new(QueryService { base, parser, hooks, limits, stats, cancels: Arc::new(Cancels::default()) }),
             users: Arc::new(UserDb::new(users)),
             connections: Arc::new(ConnectionManager::new()),
             parameters: Arc::new(DefaultServerParameterProvider::default()),
@@ -75,7 +79,9 @@ impl PgEndpoint {
     /// `max_unauthenticated` until it has logged in, and is closed if it has not within
     /// `startup_timeout`; only then does it take one of the `max_connections`: sockets that
     /// never finish a login can no longer lock the users out.
-    pub async fn serve(self: Arc<Self>, listener: TcpListener, tls: Option<TlsAcceptor>, admission: Admission, shutdown: impl Future<Output = ()>) {
+    ///
+    /// Each connection runs on `workers`, the statements' runtime (see [`crate::workers`]).
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, tls: Option<TlsAcceptor>, admission: Admission, workers: tokio::runtime::Handle, shutdown: impl Future<Output = ()>) {
         let logged_in_places = Arc::new(Semaphore::new(admission.max_connections));
         let login_places = Arc::new(Semaphore::new(admission.max_unauthenticated));
         tokio::pin!(shutdown);
@@ -103,7 +109,7 @@ impl PgEndpoint {
             let endpoint = self.clone();
             let tls = tls.clone();
             let logged_in_places = logged_in_places.clone();
-            tokio::spawn(async move {
+            workers.spawn(async move {
                 let logged_in = Arc::new(tokio::sync::Notify::new());
                 let session = pgwire::tokio::process_socket(socket, tls, Connection { endpoint: endpoint.clone(), logged_in: logged_in.clone() });
                 tokio::pin!(session);
@@ -211,7 +217,7 @@ impl PgWireServerHandlers for PgEndpoint {
     }
 
     fn cancel_handler(&self) -> Arc<impl CancelHandler> {
-        Arc::new(DefaultCancelHandler::new(self.connections.clone()))
+        Arc::new(CancelStatements { cancels: self.queries.cancels.clone(), stats: self.queries.stats.clone(), inner: DefaultCancelHandler::new(self.connections.clone()) })
     }
 }
 
@@ -301,35 +307,134 @@ impl QueryHook for ReadOnly {
     }
 }
 
-/// Runs statements, each in its own limited session (see [`crate::limits`]).
+/// Runs statements, each in its own limited session (see [`crate::limits`]) that stops at its
+/// deadline or a cancel request (see [`crate::stop`]).
 struct QueryService {
     base: Arc<SessionContext>,
     parser: Arc<Parser>,
     hooks: Vec<Arc<dyn QueryHook>>,
     limits: Limits,
     stats: Arc<Stats>,
+    cancels: Arc<Cancels>,
 }
 
 type ExtendedStatement = <DfSessionService as ExtendedQueryHandler>::Statement;
 
+/// One statement under way: its stop signal, its user, and what it holds until its last row
+/// is sent (its turn, its place among the statements a cancel request can reach).
+struct Running {
+    stop: Arc<Stop>,
+    user: String,
+    held: Arc<(Option<OwnedSemaphorePermit>, CancelSlot)>,
+}
+
+/// The statement each connection is running, by the key its client sends in a cancel request.
+#[derive(Debug, Default)]
+struct Cancels {
+    running: std::sync::Mutex<HashMap<(i32, Vec<u8>), Arc<Stop>>>,
+}
+
+impl Cancels {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(i32, Vec<u8>), Arc<Stop>>> {
+        self.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A statement's entry in [`Cancels`], removed when the statement ends.
+#[derive(Debug)]
+struct CancelSlot {
+    cancels: Arc<Cancels>,
+    key: (i32, Vec<u8>),
+    stop: Arc<Stop>,
+}
+
+impl CancelSlot {
+    fn register(cancels: &Arc<Cancels>, (pid, secret): (i32, SecretKey), stop: &Arc<Stop>) -> CancelSlot {
+        // As bytes: a cancel request does not say whether its key is the 4-byte integer of
+        // protocol 3.0 or the byte string of 3.2, so it is decoded as bytes.
+        let key = (pid, secret.to_bytes().to_vec());
+        cancels.lock().insert(key.clone(), stop.clone());
+        CancelSlot { cancels: cancels.clone(), key, stop: stop.clone() }
+    }
+}
+
+impl Drop for CancelSlot {
+    fn drop(&mut self) {
+        let mut running = self.cancels.lock();
+        // The connection's next statement may have taken the place already.
+        if running.get(&self.key).is_some_and(|s| Arc::ptr_eq(s, &self.stop)) {
+            running.remove(&self.key);
+        }
+    }
+}
+
+/// Answers a cancel request: the statement the connection runs stops at its next batch,
+/// whether it is still being planned or its rows are being sent; pgwire's own handling (which
+/// covers the planning only) goes on too.
+struct CancelStatements {
+    cancels: Arc<Cancels>,
+    stats: Arc<Stats>,
+    inner: DefaultCancelHandler,
+}
+
+#[async_trait]
+impl CancelHandler for CancelStatements {
+    async fn on_cancel_request(&self, request: CancelRequest) {
+        let stop = self.cancels.lock().get(&(request.pid, request.secret_key.to_bytes().to_vec())).cloned();
+        if let Some(stop) = stop {
+            stop.cancel();
+            self.stats.queries_cancelled.fetch_add(1, Ordering::Relaxed);
+        }
+        self.inner.on_cancel_request(request).await;
+    }
+}
+
 impl QueryService {
+    /// Starts the statement `sql`: its time limit (the client's `statement_timeout` when
+    /// shorter), its place where the client's cancel request finds it, and one of the user's
+    /// turns.
+    async fn begin<C: ClientInfo + ?Sized>(&self, client: &C, sql: &str) -> PgWireResult<Running> {
+        let stop = Stop::new(TimeLimit::of(self.limits.timeout, datafusion_postgres_timeout(client)));
+        let cancel = CancelSlot::register(&self.cancels, client.pid_and_secret_key(), &stop);
+        let user = client_user(client);
+        // Session statements (SET, SHOW, BEGIN...) read no data: they answer at once, in no turn.
+        if is_session_statement(sql) {
+            return Ok(Running { stop, user, held: Arc::new((None, cancel)) });
+        }
+        let Some(turn) = self.limits.turns.wait(&user, stop.deadline()).await else {
+            self.stats.queries_timed_out.fetch_add(1, Ordering::Relaxed);
+            let why = format!("{}, waiting for a turn: user {user:?} already runs max_statements_per_user ({}) statements", stop.message(Why::TimedOut), self.limits.turns.per_user());
+            return Err(PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), QUERY_CANCELED.into(), why))));
+        };
+        Ok(Running { stop, user, held: Arc::new((Some(turn), cancel)) })
+    }
+
     /// datafusion-postgres' service over a fresh per-statement session.
-    fn service(&self) -> PgWireResult<DfSessionService> {
-        let ctx = self.limits.session(&self.base).map_err(|e| PgWireError::ApiError(Box::new(e)))?;
+    fn service(&self, stop: &Arc<Stop>) -> PgWireResult<DfSessionService> {
+        let ctx = self.limits.session(&self.base, stop).map_err(|e| PgWireError::ApiError(Box::new(e)))?;
         Ok(DfSessionService::new_with_hooks(Arc::new(ctx), self.hooks.clone()))
     }
 
-    fn timeout_error(&self) -> PgWireError {
-        timed_out(&self.stats, self.limits.timeout)
-    }
-
-    /// Makes a response's rows stop at the deadline too.
-    fn bound(&self, response: Response, deadline: tokio::time::Instant) -> Response {
+    /// Makes a response's rows stop at the deadline too, report a stop as such, and hold the
+    /// user's turn until the last row is sent.
+    fn bound(&self, response: Response, running: &Running) -> Response {
         match response {
             Response::Query(q) => {
-                let stats = self.stats.clone();
-                let timeout = self.limits.timeout;
-                let rows = Deadline::new(q.data_rows, deadline, move || timed_out(&stats, timeout));
+                let (stats, stop, held) = (self.stats.clone(), running.stop.clone(), running.held.clone());
+                let on_timeout = {
+                    let (stats, stop) = (stats.clone(), stop.clone());
+                    move || {
+                        stop.check();
+                        stopped(&stats, &stop, Why::TimedOut)
+                    }
+                };
+                let rows = Deadline::new(q.data_rows, running.stop.deadline(), on_timeout).map(move |row| {
+                    let _held = &held;
+                    row.map_err(|e| match stop.stopped() {
+                        Some(why) if !is_stop_error(&e) => stopped(&stats, &stop, why),
+                        _ => e,
+                    })
+                });
                 let mut bounded = QueryResponse::new(q.row_schema, rows);
                 bounded.set_command_tag(&q.command_tag);
                 Response::Query(bounded)
@@ -338,15 +443,22 @@ impl QueryService {
         }
     }
 
-    /// Runs `work` until `deadline`, bounds what it returns (its rows stop at the deadline too),
-    /// gives its errors SQLSTATE codes, and counts and logs it.
-    async fn limited<T>(&self, user: &str, what: &str, deadline: tokio::time::Instant, work: impl Future<Output = PgWireResult<T>>, bound: impl FnOnce(T) -> T) -> PgWireResult<T> {
+    /// Runs `work` until the deadline, bounds what it returns (its rows stop at the deadline
+    /// too), gives its errors SQLSTATE codes, and counts and logs it.
+    async fn limited<T>(&self, running: &Running, what: &str, work: impl Future<Output = PgWireResult<T>>, bound: impl FnOnce(T) -> T) -> PgWireResult<T> {
         let started = std::time::Instant::now();
-        let result = match tokio::time::timeout_at(deadline, work).await {
-            Ok(r) => r.map(bound).map_err(classify),
-            Err(_) => Err(self.timeout_error()),
+        let result = match tokio::time::timeout_at(running.stop.deadline(), work).await {
+            Ok(Ok(r)) => Ok(bound(r)),
+            Ok(Err(e)) => Err(match running.stop.stopped() {
+                Some(why) => stopped(&self.stats, &running.stop, why),
+                None => classify(e),
+            }),
+            Err(_) => {
+                running.stop.check();
+                Err(stopped(&self.stats, &running.stop, running.stop.stopped().unwrap_or(Why::TimedOut)))
+            }
         };
-        self.finish(user, what, started, &result);
+        self.finish(&running.user, what, started, &result);
         result
     }
 
@@ -362,10 +474,26 @@ impl QueryService {
     }
 }
 
-/// The error of a statement stopped at `query_timeout` (PostgreSQL's query_canceled), counted.
-fn timed_out(stats: &Stats, timeout: Duration) -> PgWireError {
-    stats.queries_timed_out.fetch_add(1, Ordering::Relaxed);
-    PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), "57014".into(), format!("canceling statement: it ran longer than query_timeout ({})", gpuledger_schemas::units::format_duration(timeout)))))
+/// The error of a stopped statement (PostgreSQL's query_canceled, 57014) naming why; a timeout
+/// is counted here, a cancel where the request arrives.
+fn stopped(stats: &Stats, stop: &Stop, why: Why) -> PgWireError {
+    if why == Why::TimedOut {
+        stats.queries_timed_out.fetch_add(1, Ordering::Relaxed);
+    }
+    PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), QUERY_CANCELED.into(), stop.message(why))))
+}
+
+const QUERY_CANCELED: &str = "57014";
+
+/// Whether `sql` is session chatter that reads no data (SET, SHOW, transaction control...).
+fn is_session_statement(sql: &str) -> bool {
+    const SESSION: &[&str] = &["set", "show", "reset", "begin", "start", "commit", "end", "rollback", "abort", "savepoint", "release", "discard", "deallocate", "close"];
+    let first = sql.trim_start().split(|c: char| !c.is_ascii_alphabetic()).next().unwrap_or("");
+    SESSION.iter().any(|k| first.eq_ignore_ascii_case(k))
+}
+
+fn is_stop_error(e: &PgWireError) -> bool {
+    matches!(e, PgWireError::UserError(info) if info.code == QUERY_CANCELED)
 }
 
 /// Gives DataFusion's errors PostgreSQL's SQLSTATE codes, so clients tell a typo in a column
@@ -404,11 +532,10 @@ impl SimpleQueryHandler for QueryService {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let deadline = self.limits.deadline(datafusion_postgres_timeout(client));
-        let user = client_user(client);
-        let service = self.service()?;
+        let running = self.begin(client, query).await?;
+        let service = self.service(&running.stop)?;
         let work = SimpleQueryHandler::do_query(&service, client, query);
-        self.limited(&user, query, deadline, work, |responses| responses.into_iter().map(|r| self.bound(r, deadline)).collect()).await
+        self.limited(&running, query, work, |responses| responses.into_iter().map(|r| self.bound(r, &running)).collect()).await
     }
 }
 
@@ -428,12 +555,11 @@ impl ExtendedQueryHandler for QueryService {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let deadline = self.limits.deadline(datafusion_postgres_timeout(client));
-        let user = client_user(client);
-        let service = self.service()?;
         let what = portal.statement.statement.0.clone();
+        let running = self.begin(client, &what).await?;
+        let service = self.service(&running.stop)?;
         let work = ExtendedQueryHandler::do_query(&service, client, portal, max_rows);
-        self.limited(&user, &what, deadline, work, |response| self.bound(response, deadline)).await
+        self.limited(&running, &what, work, |response| self.bound(response, &running)).await
     }
 }
 
@@ -446,4 +572,19 @@ fn datafusion_postgres_timeout<C: ClientInfo + ?Sized>(client: &C) -> Option<Dur
 /// Where the SQL endpoint listens, for messages.
 pub fn describe(addr: SocketAddr, tls: bool) -> String {
     format!("postgresql://{addr} ({})", if tls { "TLS" } else { "plain text: set tls_cert and tls_key for TLS" })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_statements_are_told_from_queries() {
+        for sql in ["SET statement_timeout = '1s'", "  show TimeZone", "BEGIN", "commit;", "ROLLBACK", "DISCARD ALL", "deallocate s1"] {
+            assert!(is_session_statement(sql), "{sql}");
+        }
+        for sql in ["SELECT 1", "WITH s AS (SELECT 1) SELECT * FROM s", "settings_table", "EXPLAIN SELECT 1", "select_x", ""] {
+            assert!(!is_session_statement(sql), "{sql}");
+        }
+    }
 }
