@@ -319,12 +319,12 @@ impl Accounting {
         Ok(out)
     }
 
-    /// Writes the derived table `name` to the store (replaced whole, streamed from the run's
+    /// Writes the derived table `name` to the store file `rel` (streamed from the run's
     /// session: a month of hourly rows never has to be in memory at once).
-    pub async fn write_derived(&self, store: &StoreLocation, name: &str) -> Result<Written> {
+    pub async fn write_derived(&self, store: &StoreLocation, name: &str, rel: &str) -> Result<Written> {
         let err = |source| Error::Query { sql: format!("SELECT * FROM {name}"), source };
         let df = self.ctx.table(name).await.map_err(err)?;
-        write_here(df, store, &gpuledger_store::layout::derived_rel(name), gpuledger_store::derived_properties(name)).await
+        write_here(df, store, rel, gpuledger_store::derived_properties(name)).await
     }
 }
 

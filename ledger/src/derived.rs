@@ -1,8 +1,9 @@
 //! The ledger's derived tables in the store: `<store>/ledger/<table>.parquet`.
 //!
-//! One file per table, so any Parquet reader finds them without gpuledger. A rerun replaces
-//! each file atomically (a synced temporary file renamed over the old, or one PUT in object
-//! storage), so a reader sees the old table or the new one, never half of one.
+//! One file per table, so any Parquet reader finds them without gpuledger. A rerun publishes
+//! its tables as one set (`crate::publish`): each file is replaced atomically, and while a
+//! publish is under way (or was interrupted) the tables here are read from its staged files,
+//! so a gpuledger reader sees one run's tables, never a mix.
 
 use std::sync::Arc;
 
@@ -28,9 +29,10 @@ pub async fn register(ctx: &SessionContext, location: &StoreLocation) -> Result<
 /// there, the views (`queries/90_reports.sql`) are created, once: a view keeps the tables it was
 /// planned over, and those keep reading their files.
 pub async fn register_missing(ctx: &SessionContext, location: &StoreLocation) -> Result<usize> {
+    let pending = crate::publish::pending(location).await?;
     let mut n = 0;
     for table in DERIVED_TABLES {
-        if !ctx.table_exist(*table).unwrap_or(false) && register_one(ctx, location, table).await? {
+        if !ctx.table_exist(*table).unwrap_or(false) && register_from(ctx, location, table, table, pending.as_ref()).await?.is_some() {
             n += 1;
         }
     }
@@ -45,14 +47,30 @@ pub async fn register_missing(ctx: &SessionContext, location: &StoreLocation) ->
 /// [`REPORTED_TABLES`]).
 const REPORT_VIEW: &str = "report_usage";
 
-async fn register_one(ctx: &SessionContext, location: &StoreLocation, table: &'static str) -> Result<bool> {
-    Ok(register_as(ctx, location, table, table).await?.is_some())
+/// Registers every derived table and report view again, from the files that hold the
+/// current set now (after a publish began or ended); returns how many tables.
+pub async fn reregister(ctx: &SessionContext, location: &StoreLocation) -> Result<usize> {
+    crate::steps::drop_views(ctx, "90_reports.sql")?;
+    for table in DERIVED_TABLES {
+        gpuledger_engine::exec::drop_table(ctx, table)?;
+    }
+    register_missing(ctx, location).await
 }
 
 /// Registers the stored derived table `table` under the name `name`; returns its schema, or
 /// `None` when the store does not hold it.
 pub async fn register_as(ctx: &SessionContext, location: &StoreLocation, table: &'static str, name: &str) -> Result<Option<SchemaRef>> {
-    let rel = layout::derived_rel(table);
+    let pending = crate::publish::pending(location).await?;
+    register_from(ctx, location, table, name, pending.as_ref()).await
+}
+
+/// [`register_as`], reading `table` from `pending`'s staged file while that is there.
+async fn register_from(ctx: &SessionContext, location: &StoreLocation, table: &'static str, name: &str, pending: Option<&crate::publish::Publish>) -> Result<Option<SchemaRef>> {
+    let staged = pending.filter(|p| p.tables.iter().any(|t| t == table)).map(|p| p.staged(table));
+    let rel = match staged {
+        Some(s) if location.has_file(&s).await? => s,
+        _ => layout::derived_rel(table),
+    };
     if !location.has_file(&rel).await? {
         return Ok(None);
     }

@@ -19,6 +19,7 @@ pub mod derived;
 pub mod monthly;
 pub mod output;
 pub mod plan;
+pub mod publish;
 pub mod queries;
 pub mod report;
 pub mod retention;
@@ -44,6 +45,9 @@ pub use error::{Error, Result};
 pub struct Ledger {
     ctx: SessionContext,
     location: StoreLocation,
+    /// The run whose publish was under way when the derived tables were registered (None: no
+    /// publish was): when that changes, they are registered again as one set.
+    publishing: std::sync::Mutex<Option<String>>,
 }
 
 impl Ledger {
@@ -57,9 +61,10 @@ impl Ledger {
     /// and how long file listings are cached, so that new files show up).
     pub async fn open_in(ctx: SessionContext, location: &StoreLocation) -> Result<Ledger> {
         let ctx = Self::store_session(ctx, location).await?;
+        let publishing = publish::pending(location).await?.map(|p| p.run);
         derived::register(&ctx, location).await?;
         warn_if_derived_tables_outdated(location).await?;
-        Ok(Ledger { ctx, location: location.clone() })
+        Ok(Ledger { ctx, location: location.clone(), publishing: std::sync::Mutex::new(publishing) })
     }
 
     /// Registers the store's tables in `ctx` (and, for object storage, the store's client).
@@ -87,7 +92,10 @@ impl Ledger {
                 registered += 1;
             }
         }
-        registered += derived::register_missing(&self.ctx, &self.location).await?;
+        let publishing = publish::pending(&self.location).await?.map(|p| p.run);
+        let changed = *self.publishing.lock().unwrap_or_else(std::sync::PoisonError::into_inner) != publishing;
+        registered += if changed { derived::reregister(&self.ctx, &self.location).await? } else { derived::register_missing(&self.ctx, &self.location).await? };
+        *self.publishing.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = publishing;
         Ok(registered)
     }
 

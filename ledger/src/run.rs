@@ -43,22 +43,28 @@ pub fn unit_rows(limit: usize) -> u64 {
 /// The memory one `gpu_samples` row of a unit takes at the unit's peak (see [`unit_rows`]).
 pub const UNIT_ROW_BYTES: u64 = 2048;
 
-/// Writes every derived table of a finished run to the store, each replaced whole, then the
-/// records of what the run read (`crate::record`, `crate::retention`). `config` and
+/// Writes every derived table of a finished run to the store and publishes them as one set
+/// (`crate::publish`: a reader sees this run's tables or the previous run's, never a mix),
+/// then the records of what the run read (`crate::record`, `crate::retention`). `config` and
 /// `idle_policy` are what the run was given.
 pub async fn write_derived(accounting: &Accounting, store: &StoreLocation, config: &Config, idle_policy: Option<crate::config::IdlePolicy>) -> Result<Vec<WrittenTable>> {
+    let run = gpuledger_store::layout::run_id();
+    // What an earlier run left half done goes first: its set is published, or its staging removed.
+    let recovered = crate::publish::recover(store, None).await?;
+    if let Some(r) = &recovered.rolled_forward {
+        tracing::warn!(run = %r, "finished publishing the tables of a ledger run that stopped while publishing them");
+    }
     // While the tables are being replaced, no record vouches for them.
     crate::record::remove(store).await?;
     let mut written = Vec::new();
     for name in crate::plan::DERIVED_TABLES {
-        let w = accounting.write_derived(store, name).await?;
-        written.push(WrittenTable { name, rows: w.rows as usize, bytes: 0 });
+        let rel = crate::publish::staged_file(&run, name);
+        let w = accounting.write_derived(store, name, &rel).await?;
+        let bytes = store.list_sizes(&gpuledger_store::layout::staged_rel(&run)).await?.into_iter().find(|(n, _)| *n == format!("{name}.parquet")).map_or(0, |(_, b)| b);
+        written.push(WrittenTable { name, rows: w.rows as usize, bytes });
+        crate::publish::crash_point("staged-one");
     }
-    let sizes = store.list_sizes(gpuledger_store::layout::LEDGER_DIR).await?;
-    for t in &mut written {
-        let file = format!("{}.parquet", t.name);
-        t.bytes = sizes.iter().find(|(n, _)| *n == file).map(|(_, b)| *b).unwrap_or(0);
-    }
+    crate::publish::publish(store, &run, crate::plan::DERIVED_TABLES).await?;
     // After the tables: a record that is there says they hold what it says was read.
     crate::retention::record_inputs(store, &accounting.inputs).await?;
     let record = crate::record::record(config, idle_policy, accounting.versions.clone(), accounting.days.len())?;

@@ -114,8 +114,12 @@ pub fn vacuum(args: VacuumArgs) -> anyhow::Result<ExitCode> {
                 rows.push((table.name, args.store.vacuum(table.name, args.retain, args.dry_run).await?));
             }
         }
-        anyhow::Ok(rows)
+        // A ledger run that stopped while publishing its tables: its set is published now; the
+        // staged tables of one that stopped before are removed.
+        let recovered = if args.dry_run { Default::default() } else { gpuledger_ledger::publish::recover(&args.store, None).await? };
+        anyhow::Ok((rows, recovered))
     })?;
+    let (rows, recovered) = rows;
     let total: usize = rows.iter().map(|(_, v)| v.files_deleted).sum();
     let verb = if args.dry_run { "would delete" } else { "deleted" };
     outln!("vacuum {verb} {total} files older than {}", gpuledger_schemas::units::format_duration(args.retain))?;
@@ -126,6 +130,12 @@ pub fn vacuum(args: VacuumArgs) -> anyhow::Result<ExitCode> {
         if removed > 0 {
             outln!("  removed {removed} temporary files that killed writers left")?;
         }
+    }
+    if let Some(run) = &recovered.rolled_forward {
+        outln!("  published the derived tables of ledger run {run}, which stopped while publishing them")?;
+    }
+    if !recovered.abandoned.is_empty() {
+        outln!("  removed the staged tables of {} ledger run(s) that stopped before publishing them", recovered.abandoned.len())?;
     }
     for (table, v) in rows.iter().filter(|(_, v)| v.files_deleted > 0) {
         outln!("  {table:<20} {} files", v.files_deleted)?;

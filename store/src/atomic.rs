@@ -160,7 +160,7 @@ fn parent(path: &Path) -> &Path {
 }
 
 /// Makes a rename in `dir` durable. Directories cannot be opened for syncing on Windows.
-fn sync_dir(dir: &Path) -> Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     #[cfg(unix)]
     File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(dir, e))?;
     #[cfg(not(unix))]

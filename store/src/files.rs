@@ -114,6 +114,19 @@ impl StoreLocation {
         }
     }
 
+    /// Moves the file `from` to `to`, replacing what is there: an atomic rename made durable
+    /// locally; a copy, then a delete, in object storage (where `to` changes in one PUT).
+    pub async fn rename_file(&self, from: &str, to: &str) -> Result<()> {
+        match self {
+            StoreLocation::Local(root) => {
+                let target = root.join(to);
+                std::fs::rename(root.join(from), &target).map_err(|e| Error::io(root.join(from), e))?;
+                atomic::sync_dir(target.parent().unwrap_or(root))
+            }
+            StoreLocation::Remote(r) => object_store::ObjectStoreExt::rename(r.store.as_ref(), &r.key(from), &r.key(to)).await.map_err(|e| remote_err(r, from, e)),
+        }
+    }
+
     /// Removes the file `rel` (a missing one is fine).
     pub async fn remove_file(&self, rel: &str) -> Result<()> {
         match self {

@@ -7,6 +7,8 @@
 //! <store>/<table>/date=YYYY-MM-DD/part-*.parquet  raw tables' files, one directory per UTC day
 //! <store>/ledger/<table>.parquet                the ledger's derived tables
 //! <store>/ledger/.inputs.json                   what the last ledger run read (retention)
+//! <store>/ledger/.staged-<run>/<table>.parquet  a ledger run's tables before they are published
+//! <store>/ledger/.publish.json                  the set of tables a run is publishing (its commit)
 //! <store>/.expired                              samples before this month were removed
 //! <store>/ledger/.work-<run>/                   a distributed run's intermediate tables
 //! <store>/.backfill/<key>/<start>-<end>         ranges a Prometheus backfill has finished
@@ -58,6 +60,18 @@ pub fn partition_date(dir_name: &str) -> Option<&str> {
 /// `ledger/<table>.parquet`: the store path of a derived table.
 pub fn derived_rel(table: &str) -> String {
     format!("{LEDGER_DIR}/{table}.parquet")
+}
+
+/// A ledger run's record of the tables it is publishing: written once all of them are staged,
+/// removed once all of them are in place (`gpuledger-ledger`'s `publish`).
+pub const PUBLISH_RECORD: &str = "ledger/.publish.json";
+
+/// The prefix of staging directories' names in [`LEDGER_DIR`].
+pub const STAGED_PREFIX: &str = ".staged-";
+
+/// `ledger/.staged-<run>`: where a ledger run writes its derived tables before publishing them.
+pub fn staged_rel(run: &str) -> String {
+    format!("{LEDGER_DIR}/{STAGED_PREFIX}{run}")
 }
 
 /// `ledger/.work-<run>`: the scratch directory of one distributed ledger run.
