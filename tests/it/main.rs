@@ -7,6 +7,7 @@ mod dashboards;
 mod delta;
 mod deploy;
 mod fleet;
+mod hostile;
 mod incremental;
 mod focus;
 mod fixtures;

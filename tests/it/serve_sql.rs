@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::serving::{PASSWORD, Server, demo_store, eventually, parse_csv, serve_config};
-use super::util::run;
+use super::util::{copy_tree, run};
 
 /// Tables a store holds: one directory per store table (the demo writes them all) and one
 /// file per derived table under `ledger/`.
@@ -49,19 +49,6 @@ fn numbers_alike(rows: Vec<Vec<String>>) -> Vec<Vec<String>> {
 }
 
 /// Copies a directory tree (the shared demo store must stay untouched).
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
 /// Every file under `dir` with its size and modification time.
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (u64, SystemTime)> {
     let mut out = BTreeMap::new();

@@ -48,6 +48,20 @@ pub fn walk(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Copies the directory `from` to `to`, at any depth.
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
 /// Runs the binary; panics with its output unless it exits with `code`.
 pub fn run(args: &[&str], code: i32) -> Output {
     let out = bin().args(args).output().expect("binary runs");
