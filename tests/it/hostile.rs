@@ -180,3 +180,52 @@ fn hostile_a_ledger_killed_while_publishing_leaves_one_runs_tables() {
         assert!(left.is_empty(), "{point}: vacuum left {left:?}");
     }
 }
+
+/// A capture holding a FIFO, a link to /dev/zero and a 64 MiB `.prom` without a newline beside
+/// a real DCGM exposition: ingest reports the three by name and reason, stores the real file's
+/// samples exactly as an ingest of that file alone does, and its resident memory peaks under
+/// 500 MiB (GNU time's maximum RSS: the whole process, allocator included).
+#[test]
+fn hostile_a_capture_of_a_fifo_a_device_and_an_endless_line_is_ingested_in_bounded_memory() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let real = super::util::fixture("dcgm-metrics/a100-sxm4-mig-4-active-workloads.prom");
+    let alone = dir.path().join("alone");
+    std::fs::create_dir(&alone).unwrap();
+    std::fs::copy(&real, alone.join("dcgm.prom")).unwrap();
+    let capture = dir.path().join("capture");
+    copy_tree(&alone, &capture);
+    assert!(Command::new("mkfifo").arg(capture.join("fifo.prom")).status().unwrap().success());
+    std::os::unix::fs::symlink("/dev/zero", capture.join("zero.prom")).unwrap();
+    let mut endless = std::io::BufWriter::new(std::fs::File::create(capture.join("endless.prom")).unwrap());
+    let chunk = vec![b'x'; 1 << 20];
+    for _ in 0..64 {
+        endless.write_all(&chunk).unwrap();
+    }
+    endless.flush().unwrap();
+    drop(endless);
+
+    let store = dir.path().join("store");
+    let mut cmd = Command::new("/usr/bin/time");
+    cmd.args(["-f", "maxrss_kib=%M", env!("CARGO_BIN_EXE_gpuledger"), "ingest", "--format", "json", "--progress", "off", "--store"]).arg(&store).arg(&capture);
+    // An ingest stuck on the FIFO would never end: wait in a thread, and call that a hang.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(cmd.output());
+    });
+    let out = rx.recv_timeout(PATIENCE).expect("ingest hung on a FIFO or a device").expect("GNU time runs (Debian package time)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let maxrss_kib: u64 = stderr.lines().find_map(|l| l.strip_prefix("maxrss_kib=")).and_then(|v| v.trim().parse().ok()).unwrap_or_else(|| panic!("no maxrss in {stderr}"));
+    eprintln!("ingest of a FIFO, /dev/zero and a 64 MiB line: peak RSS {} MiB", maxrss_kib >> 10);
+    assert!(maxrss_kib < 500 << 10, "peak RSS {} MiB", maxrss_kib >> 10);
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}\n{stderr}", String::from_utf8_lossy(&out.stdout)));
+    let text = summary.to_string();
+    for (file, kind) in [("fifo.prom", "not_a_file"), ("zero.prom", "not_a_file"), ("endless.prom", "line_too_long")] {
+        assert!(text.contains(file) && text.contains(kind), "{file} ({kind}) not reported: {text}");
+    }
+    let clean = dir.path().join("clean");
+    super::util::ingest(&[&alone], &clean);
+    let samples = |s: &Path| query(s, "SELECT count(*) AS n, sum(power_w) AS p, count(DISTINCT uuid) AS g FROM gpu_samples");
+    assert_eq!(samples(&store), samples(&clean));
+    assert!(super::util::count(&clean, "SELECT count(*) AS n FROM gpu_samples") > 0);
+}
