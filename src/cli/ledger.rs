@@ -14,8 +14,10 @@ use gpuledger_engine::{Engine, MemoryStats};
 use super::progress::ProgressMode;
 
 /// Run the accounting (queries/*.sql) over the store and write the derived tables to
-/// <STORE>/ledger/<table>.parquet, each replaced atomically (priced_state_hours,
-/// chargeback_monthly, run_failures, queue_waits, ...; `gpuledger schema` lists them), then
+/// <STORE>/ledger/<table>.parquet (priced_state_hours, chargeback_monthly, run_failures,
+/// queue_waits, ...; `gpuledger schema` lists them), published as one set: staged first, then
+/// moved into place, so a reader sees this run's tables or the previous run's, never a mix,
+/// even if the run is killed meanwhile (the next run or `vacuum` finishes what it left). Then
 /// <STORE>/ledger/run.json, which says what they were computed from.
 ///
 /// The day is the unit of work and of memory. The sample steps run once per day (and per part of

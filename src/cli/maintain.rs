@@ -90,6 +90,8 @@ pub fn compact(args: CompactArgs) -> anyhow::Result<ExitCode> {
 /// compaction (or by the ledger rewriting a derived table) more than --retain ago, and files a
 /// crashed writer left uncommitted that are older than --retain. A reader that started before
 /// a compaction reads the replaced files: keep --retain longer than any query or ledger run.
+/// Also finishes publishing the derived tables of a ledger run killed while it published them,
+/// and removes the staged tables of one killed before (not with --dry-run).
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:
   gpuledger vacuum --store ./store --retain 7d
