@@ -90,6 +90,8 @@ pub struct ServeConfig {
     /// PEM certificate chain and PKCS#8 key: with both, the SQL endpoint speaks TLS.
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
+    /// Refuse SQL connections that do not negotiate TLS (needs `tls_cert` and `tls_key`).
+    pub require_tls: bool,
 }
 
 impl Default for ServeConfig {
@@ -113,6 +115,7 @@ impl Default for ServeConfig {
             users: Vec::new(),
             tls_cert: None,
             tls_key: None,
+            require_tls: false,
         }
     }
 }
@@ -136,6 +139,7 @@ struct RawServe {
     http_idle_timeout: Option<Spanned<String>>,
     tls_cert: Option<Spanned<String>>,
     tls_key: Option<Spanned<String>>,
+    require_tls: Option<Spanned<bool>>,
     users: Option<Vec<Spanned<RawUser>>>,
 }
 
@@ -273,6 +277,12 @@ impl ServeConfig {
         };
         c.tls_cert = raw.tls_cert.as_ref().and_then(|v| path(v, "tls_cert"));
         c.tls_key = raw.tls_key.as_ref().and_then(|v| path(v, "tls_key"));
+        if let Some(v) = &raw.require_tls {
+            c.require_tls = *v.get_ref();
+            if c.require_tls && (raw.tls_cert.is_none() || raw.tls_key.is_none()) {
+                err(v.span(), "require_tls", "require_tls needs tls_cert and tls_key: without them no client could connect".into());
+            }
+        }
         if raw.tls_cert.is_some() != raw.tls_key.is_some() {
             let span = raw.tls_cert.as_ref().or(raw.tls_key.as_ref()).map_or(0..0, Spanned::span);
             err(span, "tls_cert", "TLS needs both tls_cert and tls_key".into());
@@ -346,6 +356,7 @@ mod tests {
         assert!(error("[serve]\nhttp_max_connections = 0\n", &[]).contains("http_max_connections: 0 must be a positive number"));
         assert!(error("[serve]\nmax_statements_per_user = 0\n", &[]).contains("max_statements_per_user: 0 must be a positive number"));
         assert!(error("[serve]\nstatement_threads = -1\n", &[]).contains("statement_threads: -1 must be 0"));
+        assert!(error("[serve]\nrequire_tls = true\n", &[]).contains("require_tls: require_tls needs tls_cert and tls_key"));
         assert!(c.users.is_empty());
     }
 

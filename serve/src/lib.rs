@@ -156,7 +156,7 @@ pub async fn run(options: Options, ready: impl FnOnce(Bound), shutdown: impl Fut
             }
         })
     };
-    let admission = pg::Admission { max_connections: c.max_connections, max_unauthenticated: c.max_unauthenticated, startup_timeout: c.startup_timeout };
+    let admission = pg::Admission { max_connections: c.max_connections, max_unauthenticated: c.max_unauthenticated, startup_timeout: c.startup_timeout, require_tls: c.require_tls };
     let sql = tokio::spawn(endpoint.serve(pg_listener, tls, admission, workers.handle(), stopped(stop_rx.clone())));
     let http_listener = conn::GuardedListener::new(http_listener, c.http_max_connections, c.http_idle_timeout);
     let http = axum::serve(http_listener, http::router(api)).with_graceful_shutdown(stopped(stop_rx));

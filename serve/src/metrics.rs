@@ -16,6 +16,7 @@ use gpuledger_telemetry::Exposition;
 pub struct Stats {
     pub pg_connections: AtomicU64,
     pub pg_connections_refused: AtomicU64,
+    pub pg_logins_failed: AtomicU64,
     pub queries: AtomicU64,
     pub query_errors: AtomicU64,
     pub queries_refused: AtomicU64,
@@ -94,9 +95,10 @@ pub fn render(gauges: Option<&[GaugeSample]>, currency: &str, stats: &Stats) -> 
     }
     out.header("gpuledger_ledger_available", "gauge", "1 when the store holds a ledger (gpuledger ledger has run), else 0.");
     out.sample("gpuledger_ledger_available", &[], u8::from(gauges.is_some()));
-    let counters: [(&str, &str, &AtomicU64); 9] = [
+    let counters: [(&str, &str, &AtomicU64); 10] = [
         ("gpuledger_sql_connections_total", "SQL connections accepted.", &stats.pg_connections),
         ("gpuledger_sql_connections_refused_total", "SQL connections refused at max_connections.", &stats.pg_connections_refused),
+        ("gpuledger_sql_logins_failed_total", "SQL logins refused: wrong password or unknown user.", &stats.pg_logins_failed),
         ("gpuledger_sql_queries_total", "SQL statements run.", &stats.queries),
         ("gpuledger_sql_query_errors_total", "SQL statements that ended in an error.", &stats.query_errors),
         ("gpuledger_sql_queries_refused_total", "SQL statements refused as not read-only.", &stats.queries_refused),

@@ -56,6 +56,7 @@ const SCRAM_ITERATIONS: usize = 4096;
 /// The endpoint's shared parts; one per server, handed to every connection.
 pub struct PgEndpoint {
     queries: Arc<QueryService>,
+    failures: Arc<LoginFailures>,
     users: Arc<UserDb>,
     connections: Arc<ConnectionManager>,
     parameters: Arc<DefaultServerParameterProvider>,
@@ -68,6 +69,7 @@ impl PgEndpoint {
         // they run in a per-statement session (see `QueryService::service`).
         let parser = DfSessionService::new_with_hooks(base.clone(), hooks.clone()).query_parser();
         PgEndpoint {
+            failures: Arc::new(LoginFailures::default()),
             queries: Arc::new(QueryService { base, parser, hooks, limits, stats, cancels: Arc::new(Cancels::default()) }),
             users: Arc::new(UserDb::new(users)),
             connections: Arc::new(ConnectionManager::new()),
@@ -111,7 +113,8 @@ impl PgEndpoint {
             let logged_in_places = logged_in_places.clone();
             workers.spawn(async move {
                 let logged_in = Arc::new(tokio::sync::Notify::new());
-                let session = pgwire::tokio::process_socket(socket, tls, Connection { endpoint: endpoint.clone(), logged_in: logged_in.clone() });
+                let connection = Connection { endpoint: endpoint.clone(), logged_in: logged_in.clone(), require_tls: admission.require_tls, peer };
+                let session = pgwire::tokio::process_socket(socket, tls, connection);
                 tokio::pin!(session);
                 let in_time = tokio::select! {
                     ended = &mut session => {
@@ -151,6 +154,8 @@ pub struct Admission {
     pub max_unauthenticated: usize,
     /// How long a connection may take to log in.
     pub startup_timeout: Duration,
+    /// Refuse connections that did not negotiate TLS.
+    pub require_tls: bool,
 }
 
 /// The handlers of one connection: the endpoint's, with its startup handler watched so that
@@ -158,6 +163,8 @@ pub struct Admission {
 struct Connection {
     endpoint: Arc<PgEndpoint>,
     logged_in: Arc<tokio::sync::Notify>,
+    require_tls: bool,
+    peer: SocketAddr,
 }
 
 impl PgWireServerHandlers for Connection {
@@ -170,7 +177,14 @@ impl PgWireServerHandlers for Connection {
     }
 
     fn startup_handler(&self) -> Arc<impl StartupHandler> {
-        Arc::new(WatchedStartup { inner: self.endpoint.startup_handler(), logged_in: self.logged_in.clone() })
+        Arc::new(WatchedStartup {
+            inner: self.endpoint.startup_handler(),
+            logged_in: self.logged_in.clone(),
+            require_tls: self.require_tls,
+            peer: self.peer,
+            failures: self.endpoint.failures.clone(),
+            stats: self.endpoint.queries.stats.clone(),
+        })
     }
 
     fn cancel_handler(&self) -> Arc<impl CancelHandler> {
@@ -178,11 +192,18 @@ impl PgWireServerHandlers for Connection {
     }
 }
 
-/// A startup handler that tells when the login has succeeded (the connection is ready for
-/// queries).
+/// A startup handler around pgwire's SCRAM login that tells the accept loop when the login has
+/// succeeded, refuses plain connections under `require_tls`, and turns every failed login into
+/// the one message PostgreSQL writes (`password authentication failed for user "<name>"`, for
+/// unknown users too), counted, logged with the peer, slowed down for a peer that keeps failing,
+/// and followed by the end of the connection (no ReadyForQuery after a FATAL error).
 struct WatchedStartup<S> {
     inner: Arc<S>,
     logged_in: Arc<tokio::sync::Notify>,
+    require_tls: bool,
+    peer: SocketAddr,
+    failures: Arc<LoginFailures>,
+    stats: Arc<Stats>,
 }
 
 #[async_trait]
@@ -193,11 +214,81 @@ impl<S: StartupHandler> StartupHandler for WatchedStartup<S> {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        if self.require_tls && !client.is_secure() && matches!(message, pgwire::messages::PgWireFrontendMessage::Startup(_)) {
+            tracing::warn!(peer = %self.peer, "sql: refused a plain-text connection (require_tls)");
+            return refuse(client, "28000", "this server accepts TLS connections only (require_tls): connect with sslmode=require".into()).await;
+        }
         let done = self.inner.on_startup(client, message).await;
         if matches!(client.state(), pgwire::api::PgWireConnectionState::ReadyForQuery) {
             self.logged_in.notify_one();
         }
-        done
+        match done {
+            Err(e) if is_login_failure(&e) => {
+                let user = client_user(client);
+                self.stats.pg_logins_failed.fetch_add(1, Ordering::Relaxed);
+                let delay = self.failures.failed(self.peer.ip());
+                tracing::warn!(peer = %self.peer, user = %user, delay_ms = delay.as_millis() as u64, "sql: login failed");
+                tokio::time::sleep(delay).await;
+                refuse(client, "28P01", format!("password authentication failed for user \"{user}\"")).await
+            }
+            other => other,
+        }
+    }
+}
+
+/// A failed password check: pgwire's own error (a wrong SCRAM proof) or ours.
+fn is_login_failure(e: &PgWireError) -> bool {
+    match e {
+        PgWireError::InvalidPassword(_) => true,
+        PgWireError::UserError(info) => info.code == "28P01",
+        _ => false,
+    }
+}
+
+/// Sends one FATAL error and closes the connection. The error is returned too, for pgwire,
+/// whose own answer then finds the connection closed: the client reads the error, then the end.
+async fn refuse<C>(client: &mut C, code: &str, message: String) -> PgWireResult<()>
+where
+    C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    use futures::SinkExt;
+    let info = ErrorInfo::new("FATAL".into(), code.into(), message.clone());
+    client.send(PgWireBackendMessage::ErrorResponse(info.into())).await?;
+    let _ = client.close().await;
+    Err(PgWireError::UserError(Box::new(ErrorInfo::new("FATAL".into(), code.into(), message))))
+}
+
+/// Failed logins per peer address: each one within [`FAILURE_MEMORY`] of the last doubles the
+/// wait before the next failure is answered (100 ms, 200 ms... at most 5 s), so guessing
+/// passwords from one address is slow while a user's typo costs nothing noticeable.
+#[derive(Debug, Default)]
+pub struct LoginFailures {
+    peers: std::sync::Mutex<HashMap<std::net::IpAddr, (u32, std::time::Instant)>>,
+}
+
+const FAILURE_MEMORY: Duration = Duration::from_secs(600);
+
+impl LoginFailures {
+    /// Records a failure from `peer`; returns how long to wait before answering it.
+    fn failed(&self, peer: std::net::IpAddr) -> Duration {
+        let now = std::time::Instant::now();
+        let mut peers = self.peers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Bounded: addresses that stopped failing are forgotten first, then all.
+        if peers.len() > 10_000 {
+            peers.retain(|_, (_, last)| now.duration_since(*last) < FAILURE_MEMORY);
+            if peers.len() > 10_000 {
+                peers.clear();
+            }
+        }
+        let entry = peers.entry(peer).or_insert((0, now));
+        if now.duration_since(entry.1) >= FAILURE_MEMORY {
+            entry.0 = 0;
+        }
+        let earlier = entry.0;
+        *entry = (earlier.saturating_add(1), now);
+        if earlier == 0 { Duration::ZERO } else { (Duration::from_millis(100) * 2u32.saturating_pow(earlier - 1)).min(Duration::from_secs(5)) }
     }
 }
 
@@ -243,6 +334,8 @@ pub fn tls_acceptor(cert: &std::path::Path, key: &std::path::Path) -> Result<Tls
 /// hashed.
 struct UserDb {
     users: Vec<(String, Vec<u8>, Vec<u8>)>,
+    /// Made-up credentials for names that are not users, one per name asked for.
+    decoys: std::sync::Mutex<HashMap<String, (Vec<u8>, Vec<u8>)>>,
 }
 
 impl Debug for UserDb {
@@ -261,7 +354,7 @@ impl UserDb {
                 (u.name.clone(), salt, salted)
             })
             .collect();
-        UserDb { users }
+        UserDb { users, decoys: std::sync::Mutex::new(HashMap::new()) }
     }
 }
 
@@ -269,13 +362,24 @@ impl UserDb {
 impl AuthSource for UserDb {
     async fn get_password(&self, login: &LoginInfo) -> PgWireResult<Password> {
         let name = login.user().unwrap_or_default();
-        match self.users.iter().find(|(n, _, _)| n == name) {
-            Some((_, salt, salted)) => Ok(Password::new(Some(salt.clone()), salted.clone())),
-            None => {
-                tracing::warn!(peer = %login.host(), user = ?name, "sql: login refused: no such user");
-                Err(PgWireError::UserError(Box::new(ErrorInfo::new("FATAL".into(), "28P01".into(), format!("password authentication failed for user \"{name}\"")))))
-            }
+        if let Some((_, salt, salted)) = self.users.iter().find(|(n, _, _)| n == name) {
+            return Ok(Password::new(Some(salt.clone()), salted.clone()));
         }
+        // An unknown user goes through the same exchange as a known one with a wrong password,
+        // with a salt that stays the same across attempts: the answers do not tell them apart.
+        let mut decoys = self.decoys.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if decoys.len() > 10_000 {
+            decoys.clear();
+        }
+        let (salt, salted) = decoys
+            .entry(name.to_owned())
+            .or_insert_with(|| {
+                let salt = random_nonce().into_bytes();
+                let salted = gen_salted_password(&random_nonce(), &salt, SCRAM_ITERATIONS);
+                (salt, salted)
+            })
+            .clone();
+        Ok(Password::new(Some(salt), salted))
     }
 }
 
@@ -577,6 +681,16 @@ pub fn describe(addr: SocketAddr, tls: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_peer_that_keeps_failing_waits_longer_each_time_up_to_five_seconds() {
+        let failures = LoginFailures::default();
+        let peer: std::net::IpAddr = [10, 0, 0, 7].into();
+        let waits: Vec<u64> = (0..9).map(|_| failures.failed(peer).as_millis() as u64).collect();
+        assert_eq!(waits, [0, 100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+        // Another address starts afresh.
+        assert_eq!(failures.failed([10, 0, 0, 8].into()), Duration::ZERO);
+    }
 
     #[test]
     fn session_statements_are_told_from_queries() {

@@ -122,14 +122,16 @@ fn psql_lists_describes_and_reads_every_table() {
     }
 }
 
+/// A wrong password and an unknown user read alike (issue 42: user names could be probed): one
+/// message as PostgreSQL writes it, naming the user; both are counted and logged with the peer.
 #[test]
 fn wrong_password_and_unknown_user_are_refused() {
     let (store, base) = demo_store();
     let tmp = tempfile::tempdir().unwrap();
     let server = Server::start(store, &serve_config(tmp.path(), base, ""));
-    let (code, _, err) = server.psql_as("not-the-password", &["-c", "SELECT 1"]);
+    let (code, _, wrong) = server.psql_as("not-the-password", &["-c", "SELECT 1"]);
     assert_ne!(code, 0);
-    assert!(err.to_lowercase().contains("password authentication failed"), "{err}");
+    assert!(wrong.contains("FATAL:  password authentication failed for user \"grafana\""), "{wrong}");
     let (code, out, _) = server.psql_as(PASSWORD, &["-c", "SELECT 41 + 1 AS answer"]);
     assert_eq!(code, 0);
     assert!(out.contains("42"), "{out}");
@@ -139,6 +141,11 @@ fn wrong_password_and_unknown_user_are_refused() {
         .output()
         .unwrap();
     assert!(!out.status.success());
+    let unknown = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(unknown.replace("mallory", "grafana"), wrong, "an unknown user is told apart from a wrong password");
+    let (_, _, metrics) = server.get("/metrics", Some(super::serving::TOKEN));
+    assert!(metrics.lines().any(|l| l == "gpuledger_sql_logins_failed_total 2"), "{metrics}");
+    assert!(server.log().contains("sql: login failed peer=127.0.0.1"), "{}", server.log());
     // The password never reaches the log.
     assert!(!server.log().contains(PASSWORD), "{}", server.log());
 }
@@ -308,6 +315,28 @@ fn tls_is_spoken_when_a_certificate_is_configured() {
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("SSL connection"), "{text}");
 
+    // With require_tls, a client that does not ask for TLS is refused with one FATAL error and
+    // the end of the connection (no ReadyForQuery after it); one that asks is served.
+    let extra = format!("tls_cert = \"{}\"\ntls_key = \"{}\"\nrequire_tls = true", cert.display(), key.display());
+    std::fs::create_dir_all(tmp.path().join("strict")).unwrap();
+    let strict = Server::start(store, &serve_config(&tmp.path().join("strict"), base, &extra));
+    let psql = |mode: &str| {
+        std::process::Command::new("psql")
+            .arg(format!("host=127.0.0.1 port={} user=grafana dbname=datafusion sslmode={mode}", strict.pg_port))
+            .args(["-X", "-A", "-t", "-c", "SELECT 7"])
+            .env("PGPASSWORD", PASSWORD)
+            .output()
+            .unwrap()
+    };
+    let plain = psql("disable");
+    assert!(!plain.status.success());
+    assert!(String::from_utf8_lossy(&plain.stderr).contains("accepts TLS connections only (require_tls)"), "{}", String::from_utf8_lossy(&plain.stderr));
+    let secure = psql("require");
+    assert_eq!(String::from_utf8_lossy(&secure.stdout).trim(), "7", "{}", String::from_utf8_lossy(&secure.stderr));
+    let messages = raw_startup(strict.pg_port);
+    assert_eq!(messages.iter().map(|(tag, _)| *tag).collect::<String>(), "E", "{messages:?}");
+    assert!(String::from_utf8_lossy(&messages[0].1).contains("FATAL"), "{messages:?}");
+
     // A key that is not a key stops the server at start, in one line naming the file.
     let bad = tmp.path().join("bad.pem");
     std::fs::write(&bad, "not a key").unwrap();
@@ -317,6 +346,29 @@ fn tls_is_spoken_when_a_certificate_is_configured() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad.pem") && err.lines().count() == 1, "{err}");
+}
+
+/// Sends a plain-text startup message for grafana and reads every message the server sends
+/// until it closes the connection: (type byte, body).
+fn raw_startup(port: u16) -> Vec<(char, Vec<u8>)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(super::util::PATIENCE)).unwrap();
+    let mut body = 196_608u32.to_be_bytes().to_vec();
+    body.extend_from_slice(b"user\0grafana\0database\0datafusion\0\0");
+    let mut packet = u32::try_from(body.len() + 4).unwrap().to_be_bytes().to_vec();
+    packet.extend(body);
+    s.write_all(&packet).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let mut messages = Vec::new();
+    let mut rest = &raw[..];
+    while rest.len() >= 5 {
+        let len = u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize;
+        messages.push((rest[0] as char, rest[5..(1 + len).min(rest.len())].to_vec()));
+        rest = &rest[(1 + len).min(rest.len())..];
+    }
+    messages
 }
 
 /// pgbench with one script; (exit code, stdout + stderr).
