@@ -40,7 +40,9 @@ pub fn check(statement: &Statement) -> Result<(), Refusal> {
         | Statement::Commit { .. }
         | Statement::Rollback { .. }
         | Statement::Fetch { .. }
-        | Statement::Close { .. } => Ok(()),
+        | Statement::Close { .. }
+        | Statement::Savepoint { .. }
+        | Statement::ReleaseSavepoint { .. } => Ok(()),
         Statement::Declare { stmts } => {
             for d in stmts {
                 if let Some(q) = &d.for_query {
@@ -77,6 +79,9 @@ fn check_set(set: &Set) -> Result<(), Refusal> {
         Set::SingleAssignment { variable, .. } => variable.to_string().to_lowercase(),
         Set::SetTimeZone { .. } => "time zone".to_owned(),
         Set::SetNames { .. } | Set::SetNamesDefault {} => "client_encoding".to_owned(),
+        // Transaction modes (READ ONLY, an isolation level) change nothing here: every write is
+        // refused whatever a client declares, and every read sees one snapshot per table.
+        Set::SetTransaction { .. } => return Ok(()),
         other => return Err(Refusal(format!("gpuledger serves the ledger read-only: `{other}` is not allowed"))),
     };
     if CLIENT_SETTINGS.contains(&name.as_str()) {

@@ -21,6 +21,7 @@ pub mod limits;
 pub mod metrics;
 pub mod pg;
 mod pgcompat;
+mod session;
 pub mod stop;
 pub mod workers;
 

@@ -48,7 +48,7 @@ use crate::config::User;
 use crate::limits::{Deadline, Limits};
 use crate::stop::{Stop, TimeLimit, Why};
 use crate::metrics::Stats;
-use crate::{ServeError, guard};
+use crate::{ServeError, guard, session};
 
 /// SCRAM's PBKDF2 rounds: PostgreSQL's default, and what pgwire tells clients.
 const SCRAM_ITERATIONS: usize = 4096;
@@ -64,7 +64,7 @@ pub struct PgEndpoint {
 
 impl PgEndpoint {
     pub fn new(base: Arc<SessionContext>, users: &[User], limits: Limits, stats: Arc<Stats>) -> PgEndpoint {
-        let hooks: Vec<Arc<dyn QueryHook>> = vec![Arc::new(ReadOnly { stats: stats.clone() }), Arc::new(CursorStatementHook), Arc::new(SetShowHook), Arc::new(TransactionStatementHook)];
+        let hooks: Vec<Arc<dyn QueryHook>> = vec![Arc::new(ReadOnly { stats: stats.clone() }), Arc::new(CursorStatementHook), Arc::new(session::SessionNoOps), Arc::new(session::ShowSettings), Arc::new(SetShowHook), Arc::new(TransactionStatementHook)];
         // Statements are planned at Parse time by one long-lived parser over the shared session;
         // they run in a per-statement session (see `QueryService::service`).
         let parser = DfSessionService::new_with_hooks(base.clone(), hooks.clone()).query_parser();
@@ -636,6 +636,9 @@ impl SimpleQueryHandler for QueryService {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        if let Some(answer) = session::rollback_out_of_an_aborted_transaction(query, client.transaction_status()) {
+            return Ok(answer);
+        }
         let running = self.begin(client, query).await?;
         let service = self.service(&running.stop)?;
         let work = SimpleQueryHandler::do_query(&service, client, query);

@@ -12,7 +12,7 @@ use datafusion::prelude::SessionContext;
 use datafusion::scalar::ScalarValue;
 
 /// The PostgreSQL version the endpoint presents itself as (pgwire announces 16.6).
-const PG_VERSION: &str = "16.6";
+pub(crate) const PG_VERSION: &str = "16.6";
 
 /// Settings `current_setting` knows; anything else is an error, as in PostgreSQL.
 const SETTINGS: &[(&str, &str)] = &[

@@ -1,0 +1,164 @@
+//! Session chatter the SQL endpoint answers itself, as PostgreSQL would: what BI tools and
+//! drivers send around their queries (savepoints, transaction modes, `SHOW` of server
+//! settings). None of it changes what a statement may read or write: [`crate::guard`] still
+//! refuses every write.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::common::ParamValues;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::SessionContext;
+use datafusion::sql::sqlparser::ast::{Set, Statement};
+use datafusion_postgres::QueryHook;
+use datafusion_postgres::hooks::HookClient;
+use datafusion_postgres::pgwire;
+use pgwire::api::ClientInfo;
+use pgwire::api::Type;
+use pgwire::api::results::{DataRowEncoder, FieldFormat, FieldInfo, QueryResponse, Response, Tag};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::response::TransactionStatus;
+
+/// Statements tools send around their queries that change nothing on a read-only ledger, but
+/// fail the tool when refused: savepoints (SQLAlchemy with psycopg 3 opens one per
+/// connection), `SET [SESSION CHARACTERISTICS AS] TRANSACTION ...` (pgjdbc's `setReadOnly`,
+/// Metabase). Accepted as PostgreSQL answers them; writes stay refused by [`crate::guard`].
+pub struct SessionNoOps;
+
+impl SessionNoOps {
+    fn answer(statement: &Statement, status: TransactionStatus) -> Option<PgWireResult<Response>> {
+        let aborted = || Err(PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), "25P02".into(), "current transaction is aborted, commands ignored until end of transaction block".into()))));
+        match statement {
+            Statement::Savepoint { .. } if status == TransactionStatus::Error => Some(aborted()),
+            Statement::ReleaseSavepoint { .. } if status == TransactionStatus::Error => Some(aborted()),
+            Statement::Savepoint { .. } => Some(Ok(Response::Execution(Tag::new("SAVEPOINT")))),
+            Statement::ReleaseSavepoint { .. } => Some(Ok(Response::Execution(Tag::new("RELEASE")))),
+            // Back inside the transaction, its error forgotten, as after PostgreSQL's.
+            Statement::Rollback { savepoint: Some(_), .. } => Some(Ok(Response::TransactionStart(Tag::new("ROLLBACK")))),
+            Statement::Set(Set::SetTransaction { .. }) => Some(Ok(Response::Execution(Tag::new("SET")))),
+            _ => None,
+        }
+    }
+
+    fn handles(statement: &Statement) -> bool {
+        matches!(statement, Statement::Savepoint { .. } | Statement::ReleaseSavepoint { .. } | Statement::Rollback { savepoint: Some(_), .. } | Statement::Set(Set::SetTransaction { .. }))
+    }
+}
+
+#[async_trait]
+impl QueryHook for SessionNoOps {
+    async fn handle_simple_query(&self, statement: &Statement, _ctx: &SessionContext, client: &mut dyn HookClient) -> Option<PgWireResult<Response>> {
+        Self::answer(statement, client.transaction_status())
+    }
+
+    async fn handle_extended_parse_query(&self, statement: &Statement, _ctx: &SessionContext, _client: &(dyn ClientInfo + Send + Sync)) -> Option<PgWireResult<LogicalPlan>> {
+        Self::handles(statement).then(|| Ok(LogicalPlan::EmptyRelation(datafusion::logical_expr::EmptyRelation { produce_one_row: false, schema: Arc::new(datafusion::common::DFSchema::empty()) })))
+    }
+
+    async fn handle_extended_query(&self, statement: &Statement, _plan: &LogicalPlan, _params: &ParamValues, _ctx: &SessionContext, client: &mut dyn HookClient) -> Option<PgWireResult<Response>> {
+        Self::answer(statement, client.transaction_status())
+    }
+}
+
+/// `ROLLBACK TO SAVEPOINT` in a transaction a failed statement aborted: PostgreSQL leaves the
+/// client back inside the transaction, usable again. A hook answers with one response, and
+/// pgwire keeps an aborted transaction aborted whatever that response is, so the simple
+/// protocol's handler answers it before the hooks: the transaction ends (leaving the error
+/// state) and starts again, two completions for the one statement. On the extended protocol
+/// the hook's answer stands and the transaction stays aborted until ROLLBACK.
+pub fn rollback_out_of_an_aborted_transaction(sql: &str, status: TransactionStatus) -> Option<Vec<Response>> {
+    if status != TransactionStatus::Error {
+        return None;
+    }
+    let words: Vec<String> = sql.split_whitespace().take(3).map(|w| w.trim_end_matches(';').to_lowercase()).collect();
+    let word = |i: usize, any: &[&str]| words.get(i).is_some_and(|w| any.contains(&w.as_str()));
+    // ROLLBACK [WORK | TRANSACTION] TO [SAVEPOINT] name; a plain ROLLBACK is the hooks' to answer.
+    let to_savepoint = word(0, &["rollback"]) && (word(1, &["to"]) || (word(1, &["work", "transaction"]) && word(2, &["to"])));
+    to_savepoint.then(|| vec![Response::TransactionEnd(Tag::new("ROLLBACK")), Response::TransactionStart(Tag::new("ROLLBACK"))])
+}
+
+/// `SHOW` of the server settings drivers and tools ask for, answered as PostgreSQL does
+/// (`SHOW TimeZone` named `TimeZone`, `server_version` a PostgreSQL version); the client
+/// settings datafusion-postgres keeps are left to it; anything else is PostgreSQL's
+/// "unrecognized configuration parameter" instead of an empty answer.
+pub struct ShowSettings;
+
+/// Settings whose value is fixed here: (name as PostgreSQL writes it, value).
+const FIXED: &[(&str, &str)] = &[
+    ("server_version", crate::pgcompat::PG_VERSION),
+    ("server_version_num", "160006"),
+    ("server_encoding", "UTF8"),
+    ("standard_conforming_strings", "on"),
+    ("integer_datetimes", "on"),
+    ("transaction_read_only", "on"),
+    ("default_transaction_read_only", "on"),
+    ("max_identifier_length", "63"),
+    ("lc_collate", "C"),
+    ("lc_ctype", "C"),
+    ("is_superuser", "off"),
+];
+
+/// Settings datafusion-postgres answers from the connection.
+const KEPT_BY_CONNECTION: &[&str] = &["statement_timeout", "transaction_isolation", "transaction isolation level", "catalogs", "bytea_output", "datestyle", "intervalstyle", "extra_float_digits", "application_name", "search_path"];
+
+impl ShowSettings {
+    fn answer(statement: &Statement, client: &(dyn ClientInfo + Send + Sync)) -> Option<PgWireResult<Response>> {
+        let Statement::ShowVariable { variable } = statement else { return None };
+        let name = variable.iter().map(|v| v.value.to_lowercase()).collect::<Vec<_>>().join(" ");
+        if name == "timezone" || name == "time zone" {
+            let zone = client.metadata().get("timezone").map_or("UTC", String::as_str);
+            return Some(one_value("TimeZone", zone));
+        }
+        if name == "client_encoding" {
+            return Some(one_value("client_encoding", "UTF8"));
+        }
+        if let Some((key, value)) = FIXED.iter().find(|(k, _)| *k == name) {
+            return Some(one_value(key, value));
+        }
+        if KEPT_BY_CONNECTION.contains(&name.as_str()) || client.metadata().contains_key(&name) {
+            return None;
+        }
+        Some(Err(PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), "42704".into(), format!("unrecognized configuration parameter \"{name}\""))))))
+    }
+}
+
+/// A one-row, one-column text answer.
+fn one_value(name: &str, value: &str) -> PgWireResult<Response> {
+    let fields = Arc::new(vec![FieldInfo::new(name.to_owned(), None, None, Type::TEXT, FieldFormat::Text)]);
+    let mut encoder = DataRowEncoder::new(fields.clone());
+    encoder.encode_field(&Some(value))?;
+    let row = encoder.take_row();
+    Ok(Response::Query(QueryResponse::new(fields, Box::pin(futures::stream::once(async move { Ok(row) })))))
+}
+
+#[async_trait]
+impl QueryHook for ShowSettings {
+    async fn handle_simple_query(&self, statement: &Statement, _ctx: &SessionContext, client: &mut dyn HookClient) -> Option<PgWireResult<Response>> {
+        Self::answer(statement, &*client)
+    }
+
+    async fn handle_extended_parse_query(&self, _statement: &Statement, _ctx: &SessionContext, _client: &(dyn ClientInfo + Send + Sync)) -> Option<PgWireResult<LogicalPlan>> {
+        // datafusion-postgres plans SHOW itself; the answer comes at execution.
+        None
+    }
+
+    async fn handle_extended_query(&self, statement: &Statement, _plan: &LogicalPlan, _params: &ParamValues, _ctx: &SessionContext, client: &mut dyn HookClient) -> Option<PgWireResult<Response>> {
+        Self::answer(statement, &*client)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_rollback_to_a_savepoint_in_an_aborted_transaction_is_answered_early() {
+        let early = |sql: &str, status| rollback_out_of_an_aborted_transaction(sql, status).map(|r| r.len());
+        assert_eq!(early("ROLLBACK TO SAVEPOINT a", TransactionStatus::Error), Some(2));
+        assert_eq!(early("rollback work to a;", TransactionStatus::Error), Some(2));
+        assert_eq!(early("ROLLBACK TO SAVEPOINT a", TransactionStatus::Transaction), None);
+        assert_eq!(early("ROLLBACK", TransactionStatus::Error), None);
+        assert_eq!(early("ROLLBACK WORK", TransactionStatus::Error), None);
+        assert_eq!(early("SELECT 1", TransactionStatus::Error), None);
+    }
+}
