@@ -330,12 +330,15 @@ pub fn tls_acceptor(cert: &std::path::Path, key: &std::path::Path) -> Result<Tls
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
+/// A SCRAM salt and the password salted with it.
+type Credentials = (Vec<u8>, Vec<u8>);
+
 /// The users of `[serve.users]`, with SCRAM-salted passwords: the plain text is dropped once
 /// hashed.
 struct UserDb {
     users: Vec<(String, Vec<u8>, Vec<u8>)>,
     /// Made-up credentials for names that are not users, one per name asked for.
-    decoys: std::sync::Mutex<HashMap<String, (Vec<u8>, Vec<u8>)>>,
+    decoys: std::sync::Mutex<HashMap<String, Credentials>>,
 }
 
 impl Debug for UserDb {
@@ -432,14 +435,17 @@ struct Running {
     held: Arc<(Option<OwnedSemaphorePermit>, CancelSlot)>,
 }
 
+/// What a cancel request names a connection by: its process id and secret key (as bytes).
+type CancelKey = (i32, Vec<u8>);
+
 /// The statement each connection is running, by the key its client sends in a cancel request.
 #[derive(Debug, Default)]
 struct Cancels {
-    running: std::sync::Mutex<HashMap<(i32, Vec<u8>), Arc<Stop>>>,
+    running: std::sync::Mutex<HashMap<CancelKey, Arc<Stop>>>,
 }
 
 impl Cancels {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(i32, Vec<u8>), Arc<Stop>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<CancelKey, Arc<Stop>>> {
         self.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
@@ -448,7 +454,7 @@ impl Cancels {
 #[derive(Debug)]
 struct CancelSlot {
     cancels: Arc<Cancels>,
-    key: (i32, Vec<u8>),
+    key: CancelKey,
     stop: Arc<Stop>,
 }
 

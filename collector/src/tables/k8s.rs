@@ -761,10 +761,10 @@ fn bad_field(obj: &Value, kind: &Kind) -> Option<String> {
         }
         Kind::Workload => {
             for (i, ps) in path(obj, &["spec", "podSets"]).and_then(Value::as_array).into_iter().flatten().enumerate() {
-                if let Some(count) = ps.get("count").filter(|c| !c.is_null()) {
-                    if count.as_i64().is_none_or(|c| c < 0) {
-                        return Some(format!("spec.podSets[{i}].count is {count}, not a whole number >= 0"));
-                    }
+                if let Some(count) = ps.get("count").filter(|c| !c.is_null())
+                    && count.as_i64().is_none_or(|c| c < 0)
+                {
+                    return Some(format!("spec.podSets[{i}].count is {count}, not a whole number >= 0"));
                 }
                 if let Some(spec) = path(ps, &["template", "spec"]) {
                     pod_spec_gpu_fields(&format!("spec.podSets[{i}].template.spec."), spec, &mut gpus);
