@@ -22,6 +22,8 @@ pub struct Stats {
     pub queries_refused: AtomicU64,
     pub queries_timed_out: AtomicU64,
     pub queries_cancelled: AtomicU64,
+    /// SQL statements under way now (planning, running or sending rows).
+    pub statements_running: AtomicU64,
     pub query_micros: AtomicU64,
     pub http_requests: AtomicU64,
     pub http_unauthorized: AtomicU64,
@@ -111,6 +113,8 @@ pub fn render(gauges: Option<&[GaugeSample]>, currency: &str, stats: &Stats) -> 
         out.header(name, "counter", help);
         out.sample(name, &[], value.load(Ordering::Relaxed));
     }
+    out.header("gpuledger_sql_statements_running", "gauge", "SQL statements under way now: planned, running or sending their rows.");
+    out.sample("gpuledger_sql_statements_running", &[], stats.statements_running.load(Ordering::Relaxed));
     let seconds = stats.query_micros.load(Ordering::Relaxed) as f64 / 1e6;
     out.header("gpuledger_sql_query_seconds_total", "counter", "Time spent in SQL statements.");
     out.sample("gpuledger_sql_query_seconds_total", &[], seconds);

@@ -432,7 +432,23 @@ type ExtendedStatement = <DfSessionService as ExtendedQueryHandler>::Statement;
 struct Running {
     stop: Arc<Stop>,
     user: String,
-    held: Arc<(Option<OwnedSemaphorePermit>, CancelSlot)>,
+    held: Arc<(Option<OwnedSemaphorePermit>, CancelSlot, Counted)>,
+}
+
+/// Counts a statement in `statements_running` while it lives.
+struct Counted(Arc<Stats>);
+
+impl Counted {
+    fn new(stats: &Arc<Stats>) -> Counted {
+        stats.statements_running.fetch_add(1, Ordering::Relaxed);
+        Counted(stats.clone())
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.statements_running.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// What a cancel request names a connection by: its process id and secret key (as bytes).
@@ -509,14 +525,14 @@ impl QueryService {
         let user = client_user(client);
         // Session statements (SET, SHOW, BEGIN...) read no data: they answer at once, in no turn.
         if is_session_statement(sql) {
-            return Ok(Running { stop, user, held: Arc::new((None, cancel)) });
+            return Ok(Running { stop, user, held: Arc::new((None, cancel, Counted::new(&self.stats))) });
         }
         let Some(turn) = self.limits.turns.wait(&user, stop.deadline()).await else {
             self.stats.queries_timed_out.fetch_add(1, Ordering::Relaxed);
             let why = format!("{}, waiting for a turn: user {user:?} already runs max_statements_per_user ({}) statements", stop.message(Why::TimedOut), self.limits.turns.per_user());
             return Err(PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), QUERY_CANCELED.into(), why))));
         };
-        Ok(Running { stop, user, held: Arc::new((Some(turn), cancel)) })
+        Ok(Running { stop, user, held: Arc::new((Some(turn), cancel, Counted::new(&self.stats))) })
     }
 
     /// datafusion-postgres' service over a fresh per-statement session.

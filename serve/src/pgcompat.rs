@@ -1,6 +1,7 @@
-//! Two functions PostgreSQL clients call that DataFusion answers differently or not at all:
-//! `version()` (clients and drivers look for "PostgreSQL <major>.<minor>" in it) and
-//! `current_setting(name)`. The values match what the wire protocol announces at login.
+//! Functions PostgreSQL clients call that DataFusion answers differently or not at all:
+//! `version()` (clients and drivers look for "PostgreSQL <major>.<minor>" in it),
+//! and `current_setting(name)` (the values match what the wire protocol announces at login and
+//! what `SHOW` answers).
 
 use std::sync::Arc;
 
@@ -40,9 +41,14 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(current_setting);
 }
 
-fn lookup(name: &str) -> Result<&'static str, DataFusionError> {
+/// The value of the server setting `name` (any case), if it is one.
+pub(crate) fn setting(name: &str) -> Option<&'static str> {
     let key = name.trim().to_ascii_lowercase();
-    SETTINGS.iter().find(|(k, _)| *k == key).map(|(_, v)| *v).ok_or_else(|| DataFusionError::Execution(format!("unrecognized configuration parameter \"{name}\"")))
+    SETTINGS.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+}
+
+fn lookup(name: &str) -> Result<&'static str, DataFusionError> {
+    setting(name).ok_or_else(|| DataFusionError::Execution(format!("unrecognized configuration parameter \"{name}\"")))
 }
 
 fn current_setting(args: &[ColumnarValue]) -> Result<ColumnarValue, DataFusionError> {

@@ -83,21 +83,6 @@ pub fn rollback_out_of_an_aborted_transaction(sql: &str, status: TransactionStat
 /// "unrecognized configuration parameter" instead of an empty answer.
 pub struct ShowSettings;
 
-/// Settings whose value is fixed here: (name as PostgreSQL writes it, value).
-const FIXED: &[(&str, &str)] = &[
-    ("server_version", crate::pgcompat::PG_VERSION),
-    ("server_version_num", "160006"),
-    ("server_encoding", "UTF8"),
-    ("standard_conforming_strings", "on"),
-    ("integer_datetimes", "on"),
-    ("transaction_read_only", "on"),
-    ("default_transaction_read_only", "on"),
-    ("max_identifier_length", "63"),
-    ("lc_collate", "C"),
-    ("lc_ctype", "C"),
-    ("is_superuser", "off"),
-];
-
 /// Settings datafusion-postgres answers from the connection.
 const KEPT_BY_CONNECTION: &[&str] = &["statement_timeout", "transaction_isolation", "transaction isolation level", "catalogs", "bytea_output", "datestyle", "intervalstyle", "extra_float_digits", "application_name", "search_path"];
 
@@ -109,14 +94,12 @@ impl ShowSettings {
             let zone = client.metadata().get("timezone").map_or("UTC", String::as_str);
             return Some(one_value("TimeZone", zone));
         }
-        if name == "client_encoding" {
-            return Some(one_value("client_encoding", "UTF8"));
-        }
-        if let Some((key, value)) = FIXED.iter().find(|(k, _)| *k == name) {
-            return Some(one_value(key, value));
-        }
         if KEPT_BY_CONNECTION.contains(&name.as_str()) || client.metadata().contains_key(&name) {
             return None;
+        }
+        // The same values `current_setting()` gives.
+        if let Some(value) = crate::pgcompat::setting(&name) {
+            return Some(one_value(&name, value));
         }
         Some(Err(PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), "42704".into(), format!("unrecognized configuration parameter \"{name}\""))))))
     }

@@ -24,6 +24,21 @@ fn psql(server: &Server, user: &str, password: &str, commands: &[&str]) -> Child
     c.env("PGPASSWORD", password).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("psql runs (Debian package postgresql-client)")
 }
 
+/// Waits until the server says at least `n` statements are under way (its
+/// `gpuledger_sql_statements_running` gauge), at most PATIENCE.
+pub fn wait_running(server: &Server, n: u64) {
+    let end = Instant::now() + PATIENCE;
+    loop {
+        let (_, _, metrics) = server.get("/metrics", Some(super::serving::TOKEN));
+        let running = metrics.lines().find_map(|l| l.strip_prefix("gpuledger_sql_statements_running ").and_then(|v| v.trim().parse::<u64>().ok())).unwrap_or(0);
+        if running >= n {
+            return;
+        }
+        assert!(Instant::now() < end, "fewer than {n} statements running after {PATIENCE:?}:\n{metrics}\n{}", server.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Waits for `child` (at most PATIENCE): (exit code, stdout, stderr, when it ended).
 fn finish(mut child: Child) -> (Option<i32>, String, String, Instant) {
     let end = Instant::now() + PATIENCE;
@@ -48,8 +63,7 @@ fn hostile_runaway_statements_neither_silence_the_server_nor_outlive_their_limit
     let server = Server::start(store, &serve_config(tmp.path(), base, "query_timeout = \"20s\"\n"));
     let started = Instant::now();
     let mut runaways = [psql(&server, "grafana", PASSWORD, &[RUNAWAY]), psql(&server, "grafana", PASSWORD, &[RUNAWAY])];
-    // Not a measurement: time for both to log in and start.
-    std::thread::sleep(Duration::from_secs(2));
+    wait_running(&server, 2);
 
     let t = Instant::now();
     let (status, _, body) = http_get(server.http_port, "/healthz", None);
@@ -78,7 +92,7 @@ fn hostile_runaway_statements_neither_silence_the_server_nor_outlive_their_limit
 
     // Ctrl-C in psql sends a cancel request: the statement stops at once, the session goes on.
     let cancelled = psql(&server, "grafana", PASSWORD, &[RUNAWAY]);
-    std::thread::sleep(Duration::from_secs(2));
+    wait_running(&server, 1);
     assert!(Command::new("kill").args(["-INT", &cancelled.id().to_string()]).status().unwrap().success());
     let (code, _, err, _) = finish(cancelled);
     assert_eq!(code, Some(1), "{err}");
@@ -88,6 +102,7 @@ fn hostile_runaway_statements_neither_silence_the_server_nor_outlive_their_limit
     let counter = |name: &str| metrics.lines().find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse::<f64>().ok())).unwrap_or(-1.0);
     assert_eq!(counter("gpuledger_sql_queries_timed_out_total"), 3.0, "{metrics}");
     assert_eq!(counter("gpuledger_sql_queries_cancelled_total"), 1.0, "{metrics}");
+    assert_eq!(counter("gpuledger_sql_statements_running"), 0.0, "{metrics}");
 }
 
 /// `max_statements_per_user = 1`: while grafana's runaway holds its one turn, another user's
@@ -99,7 +114,7 @@ fn hostile_one_users_runaway_leaves_other_users_their_turns() {
     let extra = "query_timeout = \"30s\"\nmax_statements_per_user = 1\n[[serve.users]]\nname = \"analyst\"\npassword = \"analyst-pw\"\n";
     let server = Server::start(store, &serve_config(tmp.path(), base, extra));
     let mut runaway = psql(&server, "grafana", PASSWORD, &[RUNAWAY]);
-    std::thread::sleep(Duration::from_secs(2));
+    wait_running(&server, 1);
     let (code, out, err, _) = finish(psql(&server, "analyst", "analyst-pw", &["SELECT count(*) AS n FROM pods"]));
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains('n'), "{out}");

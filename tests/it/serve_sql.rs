@@ -513,9 +513,7 @@ fn sigterm_stops_the_server_while_runaway_statements_run() {
             .unwrap()
     };
     let mut clients = [runaway(), runaway()];
-    // Not a measurement: time for both to log in and start (the HTTP API may not answer while
-    // they run, so it cannot be asked).
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    super::hostile::wait_running(&server, 2);
     let status = server.terminate();
     for c in &mut clients {
         let _ = c.kill();
