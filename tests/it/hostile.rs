@@ -170,7 +170,8 @@ fn hostile_a_ledger_killed_while_publishing_leaves_one_runs_tables() {
         let mut c = bin();
         c.args(["ledger", "--progress", "off", "--store"]).arg(store).arg("--config").arg(&config_b);
         if let Some(point) = crash {
-            c.env("GPULEDGER_CRASH_AT", point);
+            // A killed run leaves its scratch directory behind, as under kill -9: keep it here.
+            c.env("GPULEDGER_CRASH_AT", point).env("TMPDIR", tmp.path());
         }
         c.output().unwrap()
     };
