@@ -98,6 +98,9 @@ enum ScratchDir {
     Store(Scratch),
 }
 
+/// The prefix of a local run's scratch directory: `<prefix><pid>-<random>`.
+const SCRATCH_PREFIX: &str = "gpuledger-run-";
+
 /// Months whose samples retention removed: their derived rows come from the previous run's
 /// derived tables (`crate::retention`).
 #[derive(Debug, Clone)]
@@ -112,13 +115,19 @@ impl Accounting {
     pub async fn run(ctx: SessionContext, store: &StoreLocation, config: &Config, options: &RunOptions, progress: DayProgress<'_>) -> Result<Accounting> {
         let (dir, scratch) = match &options.workers {
             Workers::InProcess | Workers::InProcessAt(_) => {
-                let mut b = tempfile::Builder::new();
-                b.prefix("gpuledger-run-");
-                let t = match &options.workers {
-                    Workers::InProcessAt(at) => b.tempdir_in(at),
-                    _ => b.tempdir(),
+                let parent = match &options.workers {
+                    Workers::InProcessAt(at) => at.clone(),
+                    _ => std::env::temp_dir(),
+                };
+                // Named by pid, so that a later run can tell a killed run's scratch from a live
+                // one's, and remove it.
+                match gpuledger_store::atomic::remove_dead_scratch(&parent, SCRATCH_PREFIX) {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(removed = n, dir = %parent.display(), "removed the scratch directories of killed ledger runs"),
+                    Err(e) => tracing::warn!(error = %e, "could not remove the scratch directories of killed ledger runs"),
                 }
-                .map_err(|e| Error::StoreFiles(gpuledger_store::Error::io(std::env::temp_dir(), e)))?;
+                let prefix = format!("{SCRATCH_PREFIX}{}-", std::process::id());
+                let t = tempfile::Builder::new().prefix(&prefix).tempdir_in(&parent).map_err(|e| Error::StoreFiles(gpuledger_store::Error::io(&parent, e)))?;
                 let scratch = Scratch { location: StoreLocation::Local(t.path().to_path_buf()), dir: String::new() };
                 (ScratchDir::Local { _dir: t }, scratch)
             }

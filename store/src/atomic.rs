@@ -132,15 +132,32 @@ fn remove_stale_temporaries_to(root: &Path, depth: usize) -> Result<usize> {
     Ok(removed)
 }
 
-/// Whether the process that named the temporary file `.<name>.<pid>.tmp` has ended. Where
-/// processes cannot be looked up (no `/proc`), only our own files are taken for live.
+/// Whether the process that named the temporary file `.<name>.<pid>.tmp` has ended.
 fn writer_is_gone(name: &str) -> bool {
     let pid = name.strip_suffix(TMP_SUFFIX).and_then(|n| n.rsplit('.').next()).and_then(|p| p.parse::<u32>().ok());
-    match pid {
-        None => true,
-        Some(p) if p == std::process::id() => false,
-        Some(p) => Path::new("/proc").is_dir() && !Path::new("/proc").join(p.to_string()).exists(),
+    pid.is_none_or(process_is_gone)
+}
+
+/// Whether process `pid` has ended. Where processes cannot be looked up (no `/proc`), only
+/// this process is known to be alive, and no other is taken for gone.
+fn process_is_gone(pid: u32) -> bool {
+    pid != std::process::id() && Path::new("/proc").is_dir() && !Path::new("/proc").join(pid.to_string()).exists()
+}
+
+/// Removes the directories `<prefix><pid>-*` in `dir` whose process has ended: the scratch
+/// directories of runs that were killed (a finished run removes its own). Returns how many.
+pub fn remove_dead_scratch(dir: &Path, prefix: &str) -> Result<usize> {
+    let Ok(entries) = fs::read_dir(dir) else { return Ok(0) };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name.strip_prefix(prefix).and_then(|rest| rest.split('-').next()).and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(process_is_gone) && e.path().is_dir() {
+            fs::remove_dir_all(e.path()).map_err(|err| Error::io(e.path(), err))?;
+            removed += 1;
+        }
     }
+    Ok(removed)
 }
 
 fn read_dirs(dir: &Path) -> Vec<PathBuf> {
@@ -227,5 +244,20 @@ mod tests {
         assert_eq!(names(&day).len(), 1);
         assert_eq!(remove_all_stale_temporaries(dir.path()).unwrap(), 1);
         assert!(names(&day).is_empty());
+    }
+
+    #[test]
+    fn scratch_of_dead_processes_goes_and_the_rest_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        // No process has pid 999999999 (above any pid_max).
+        let dead = dir.path().join("gpuledger-run-999999999-abc");
+        let ours = dir.path().join(format!("gpuledger-run-{}-def", std::process::id()));
+        let other = dir.path().join("gpuledger-run-xyz");
+        let unrelated = dir.path().join("something-999999999-else");
+        for d in [&dead, &ours, &other, &unrelated] {
+            fs::create_dir_all(d.join("carried")).unwrap();
+        }
+        assert_eq!(remove_dead_scratch(dir.path(), "gpuledger-run-").unwrap(), 1);
+        assert!(!dead.exists() && ours.exists() && other.exists() && unrelated.exists());
     }
 }

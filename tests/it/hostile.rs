@@ -169,9 +169,10 @@ fn hostile_a_ledger_killed_while_publishing_leaves_one_runs_tables() {
     let ledger = |store: &Path, crash: Option<&str>| {
         let mut c = bin();
         c.args(["ledger", "--progress", "off", "--store"]).arg(store).arg("--config").arg(&config_b);
+        // A killed run leaves its scratch directory behind, as under kill -9: here, not in /tmp.
+        c.env("TMPDIR", tmp.path());
         if let Some(point) = crash {
-            // A killed run leaves its scratch directory behind, as under kill -9: keep it here.
-            c.env("GPULEDGER_CRASH_AT", point).env("TMPDIR", tmp.path());
+            c.env("GPULEDGER_CRASH_AT", point);
         }
         c.output().unwrap()
     };
@@ -195,6 +196,13 @@ fn hostile_a_ledger_killed_while_publishing_leaves_one_runs_tables() {
         let left: Vec<String> = std::fs::read_dir(store.join("ledger")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with(".staged-") || n == ".publish.json").collect();
         assert!(left.is_empty(), "{point}: vacuum left {left:?}");
     }
+    // Each run removes the scratch directories of runs killed before it (so the first two
+    // killed runs' are gone already), and its own when it ends.
+    let scratch = || std::fs::read_dir(tmp.path()).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("gpuledger-run-")).count();
+    assert_eq!(scratch(), 1, "the last killed run's scratch directory");
+    let out = ledger(&clean, None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(scratch(), 0);
 }
 
 /// A capture holding a FIFO, a link to /dev/zero and a 64 MiB `.prom` without a newline beside
