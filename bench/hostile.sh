@@ -61,10 +61,15 @@ missed = sum(r[1] != "ok" for r in rows)
 print(f"{statistics.median(t):.1f} {max(t):.1f} {missed}")'
 }
 
+SERVERS=()
+# Whatever happens to the script, no server it started outlives it.
+trap 'for s in "${SERVERS[@]}"; do kill "$s" 2>/dev/null || true; done' EXIT
+
 run_one() {
   local bin=$1 label=$2
   "$bin" serve --store "$W/demo/store" --config "$W/serve.toml" > "$W/$label.out" 2> "$W/$label.log" &
   local server=$!
+  SERVERS+=("$server")
   for _ in $(seq 100); do grep -q '^ready' "$W/$label.out" 2>/dev/null && break; sleep 0.2; done
   local line pg http
   line=$(head -1 "$W/$label.out")
