@@ -336,7 +336,7 @@ type Credentials = (Vec<u8>, Vec<u8>);
 /// The users of `[serve.users]`, with SCRAM-salted passwords: the plain text is dropped once
 /// hashed.
 struct UserDb {
-    users: Vec<(String, Vec<u8>, Vec<u8>)>,
+    users: Vec<(String, Credentials)>,
     /// Made-up credentials for names that are not users, one per name asked for.
     decoys: std::sync::Mutex<HashMap<String, Credentials>>,
 }
@@ -354,7 +354,7 @@ impl UserDb {
             .map(|u| {
                 let salt = random_nonce().into_bytes();
                 let salted = gen_salted_password(u.password.expose(), &salt, SCRAM_ITERATIONS);
-                (u.name.clone(), salt, salted)
+                (u.name.clone(), (salt, salted))
             })
             .collect();
         UserDb { users, decoys: std::sync::Mutex::new(HashMap::new()) }
@@ -365,7 +365,7 @@ impl UserDb {
 impl AuthSource for UserDb {
     async fn get_password(&self, login: &LoginInfo) -> PgWireResult<Password> {
         let name = login.user().unwrap_or_default();
-        if let Some((_, salt, salted)) = self.users.iter().find(|(n, _, _)| n == name) {
+        if let Some((_, (salt, salted))) = self.users.iter().find(|(n, _)| n == name) {
             return Ok(Password::new(Some(salt.clone()), salted.clone()));
         }
         // An unknown user goes through the same exchange as a known one with a wrong password,
@@ -395,7 +395,7 @@ impl ReadOnly {
     fn verdict<T>(&self, statement: &Statement) -> Option<PgWireResult<T>> {
         let refusal = guard::check(statement).err()?;
         self.stats.queries_refused.fetch_add(1, Ordering::Relaxed);
-        Some(Err(PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), "42501".into(), refusal.0)))))
+        Some(Err(sql_error("42501", refusal.0)))
     }
 }
 
@@ -524,13 +524,13 @@ impl QueryService {
         let cancel = CancelSlot::register(&self.cancels, client.pid_and_secret_key(), &stop);
         let user = client_user(client);
         // Session statements (SET, SHOW, BEGIN...) read no data: they answer at once, in no turn.
-        if is_session_statement(sql) {
+        if session::is_session_statement(sql) {
             return Ok(Running { stop, user, held: Arc::new((None, cancel, Counted::new(&self.stats))) });
         }
         let Some(turn) = self.limits.turns.wait(&user, stop.deadline()).await else {
             self.stats.queries_timed_out.fetch_add(1, Ordering::Relaxed);
             let why = format!("{}, waiting for a turn: user {user:?} already runs max_statements_per_user ({}) statements", stop.message(Why::TimedOut), self.limits.turns.per_user());
-            return Err(PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), QUERY_CANCELED.into(), why))));
+            return Err(sql_error(QUERY_CANCELED, why));
         };
         Ok(Running { stop, user, held: Arc::new((Some(turn), cancel, Counted::new(&self.stats))) })
     }
@@ -549,10 +549,7 @@ impl QueryService {
                 let (stats, stop, held) = (self.stats.clone(), running.stop.clone(), running.held.clone());
                 let on_timeout = {
                     let (stats, stop) = (stats.clone(), stop.clone());
-                    move || {
-                        stop.check();
-                        stopped(&stats, &stop, Why::TimedOut)
-                    }
+                    move || stopped(&stats, &stop, stop.expire())
                 };
                 let rows = Deadline::new(q.data_rows, running.stop.deadline(), on_timeout).map(move |row| {
                     let _held = &held;
@@ -579,10 +576,7 @@ impl QueryService {
                 Some(why) => stopped(&self.stats, &running.stop, why),
                 None => classify(e),
             }),
-            Err(_) => {
-                running.stop.check();
-                Err(stopped(&self.stats, &running.stop, running.stop.stopped().unwrap_or(Why::TimedOut)))
-            }
+            Err(_) => Err(stopped(&self.stats, &running.stop, running.stop.expire())),
         };
         self.finish(&running.user, what, started, &result);
         result
@@ -606,16 +600,14 @@ fn stopped(stats: &Stats, stop: &Stop, why: Why) -> PgWireError {
     if why == Why::TimedOut {
         stats.queries_timed_out.fetch_add(1, Ordering::Relaxed);
     }
-    PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), QUERY_CANCELED.into(), stop.message(why))))
+    sql_error(QUERY_CANCELED, stop.message(why))
 }
 
 const QUERY_CANCELED: &str = "57014";
 
-/// Whether `sql` is session chatter that reads no data (SET, SHOW, transaction control...).
-fn is_session_statement(sql: &str) -> bool {
-    const SESSION: &[&str] = &["set", "show", "reset", "begin", "start", "commit", "end", "rollback", "abort", "savepoint", "release", "discard", "deallocate", "close"];
-    let first = sql.trim_start().split(|c: char| !c.is_ascii_alphabetic()).next().unwrap_or("");
-    SESSION.iter().any(|k| first.eq_ignore_ascii_case(k))
+/// An error the client gets with SQLSTATE `code` (severity ERROR: the session goes on).
+pub(crate) fn sql_error(code: &str, message: impl Into<String>) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), code.into(), message.into())))
 }
 
 fn is_stop_error(e: &PgWireError) -> bool {
@@ -642,7 +634,7 @@ fn classify(error: PgWireError) -> PgWireError {
         DataFusionError::Execution(_) | DataFusionError::ArrowError(..) => "22000",
         _ => return error,
     };
-    PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), code.into(), root.to_string())))
+    sql_error(code, root.to_string())
 }
 
 fn client_user<C: ClientInfo + ?Sized>(client: &C) -> String {
@@ -715,15 +707,5 @@ mod tests {
         assert_eq!(waits, [0, 100, 200, 400, 800, 1600, 3200, 5000, 5000]);
         // Another address starts afresh.
         assert_eq!(failures.failed([10, 0, 0, 8].into()), Duration::ZERO);
-    }
-
-    #[test]
-    fn session_statements_are_told_from_queries() {
-        for sql in ["SET statement_timeout = '1s'", "  show TimeZone", "BEGIN", "commit;", "ROLLBACK", "DISCARD ALL", "deallocate s1"] {
-            assert!(is_session_statement(sql), "{sql}");
-        }
-        for sql in ["SELECT 1", "WITH s AS (SELECT 1) SELECT * FROM s", "settings_table", "EXPLAIN SELECT 1", "select_x", ""] {
-            assert!(!is_session_statement(sql), "{sql}");
-        }
     }
 }

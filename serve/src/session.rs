@@ -16,8 +16,10 @@ use datafusion_postgres::pgwire;
 use pgwire::api::ClientInfo;
 use pgwire::api::Type;
 use pgwire::api::results::{DataRowEncoder, FieldFormat, FieldInfo, QueryResponse, Response, Tag};
-use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::error::PgWireResult;
 use pgwire::messages::response::TransactionStatus;
+
+use crate::pg::sql_error;
 
 /// Statements tools send around their queries that change nothing on a read-only ledger, but
 /// fail the tool when refused: savepoints (SQLAlchemy with psycopg 3 opens one per
@@ -27,7 +29,7 @@ pub struct SessionNoOps;
 
 impl SessionNoOps {
     fn answer(statement: &Statement, status: TransactionStatus) -> Option<PgWireResult<Response>> {
-        let aborted = || Err(PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), "25P02".into(), "current transaction is aborted, commands ignored until end of transaction block".into()))));
+        let aborted = || Err(sql_error("25P02", "current transaction is aborted, commands ignored until end of transaction block"));
         match statement {
             Statement::Savepoint { .. } if status == TransactionStatus::Error => Some(aborted()),
             Statement::ReleaseSavepoint { .. } if status == TransactionStatus::Error => Some(aborted()),
@@ -40,8 +42,9 @@ impl SessionNoOps {
         }
     }
 
+    /// Whether [`Self::answer`] answers `statement` (in some transaction state).
     fn handles(statement: &Statement) -> bool {
-        matches!(statement, Statement::Savepoint { .. } | Statement::ReleaseSavepoint { .. } | Statement::Rollback { savepoint: Some(_), .. } | Statement::Set(Set::SetTransaction { .. }))
+        Self::answer(statement, TransactionStatus::Idle).is_some()
     }
 }
 
@@ -58,6 +61,13 @@ impl QueryHook for SessionNoOps {
     async fn handle_extended_query(&self, statement: &Statement, _plan: &LogicalPlan, _params: &ParamValues, _ctx: &SessionContext, client: &mut dyn HookClient) -> Option<PgWireResult<Response>> {
         Self::answer(statement, client.transaction_status())
     }
+}
+
+/// Whether `sql` is session chatter that reads no data (SET, SHOW, transaction control...).
+pub fn is_session_statement(sql: &str) -> bool {
+    const SESSION: &[&str] = &["set", "show", "reset", "begin", "start", "commit", "end", "rollback", "abort", "savepoint", "release", "discard", "deallocate", "close"];
+    let first = sql.trim_start().split(|c: char| !c.is_ascii_alphabetic()).next().unwrap_or("");
+    SESSION.iter().any(|k| first.eq_ignore_ascii_case(k))
 }
 
 /// `ROLLBACK TO SAVEPOINT` in a transaction a failed statement aborted: PostgreSQL leaves the
@@ -101,7 +111,7 @@ impl ShowSettings {
         if let Some(value) = crate::pgcompat::setting(&name) {
             return Some(one_value(&name, value));
         }
-        Some(Err(PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), "42704".into(), format!("unrecognized configuration parameter \"{name}\""))))))
+        Some(Err(sql_error("42704", format!("unrecognized configuration parameter \"{name}\""))))
     }
 }
 
@@ -133,6 +143,16 @@ impl QueryHook for ShowSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn session_statements_are_told_from_queries() {
+        for sql in ["SET statement_timeout = '1s'", "  show TimeZone", "BEGIN", "commit;", "ROLLBACK", "DISCARD ALL", "deallocate s1"] {
+            assert!(is_session_statement(sql), "{sql}");
+        }
+        for sql in ["SELECT 1", "WITH s AS (SELECT 1) SELECT * FROM s", "settings_table", "EXPLAIN SELECT 1", "select_x", ""] {
+            assert!(!is_session_statement(sql), "{sql}");
+        }
+    }
 
     #[test]
     fn only_a_rollback_to_a_savepoint_in_an_aborted_transaction_is_answered_early() {

@@ -80,10 +80,6 @@ impl Stop {
         tokio::time::Instant::from_std(self.deadline)
     }
 
-    pub fn time_limit(&self) -> TimeLimit {
-        self.time
-    }
-
     /// A client's cancel request: the statement fails at its next batch.
     pub fn cancel(&self) {
         let _ = self.state.compare_exchange(RUNNING, CANCELLED, Ordering::Relaxed, Ordering::Relaxed);
@@ -91,16 +87,17 @@ impl Stop {
 
     /// Whether the statement must stop now, and why (the first reason sticks).
     pub fn check(&self) -> Option<Why> {
-        match self.state.load(Ordering::Relaxed) {
-            TIMED_OUT => return Some(Why::TimedOut),
-            CANCELLED => return Some(Why::Cancelled),
-            _ => {}
+        if let Some(why) = self.stopped() {
+            return Some(why);
         }
-        if Instant::now() >= self.deadline {
-            let _ = self.state.compare_exchange(RUNNING, TIMED_OUT, Ordering::Relaxed, Ordering::Relaxed);
-            return self.stopped();
-        }
-        None
+        (Instant::now() >= self.deadline).then(|| self.expire())
+    }
+
+    /// The deadline has passed (a timer around the statement fired): it is timed out unless a
+    /// cancel came first. Returns the reason that sticks.
+    pub fn expire(&self) -> Why {
+        let _ = self.state.compare_exchange(RUNNING, TIMED_OUT, Ordering::Relaxed, Ordering::Relaxed);
+        self.stopped().unwrap_or(Why::TimedOut)
     }
 
     /// The reason it was stopped, without looking at the clock.
