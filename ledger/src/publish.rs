@@ -40,16 +40,13 @@ pub fn staged_file(run: &str, table: &str) -> String {
 
 /// The publish under way or interrupted, if any.
 pub async fn pending(store: &StoreLocation) -> Result<Option<Publish>> {
-    if !store.has_file(layout::PUBLISH_RECORD).await? {
-        return Ok(None);
-    }
-    let bytes = match store.get(layout::PUBLISH_RECORD).await {
-        Ok(b) => b,
-        // Finished between the two calls.
-        Err(_) if !store.has_file(layout::PUBLISH_RECORD).await? => return Ok(None),
-        Err(e) => return Err(e.into()),
+    let read = match crate::record::read_json::<Publish>(store, layout::PUBLISH_RECORD).await {
+        Ok(read) => read,
+        // The publish finished between looking for the record and reading it.
+        Err(_) if !store.has_file(layout::PUBLISH_RECORD).await? => None,
+        Err(e) => return Err(e),
     };
-    serde_json::from_slice(&bytes).map(Some).map_err(|e| Error::Store { path: store.display(layout::PUBLISH_RECORD), reason: format!("not a publish record: {e}") })
+    read.transpose().map_err(|e| Error::Store { path: store.display(layout::PUBLISH_RECORD), reason: format!("not a publish record: {e}") })
 }
 
 /// Publishes the tables run `run` has staged (steps 2 to 4).
@@ -87,17 +84,16 @@ pub struct Recovered {
 }
 
 /// Finishes an interrupted publish and removes the staging directories of runs that stopped
-/// before theirs, except `keep` (the calling run's own). Meant for a single ledger writer: a
-/// run going on at the same time would lose its staged tables and fail.
-pub async fn recover(store: &StoreLocation, keep: Option<&str>) -> Result<Recovered> {
+/// before theirs. Meant for a single ledger writer: a run going on at the same time would lose
+/// its staged tables and fail.
+pub async fn recover(store: &StoreLocation) -> Result<Recovered> {
     let mut out = Recovered::default();
     if let Some(record) = pending(store).await? {
         finish(store, &record).await?;
         out.rolled_forward = Some(record.run);
     }
     for dir in store.list_names(layout::LEDGER_DIR).await? {
-        let Some(run) = dir.strip_prefix(layout::STAGED_PREFIX) else { continue };
-        if Some(run) != keep {
+        if let Some(run) = dir.strip_prefix(layout::STAGED_PREFIX) {
             store.remove_dir(&layout::staged_rel(run)).await?;
             out.abandoned.push(run.to_owned());
         }

@@ -90,11 +90,16 @@ pub async fn write(store: &StoreLocation, record: &RunRecord) -> Result<()> {
 
 /// The stored record, if there is a readable one of this format.
 pub async fn read(store: &StoreLocation) -> Result<Option<RunRecord>> {
-    if !store.has_file(RUN_RECORD).await? {
+    Ok(read_json::<RunRecord>(store, RUN_RECORD).await?.and_then(|r| r.ok()).filter(|r| r.format == FORMAT))
+}
+
+/// One of the small JSON files the ledger keeps beside its tables (this record, what a run read,
+/// a publish under way), parsed (`None`: there is none).
+pub(crate) async fn read_json<T: serde::de::DeserializeOwned>(location: &StoreLocation, rel: &str) -> Result<Option<serde_json::Result<T>>> {
+    if !location.has_file(rel).await? {
         return Ok(None);
     }
-    let bytes = store.get(RUN_RECORD).await?;
-    Ok(serde_json::from_slice::<RunRecord>(&bytes).ok().filter(|r| r.format == FORMAT))
+    Ok(Some(serde_json::from_slice(&location.get(rel).await?)))
 }
 
 /// Before a run writes its tables: the record of the previous run no longer vouches for them.

@@ -67,17 +67,9 @@ struct Marker {
 
 /// The horizon of the store's last expiry: no samples are kept before it. `None`: none expired.
 pub async fn expired_before(location: &StoreLocation) -> Result<Option<NaiveDate>> {
-    let Some(read) = read_json::<Marker>(location, EXPIRED_MARKER).await? else { return Ok(None) };
+    let Some(read) = crate::record::read_json::<Marker>(location, EXPIRED_MARKER).await? else { return Ok(None) };
     let marker = read.map_err(|e| Error::Store { path: location.display(EXPIRED_MARKER), reason: format!("not a retention marker ({e}); it says which months' samples were removed, restore it from a backup or write {{\"samples_before\":\"YYYY-MM-01\"}}") })?;
     Ok(Some(marker.samples_before))
-}
-
-/// The small JSON file at `rel`, parsed (`None`: there is none).
-async fn read_json<T: serde::de::DeserializeOwned>(location: &StoreLocation, rel: &str) -> Result<Option<serde_json::Result<T>>> {
-    if !location.has_file(rel).await? {
-        return Ok(None);
-    }
-    Ok(Some(serde_json::from_slice(&location.get(rel).await?)))
 }
 
 /// What a ledger run read, recorded beside its derived tables.
@@ -125,7 +117,7 @@ pub async fn record_inputs(location: &StoreLocation, inputs: &LedgerInputs) -> R
 
 async fn read_inputs(location: &StoreLocation) -> Result<Option<LedgerInputs>> {
     // An unreadable record is no record: expiry waits for the next ledger run.
-    Ok(read_json(location, LEDGER_INPUTS).await?.and_then(|r| r.ok()))
+    Ok(crate::record::read_json(location, LEDGER_INPUTS).await?.and_then(|r| r.ok()))
 }
 
 /// One table's part of an expiry.

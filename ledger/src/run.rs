@@ -50,7 +50,7 @@ pub const UNIT_ROW_BYTES: u64 = 2048;
 pub async fn write_derived(accounting: &Accounting, store: &StoreLocation, config: &Config, idle_policy: Option<crate::config::IdlePolicy>) -> Result<Vec<WrittenTable>> {
     let run = gpuledger_store::layout::run_id();
     // What an earlier run left half done goes first: its set is published, or its staging removed.
-    let recovered = crate::publish::recover(store, None).await?;
+    let recovered = crate::publish::recover(store).await?;
     if let Some(r) = &recovered.rolled_forward {
         tracing::warn!(run = %r, "finished publishing the tables of a ledger run that stopped while publishing them");
     }
@@ -60,9 +60,14 @@ pub async fn write_derived(accounting: &Accounting, store: &StoreLocation, confi
     for name in crate::plan::DERIVED_TABLES {
         let rel = crate::publish::staged_file(&run, name);
         let w = accounting.write_derived(store, name, &rel).await?;
-        let bytes = store.list_sizes(&gpuledger_store::layout::staged_rel(&run)).await?.into_iter().find(|(n, _)| *n == format!("{name}.parquet")).map_or(0, |(_, b)| b);
-        written.push(WrittenTable { name, rows: w.rows as usize, bytes });
+        written.push(WrittenTable { name, rows: w.rows as usize, bytes: 0 });
         crate::publish::crash_point("staged-one");
+    }
+    // One listing for every table's size.
+    let sizes = store.list_sizes(&gpuledger_store::layout::staged_rel(&run)).await?;
+    for t in &mut written {
+        let file = format!("{}.parquet", t.name);
+        t.bytes = sizes.iter().find(|(n, _)| *n == file).map_or(0, |(_, b)| *b);
     }
     crate::publish::publish(store, &run, crate::plan::DERIVED_TABLES).await?;
     // After the tables: a record that is there says they hold what it says was read.

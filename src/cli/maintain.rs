@@ -118,7 +118,7 @@ pub fn vacuum(args: VacuumArgs) -> anyhow::Result<ExitCode> {
         }
         // A ledger run that stopped while publishing its tables: its set is published now; the
         // staged tables of one that stopped before are removed.
-        let recovered = if args.dry_run { Default::default() } else { gpuledger_ledger::publish::recover(&args.store, None).await? };
+        let recovered = if args.dry_run { Default::default() } else { gpuledger_ledger::publish::recover(&args.store).await? };
         anyhow::Ok((rows, recovered))
     })?;
     let (rows, recovered) = rows;
