@@ -15,15 +15,18 @@
 
 pub mod config;
 pub mod conn;
+mod cursor;
 pub mod guard;
 pub mod http;
 pub mod limits;
 pub mod metrics;
+mod parse;
 pub mod pg;
 mod pgcompat;
 mod session;
 pub mod stop;
 pub mod workers;
+mod wire;
 
 use gpuledger_store::StoreLocation;
 use std::net::SocketAddr;

@@ -24,7 +24,7 @@ use datafusion_postgres::hooks::set_show::SetShowHook;
 use datafusion_postgres::hooks::transactions::TransactionStatementHook;
 use datafusion_postgres::hooks::{HookClient, QueryHook};
 use datafusion_postgres::pgwire;
-use datafusion_postgres::{DfSessionService, Parser};
+use datafusion_postgres::DfSessionService;
 use futures::{Sink, StreamExt};
 use pgwire::api::auth::sasl::SASLAuthStartupHandler;
 use pgwire::api::auth::sasl::scram::{ScramAuth, gen_salted_password, random_nonce};
@@ -36,7 +36,6 @@ use pgwire::api::results::{QueryResponse, Response};
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionManager, PgWireServerHandlers};
 use pgwire::messages::cancel::CancelRequest;
-use pgwire::messages::startup::SecretKey;
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::tokio::TlsAcceptor;
@@ -48,6 +47,9 @@ use crate::config::User;
 use crate::limits::{Deadline, Limits};
 use crate::stop::{Stop, TimeLimit, Why};
 use crate::metrics::Stats;
+use crate::cursor::{Cursors, DeclaredCursors};
+use crate::parse::{SqlParser, StatementParser};
+use crate::wire::Queries;
 use crate::{ServeError, guard, session};
 
 /// SCRAM's PBKDF2 rounds: PostgreSQL's default, and what pgwire tells clients.
@@ -60,17 +62,34 @@ pub struct PgEndpoint {
     users: Arc<UserDb>,
     connections: Arc<ConnectionManager>,
     parameters: Arc<DefaultServerParameterProvider>,
+    cursors: Arc<DeclaredCursors>,
 }
 
 impl PgEndpoint {
     pub fn new(base: Arc<SessionContext>, users: &[User], limits: Limits, stats: Arc<Stats>) -> PgEndpoint {
-        let hooks: Vec<Arc<dyn QueryHook>> = vec![Arc::new(ReadOnly { stats: stats.clone() }), Arc::new(CursorStatementHook), Arc::new(session::SessionNoOps), Arc::new(session::ShowSettings), Arc::new(SetShowHook), Arc::new(TransactionStatementHook)];
+        let cursors = Arc::new(DeclaredCursors::default());
+        // In order: writes refused first; cursors declared with their columns, then fetched and
+        // closed by datafusion-postgres; session chatter; and every other statement planned
+        // with the types its parameters and results have on the wire (`Queries`, last).
+        let hooks: Vec<Arc<dyn QueryHook>> = vec![
+            Arc::new(ReadOnly { stats: stats.clone() }),
+            Arc::new(Cursors { declared: cursors.clone() }),
+            Arc::new(CursorStatementHook),
+            Arc::new(session::SessionNoOps),
+            Arc::new(session::ShowSettings),
+            Arc::new(SetShowHook),
+            Arc::new(TransactionStatementHook),
+            Arc::new(Queries),
+        ];
         // Statements are planned at Parse time by one long-lived parser over the shared session;
-        // they run in a per-statement session (see `QueryService::service`).
-        let parser = DfSessionService::new_with_hooks(base.clone(), hooks.clone()).query_parser();
+        // they run in a per-statement session (see `QueryService::session`).
+        let sql = Arc::new(SqlParser::default());
+        let types = DfSessionService::new_with_hooks(base.clone(), hooks.clone()).query_parser();
+        let parser = Arc::new(StatementParser { sql: sql.clone(), ctx: base.clone(), hooks: hooks.clone(), types });
         PgEndpoint {
             failures: Arc::new(LoginFailures::default()),
-            queries: Arc::new(QueryService { base, parser, hooks, limits, stats, cancels: Arc::new(Cancels::default()) }),
+            queries: Arc::new(QueryService { base, sql, parser, hooks, limits, stats, cancels: Arc::new(Cancels::default()) }),
+            cursors,
             users: Arc::new(UserDb::new(users)),
             connections: Arc::new(ConnectionManager::new()),
             parameters: Arc::new(DefaultServerParameterProvider::default()),
@@ -113,7 +132,8 @@ impl PgEndpoint {
             let logged_in_places = logged_in_places.clone();
             workers.spawn(async move {
                 let logged_in = Arc::new(tokio::sync::Notify::new());
-                let connection = Connection { endpoint: endpoint.clone(), logged_in: logged_in.clone(), require_tls: admission.require_tls, peer };
+                let key = Arc::new(std::sync::OnceLock::new());
+                let connection = Connection { endpoint: endpoint.clone(), logged_in: logged_in.clone(), key: key.clone(), require_tls: admission.require_tls, peer };
                 let session = pgwire::tokio::process_socket(socket, tls, connection);
                 tokio::pin!(session);
                 let in_time = tokio::select! {
@@ -139,6 +159,9 @@ impl PgEndpoint {
                 if let Err(e) = session.await {
                     tracing::info!(%peer, error = %e, "sql: connection ended");
                 }
+                if let Some(key) = key.get() {
+                    endpoint.cursors.forget(key);
+                }
                 drop(place);
             });
         }
@@ -163,6 +186,8 @@ pub struct Admission {
 struct Connection {
     endpoint: Arc<PgEndpoint>,
     logged_in: Arc<tokio::sync::Notify>,
+    /// The connection's cancel key, known once it has logged in.
+    key: Arc<std::sync::OnceLock<CancelKey>>,
     require_tls: bool,
     peer: SocketAddr,
 }
@@ -180,6 +205,7 @@ impl PgWireServerHandlers for Connection {
         Arc::new(WatchedStartup {
             inner: self.endpoint.startup_handler(),
             logged_in: self.logged_in.clone(),
+            key: self.key.clone(),
             require_tls: self.require_tls,
             peer: self.peer,
             failures: self.endpoint.failures.clone(),
@@ -200,6 +226,7 @@ impl PgWireServerHandlers for Connection {
 struct WatchedStartup<S> {
     inner: Arc<S>,
     logged_in: Arc<tokio::sync::Notify>,
+    key: Arc<std::sync::OnceLock<CancelKey>>,
     require_tls: bool,
     peer: SocketAddr,
     failures: Arc<LoginFailures>,
@@ -220,6 +247,7 @@ impl<S: StartupHandler> StartupHandler for WatchedStartup<S> {
         }
         let done = self.inner.on_startup(client, message).await;
         if matches!(client.state(), pgwire::api::PgWireConnectionState::ReadyForQuery) {
+            let _ = self.key.set(connection_key(client));
             self.logged_in.notify_one();
         }
         match done {
@@ -418,7 +446,8 @@ impl QueryHook for ReadOnly {
 /// deadline or a cancel request (see [`crate::stop`]).
 struct QueryService {
     base: Arc<SessionContext>,
-    parser: Arc<Parser>,
+    sql: Arc<SqlParser>,
+    parser: Arc<StatementParser>,
     hooks: Vec<Arc<dyn QueryHook>>,
     limits: Limits,
     stats: Arc<Stats>,
@@ -452,7 +481,14 @@ impl Drop for Counted {
 }
 
 /// What a cancel request names a connection by: its process id and secret key (as bytes).
-type CancelKey = (i32, Vec<u8>);
+pub(crate) type CancelKey = (i32, Vec<u8>);
+
+/// The key of `client`'s connection. As bytes: a cancel request does not say whether its key
+/// is the 4-byte integer of protocol 3.0 or the byte string of 3.2, so it is decoded as bytes.
+pub(crate) fn connection_key<C: ClientInfo + ?Sized>(client: &C) -> CancelKey {
+    let (pid, secret) = client.pid_and_secret_key();
+    (pid, secret.to_bytes().to_vec())
+}
 
 /// The statement each connection is running, by the key its client sends in a cancel request.
 #[derive(Debug, Default)]
@@ -475,10 +511,7 @@ struct CancelSlot {
 }
 
 impl CancelSlot {
-    fn register(cancels: &Arc<Cancels>, (pid, secret): (i32, SecretKey), stop: &Arc<Stop>) -> CancelSlot {
-        // As bytes: a cancel request does not say whether its key is the 4-byte integer of
-        // protocol 3.0 or the byte string of 3.2, so it is decoded as bytes.
-        let key = (pid, secret.to_bytes().to_vec());
+    fn register(cancels: &Arc<Cancels>, key: CancelKey, stop: &Arc<Stop>) -> CancelSlot {
         cancels.lock().insert(key.clone(), stop.clone());
         CancelSlot { cancels: cancels.clone(), key, stop: stop.clone() }
     }
@@ -521,7 +554,7 @@ impl QueryService {
     /// turns.
     async fn begin<C: ClientInfo + ?Sized>(&self, client: &C, sql: &str) -> PgWireResult<Running> {
         let stop = Stop::new(TimeLimit::of(self.limits.timeout, datafusion_postgres_timeout(client)));
-        let cancel = CancelSlot::register(&self.cancels, client.pid_and_secret_key(), &stop);
+        let cancel = CancelSlot::register(&self.cancels, connection_key(client), &stop);
         let user = client_user(client);
         // Session statements (SET, SHOW, BEGIN...) read no data: they answer at once, in no turn.
         if session::is_session_statement(sql) {
@@ -535,10 +568,35 @@ impl QueryService {
         Ok(Running { stop, user, held: Arc::new((Some(turn), cancel, Counted::new(&self.stats))) })
     }
 
-    /// datafusion-postgres' service over a fresh per-statement session.
-    fn service(&self, stop: &Arc<Stop>) -> PgWireResult<DfSessionService> {
-        let ctx = self.limits.session(&self.base, stop).map_err(|e| PgWireError::ApiError(Box::new(e)))?;
-        Ok(DfSessionService::new_with_hooks(Arc::new(ctx), self.hooks.clone()))
+    /// A fresh per-statement session: the statement's limits and stop checks.
+    fn session(&self, stop: &Arc<Stop>) -> PgWireResult<Arc<SessionContext>> {
+        Ok(Arc::new(self.limits.session(&self.base, stop).map_err(|e| PgWireError::ApiError(Box::new(e)))?))
+    }
+
+    /// Answers each statement of `query` by the first hook that claims it (the last one,
+    /// [`Queries`], claims every statement).
+    async fn answer<C>(&self, client: &mut C, query: &str, ctx: &SessionContext) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let statements = self.sql.parse(query).map_err(|e| sql_error("42601", e.to_string()))?;
+        if statements.is_empty() {
+            return Ok(vec![Response::EmptyQuery]);
+        }
+        let mut responses = Vec::with_capacity(statements.len());
+        'statements: for statement in &statements {
+            for hook in &self.hooks {
+                if let Some(answer) = hook.handle_simple_query(statement, ctx, client).await {
+                    responses.push(answer?);
+                    continue 'statements;
+                }
+            }
+            return Err(sql_error("XX000", format!("gpuledger bug: no hook answered the statement {statement}")));
+        }
+        Ok(responses)
     }
 
     /// Makes a response's rows stop at the deadline too, report a stop as such, and hold the
@@ -654,8 +712,8 @@ impl SimpleQueryHandler for QueryService {
             return Ok(answer);
         }
         let running = self.begin(client, query).await?;
-        let service = self.service(&running.stop)?;
-        let work = SimpleQueryHandler::do_query(&service, client, query);
+        let ctx = self.session(&running.stop)?;
+        let work = self.answer(client, query, &ctx);
         self.limited(&running, query, work, |responses| responses.into_iter().map(|r| self.bound(r, &running)).collect()).await
     }
 }
@@ -663,7 +721,7 @@ impl SimpleQueryHandler for QueryService {
 #[async_trait]
 impl ExtendedQueryHandler for QueryService {
     type Statement = ExtendedStatement;
-    type QueryParser = Parser;
+    type QueryParser = StatementParser;
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {
         self.parser.clone()
@@ -678,7 +736,7 @@ impl ExtendedQueryHandler for QueryService {
     {
         let what = portal.statement.statement.0.clone();
         let running = self.begin(client, &what).await?;
-        let service = self.service(&running.stop)?;
+        let service = DfSessionService::new_with_hooks(self.session(&running.stop)?, self.hooks.clone());
         let work = ExtendedQueryHandler::do_query(&service, client, portal, max_rows);
         self.limited(&running, &what, work, |response| self.bound(response, &running)).await
     }

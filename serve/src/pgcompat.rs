@@ -1,22 +1,26 @@
 //! Functions PostgreSQL clients call that DataFusion answers differently or not at all:
 //! `version()` (clients and drivers look for "PostgreSQL <major>.<minor>" in it),
-//! and `current_setting(name)` (the values match what the wire protocol announces at login and
-//! what `SHOW` answers).
+//! `current_setting(name)` (the values match what the wire protocol announces at login and
+//! what `SHOW` answers), and the catalog functions tools' metadata queries call that a ledger
+//! has nothing for: no comments, sequences, indexes or user-defined functions
+//! ([`catalog_stand_ins`]), and `json_build_object`, which SQLAlchemy's column reflection
+//! calls.
 
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, StringArray};
 use arrow::datatypes::DataType;
 use datafusion::error::DataFusionError;
-use datafusion::logical_expr::{ColumnarValue, Volatility, create_udf};
+use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility, create_udf};
 use datafusion::prelude::SessionContext;
 use datafusion::scalar::ScalarValue;
 
 /// The PostgreSQL version the endpoint presents itself as (pgwire announces 16.6).
 pub(crate) const PG_VERSION: &str = "16.6";
 
-/// Settings `current_setting` knows; anything else is an error, as in PostgreSQL.
-const SETTINGS: &[(&str, &str)] = &[
+/// Settings `current_setting`, `SHOW` and `pg_settings` know; anything else is an error, as in
+/// PostgreSQL. (pgjdbc reads `max_index_keys` before its key and index metadata.)
+pub(crate) const SETTINGS: &[(&str, &str)] = &[
     ("server_version", PG_VERSION),
     ("server_version_num", "160006"),
     ("server_encoding", "UTF8"),
@@ -28,6 +32,9 @@ const SETTINGS: &[(&str, &str)] = &[
     ("standard_conforming_strings", "on"),
     ("integer_datetimes", "on"),
     ("max_identifier_length", "63"),
+    ("max_index_keys", "32"),
+    ("max_function_args", "100"),
+    ("block_size", "8192"),
     ("is_superuser", "off"),
     ("default_transaction_read_only", "on"),
     ("transaction_read_only", "on"),
@@ -39,6 +46,119 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(version);
     let current_setting = create_udf("current_setting", vec![DataType::Utf8], DataType::Utf8, Volatility::Stable, Arc::new(current_setting));
     ctx.register_udf(current_setting);
+    for (name, answer) in catalog_stand_ins() {
+        ctx.register_udf(ScalarUDF::new_from_impl(StandIn { name, answer, signature: Signature::variadic_any(Volatility::Stable) }));
+    }
+    ctx.register_udf(ScalarUDF::new_from_impl(JsonBuildObject { signature: Signature::variadic_any(Volatility::Immutable) }));
+}
+
+/// Catalog functions of psql's `\\d+` and `\\df`, SQLAlchemy's reflection, pgjdbc's metadata
+/// and DBeaver, answered as PostgreSQL answers them where the object has none of the thing
+/// asked: no comment (`obj_description`), no sequence behind a column
+/// (`pg_get_serial_sequence`), no index definition; the functions of `pg_proc` (none are
+/// listed) visible, with no arguments and no result type to show. `_pg_expandarray` (pgjdbc's
+/// key and index metadata) expands the keys of indexes and constraints, and there are none:
+/// its `(x, n)` is never read, but must plan.
+fn catalog_stand_ins() -> Vec<(&'static str, ScalarValue)> {
+    let text = ScalarValue::Utf8(None);
+    let key = DataType::Struct(vec![arrow::datatypes::Field::new("x", DataType::Int64, true), arrow::datatypes::Field::new("n", DataType::Int64, true)].into());
+    let mut out: Vec<(&'static str, ScalarValue)> = [
+        "obj_description",
+        "col_description",
+        "shobj_description",
+        "pg_get_serial_sequence",
+        "pg_get_indexdef",
+        "pg_get_viewdef",
+        "pg_get_triggerdef",
+        "pg_get_function_result",
+        "pg_get_function_arguments",
+        "pg_get_function_identity_arguments",
+    ]
+    .into_iter()
+    .map(|name| (name, text.clone()))
+    .collect();
+    for visible in ["pg_function_is_visible", "pg_type_is_visible", "pg_collation_is_visible", "pg_conversion_is_visible", "pg_opclass_is_visible", "pg_operator_is_visible"] {
+        out.push((visible, ScalarValue::Boolean(Some(true))));
+    }
+    if let Ok(null_key) = ScalarValue::try_from(&key) {
+        out.push(("_pg_expandarray", null_key));
+    }
+    out
+}
+
+/// `json_build_object(key, value, ...)`: a JSON object of the pairs, row by row, as text.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct JsonBuildObject {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for JsonBuildObject {
+    fn name(&self) -> &str {
+        "json_build_object"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType, DataFusionError> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue, DataFusionError> {
+        if args.args.len() % 2 != 0 {
+            return Err(DataFusionError::Execution("json_build_object takes keys and values in pairs".into()));
+        }
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let mut out = Vec::with_capacity(args.number_rows);
+        for row in 0..args.number_rows {
+            let mut object = serde_json::Map::new();
+            for pair in arrays.chunks(2) {
+                let key = ScalarValue::try_from_array(&pair[0], row)?;
+                let value = ScalarValue::try_from_array(&pair[1], row)?;
+                let json = match value {
+                    v if v.is_null() => serde_json::Value::Null,
+                    ScalarValue::Boolean(Some(b)) => serde_json::Value::Bool(b),
+                    ScalarValue::Int8(Some(n)) => n.into(),
+                    ScalarValue::Int16(Some(n)) => n.into(),
+                    ScalarValue::Int32(Some(n)) => n.into(),
+                    ScalarValue::Int64(Some(n)) => n.into(),
+                    ScalarValue::UInt64(Some(n)) => n.into(),
+                    ScalarValue::Float64(Some(n)) => serde_json::Number::from_f64(n).map_or(serde_json::Value::Null, serde_json::Value::Number),
+                    other => serde_json::Value::String(other.to_string()),
+                };
+                object.insert(key.to_string(), json);
+            }
+            out.push(Some(serde_json::Value::Object(object).to_string()));
+        }
+        Ok(ColumnarValue::Array(Arc::new(StringArray::from(out)) as ArrayRef))
+    }
+}
+
+/// A catalog function that gives one answer whatever it is asked (see [`catalog_stand_ins`]).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct StandIn {
+    name: &'static str,
+    answer: ScalarValue,
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for StandIn {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType, DataFusionError> {
+        Ok(self.answer.data_type())
+    }
+
+    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue, DataFusionError> {
+        Ok(ColumnarValue::Scalar(self.answer.clone()))
+    }
 }
 
 /// The value of the server setting `name` (any case), if it is one.
@@ -82,5 +202,25 @@ mod tests {
         assert_eq!(col(2), "UTC");
         let err = ctx.sql("SELECT current_setting('no_such_thing')").await.unwrap().collect().await.unwrap_err();
         assert!(err.to_string().contains("unrecognized configuration parameter"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn catalog_stand_ins_answer_as_for_an_object_without_the_thing_asked() {
+        let ctx = SessionContext::new();
+        register(&ctx);
+        let sql = "SELECT obj_description(CAST(16384 AS INT), 'pg_class') IS NULL AS a, pg_get_serial_sequence('costs', 'team') IS NULL AS b, pg_function_is_visible(CAST(1 AS BIGINT)) AS c";
+        let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        let row: Vec<bool> = (0..3).map(|i| batches[0].column(i).as_boolean().value(0)).collect();
+        assert_eq!(row, [true, true, true]);
+    }
+
+    #[tokio::test]
+    async fn json_build_object_pairs_keys_with_typed_values_row_by_row() {
+        let ctx = SessionContext::new();
+        register(&ctx);
+        let sql = "SELECT json_build_object('always', a = 'a', 'start', CAST(NULL AS BIGINT), 'n', n) AS j FROM (VALUES ('a', 1), ('', 2)) AS t(a, n)";
+        let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        let rows: Vec<serde_json::Value> = (0..2).map(|i| serde_json::from_str(batches[0].column(0).as_string::<i32>().value(i)).unwrap()).collect();
+        assert_eq!(rows, [serde_json::json!({"always": true, "start": null, "n": 1}), serde_json::json!({"always": false, "start": null, "n": 2})]);
     }
 }

@@ -1,0 +1,354 @@
+//! SQL text to statements, and the PostgreSQL spellings tools use that DataFusion cannot plan.
+//!
+//! datafusion-postgres parses with datafusion-pg-catalog's compatibility parser: a few whole
+//! queries tools send (psql's `\d` extras, Grafana's search-path lookup, DBeaver's sizes) are
+//! swapped for plannable ones, then rules rewrite PostgreSQL spellings. One rule replaces every
+//! scalar subquery in a select list that it takes for correlated by NULL, and it takes a `$n`
+//! for a correlation: `SELECT (SELECT count(*) FROM t WHERE team = $1)` silently answered NULL,
+//! as did a correlated subquery over ledger tables. Statements over the ledger's own tables are
+//! therefore parsed without that rule ([`SqlParser`]): DataFusion plans the subquery, or says
+//! why it cannot. Statements that read the catalog keep it, as the tools' metadata queries rely
+//! on it.
+//!
+//! [`rewrite`] then turns what tools send about the catalog into what DataFusion plans:
+//! `oid::regclass` (and `regnamespace`, `regtype`, `regproc`, `regrole`) as the object's name,
+//! `to_regtype('name')` and `to_regclass` as a lookup, `ARRAY(SELECT ...)` as an `array_agg`,
+//! `pg_settings` as the endpoint's settings, `(row).field` as `get_field`, and (in catalog
+//! statements) a correlated scalar
+//! subquery that returns a row per match as its smallest value.
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::SessionContext;
+use datafusion::sql::sqlparser::ast::{
+    AccessExpr, DataType, Expr, FunctionArgExpr, FunctionArguments, Ident, ObjectName, Query, SelectItem, SetExpr, Statement, TableAlias, TableFactor, VisitMut, VisitorMut, visit_relations,
+};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::{Parser, ParserError};
+use datafusion::sql::sqlparser::tokenizer::{Span, Token, TokenWithSpan, Tokenizer};
+use datafusion_postgres::datafusion_pg_catalog::sql::PostgresCompatibilityParser;
+use datafusion_postgres::datafusion_pg_catalog::sql::rules::{self, SqlStatementRewriteRule};
+use datafusion_postgres::{QueryHook, pgwire};
+use pgwire::api::ClientInfo;
+use pgwire::api::Type;
+use pgwire::api::portal::Format;
+use pgwire::api::results::FieldInfo;
+use pgwire::api::stmt::QueryParser;
+use pgwire::error::PgWireResult;
+
+/// The compatibility parser, and its rules without the one that empties select-list
+/// subqueries.
+pub struct SqlParser {
+    compat: PostgresCompatibilityParser,
+    rules: Vec<Arc<dyn SqlStatementRewriteRule>>,
+}
+
+impl Default for SqlParser {
+    fn default() -> Self {
+        SqlParser {
+            compat: PostgresCompatibilityParser::new(),
+            // datafusion-pg-catalog's list, in its order, less RemoveSubqueryFromProjection.
+            rules: vec![
+                Arc::new(rules::AliasDuplicatedProjectionRewrite),
+                Arc::new(rules::ResolveUnqualifiedIdentifier),
+                Arc::new(rules::RewriteArrayAnyAllOperation),
+                Arc::new(rules::PrependUnqualifiedPgTableName),
+                Arc::new(rules::StripCallableQualifier),
+                Arc::new(rules::FixArrayLiteral),
+                Arc::new(rules::CurrentUserVariableToSessionUserFunctionCall),
+                Arc::new(rules::StripCollate),
+                Arc::new(rules::RewritePgCatalogOperator),
+                Arc::new(rules::RewriteRegCastToSubquery::new()),
+                Arc::new(rules::FixVersionColumnName),
+            ],
+        }
+    }
+}
+
+impl SqlParser {
+    /// The statements of `sql`. Each is the compatibility parser's, except where that one
+    /// only emptied a select-list subquery of a statement that does not read the catalog: there
+    /// the subquery stays. (A statement the compatibility parser swapped whole, or changed in
+    /// any other way its rules do not, is left as it made it.)
+    pub fn parse(&self, sql: &str) -> Result<Vec<Statement>, ParserError> {
+        let compat = self.compat.parse(sql)?;
+        let Ok(plain) = plain_statements(sql) else { return Ok(compat) };
+        if plain.len() != compat.len() {
+            return Ok(compat);
+        }
+        Ok(plain
+            .into_iter()
+            .zip(compat)
+            .map(|(plain, compat)| {
+                if reads_catalog(&compat) {
+                    return compat;
+                }
+                let ours = self.rules.iter().fold(plain, |s, rule| rule.rewrite(s));
+                if rules::RemoveSubqueryFromProjection.rewrite(ours.clone()) == compat { ours } else { compat }
+            })
+            .collect())
+    }
+}
+
+/// `sql` parsed as the compatibility parser parses it before its swaps and rules: tokens
+/// without whitespace or positions, PostgreSQL's dialect.
+fn plain_statements(sql: &str) -> Result<Vec<Statement>, ParserError> {
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize()?;
+    let tokens: Vec<TokenWithSpan> = tokens.into_iter().filter(|t| !matches!(t, Token::Whitespace(_))).map(|token| TokenWithSpan { token, span: Span::empty() }).collect();
+    Parser::new(&PostgreSqlDialect {}).with_tokens_with_locations(tokens).parse_statements()
+}
+
+/// The extended protocol's parser: statements parsed as [`SqlParser`] parses them and planned
+/// by the first hook that claims them (the endpoint's last hook plans every statement); the
+/// parameter and result types of a plan are datafusion-postgres', which binds and runs it.
+pub struct StatementParser {
+    pub sql: Arc<SqlParser>,
+    pub ctx: Arc<SessionContext>,
+    pub hooks: Vec<Arc<dyn QueryHook>>,
+    pub types: Arc<datafusion_postgres::Parser>,
+}
+
+pub type PlannedStatement = (String, Option<(Statement, LogicalPlan)>);
+
+#[async_trait]
+impl QueryParser for StatementParser {
+    type Statement = PlannedStatement;
+
+    async fn parse_sql<C>(&self, client: &C, sql: &str, _types: &[Option<Type>]) -> PgWireResult<Option<PlannedStatement>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let mut statements = self.sql.parse(sql).map_err(|e| crate::pg::sql_error("42601", e.to_string()))?;
+        if statements.is_empty() {
+            return Ok(None);
+        }
+        let statement = statements.remove(0);
+        for hook in &self.hooks {
+            if let Some(plan) = hook.handle_extended_parse_query(&statement, &self.ctx, client).await {
+                return Ok(Some((statement.to_string(), Some((statement, plan?)))));
+            }
+        }
+        Err(crate::pg::sql_error("XX000", format!("gpuledger bug: no hook planned the statement {statement}")))
+    }
+
+    fn get_parameter_types(&self, statement: &PlannedStatement) -> PgWireResult<Vec<Type>> {
+        self.types.get_parameter_types(statement)
+    }
+
+    fn get_result_schema(&self, statement: &PlannedStatement, format: Option<&Format>) -> PgWireResult<Vec<FieldInfo>> {
+        self.types.get_result_schema(statement, format)
+    }
+}
+
+/// Whether `statement` reads a `pg_catalog` or `information_schema` table.
+fn reads_catalog(statement: &Statement) -> bool {
+    visit_relations(statement, |name: &ObjectName| {
+        let parts: Vec<String> = name.0.iter().filter_map(|p| p.as_ident()).map(|i| i.value.to_ascii_lowercase()).collect();
+        let catalog = parts.iter().any(|p| p == "pg_catalog" || p == "information_schema") || parts.last().is_some_and(|t| t.starts_with("pg_"));
+        if catalog { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+    })
+    .is_break()
+}
+
+/// Rewrites the PostgreSQL spellings of `statement` that DataFusion cannot plan (see the
+/// module documentation). The settings are those `pg_settings` lists.
+pub fn rewrite(statement: &mut Statement, settings: &[(&str, &str)]) {
+    let catalog = reads_catalog(statement);
+    let _ = statement.visit(&mut Spellings { catalog, settings });
+}
+
+struct Spellings<'a> {
+    /// The statement reads the catalog: correlated lookups may be made single-valued.
+    catalog: bool,
+    settings: &'a [(&'a str, &'a str)],
+}
+
+/// Where an object kind's names live: `regclass` names are `pg_class.relname`...
+fn name_column(kind: &str) -> Option<(&'static str, &'static str)> {
+    Some(match kind {
+        "regclass" => ("pg_class", "relname"),
+        "regnamespace" => ("pg_namespace", "nspname"),
+        "regtype" => ("pg_type", "typname"),
+        "regproc" | "regprocedure" => ("pg_proc", "proname"),
+        "regrole" => ("pg_roles", "rolname"),
+        _ => return None,
+    })
+}
+
+fn last_name(name: &ObjectName) -> Option<String> {
+    name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_ascii_lowercase())
+}
+
+fn parse_expr(sql: &str) -> Option<Expr> {
+    Parser::new(&PostgreSqlDialect {}).try_with_sql(sql).ok()?.parse_expr().ok()
+}
+
+fn is_literal(e: &Expr) -> bool {
+    matches!(e, Expr::Value(_))
+}
+
+impl VisitorMut for Spellings<'_> {
+    type Break = ();
+
+    fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        if let TableFactor::Table { name, alias, args: None, .. } = factor
+            && last_name(name).as_deref() == Some("pg_settings")
+            && let Some(query) = settings_query(self.settings)
+        {
+            let alias = alias.clone().unwrap_or_else(|| TableAlias { explicit: true, name: Ident::new("pg_settings"), columns: vec![], at: None });
+            *factor = TableFactor::Derived { lateral: false, subquery: Box::new(query), alias: Some(alias), sample: None };
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        let replacement = match expr {
+            // An object's oid as its name: `relnamespace::regnamespace` is the schema's name.
+            Expr::Cast { expr: inner, data_type: DataType::Custom(kind, _), .. } if !is_literal(inner) => {
+                name_column(&last_name(kind).unwrap_or_default()).and_then(|(table, column)| {
+                    let oid = inner.to_string();
+                    parse_expr(&format!("coalesce((SELECT min({column}) FROM pg_catalog.{table} WHERE oid = {oid}), CAST({oid} AS VARCHAR))"))
+                })
+            }
+            // to_regtype('name'): the oid of the type of that name, or NULL.
+            Expr::Function(f) if matches!(last_name(&f.name).as_deref(), Some("to_regtype" | "to_regclass" | "to_regnamespace")) => match &f.args {
+                FunctionArguments::List(list) if list.args.len() == 1 => {
+                    let (table, column) = match last_name(&f.name).as_deref() {
+                        Some("to_regtype") => ("pg_type", "typname"),
+                        Some("to_regclass") => ("pg_class", "relname"),
+                        _ => ("pg_namespace", "nspname"),
+                    };
+                    let name = list.args[0].to_string();
+                    parse_expr(&format!("(SELECT min(oid) FROM pg_catalog.{table} WHERE {column} = {name})"))
+                }
+                _ => None,
+            },
+            // ARRAY(SELECT x FROM ...): the values of x as one array.
+            Expr::Function(f) if last_name(&f.name).as_deref() == Some("array") => match &f.args {
+                FunctionArguments::Subquery(query) => aggregated(query, "array_agg").map(|q| Expr::Subquery(Box::new(q))),
+                _ => None,
+            },
+            // `(row).field`, a field of a composite value: get_field. (DataFusion plans a dot
+            // after a column name, not after a parenthesised expression or a function call.)
+            Expr::CompoundFieldAccess { root, access_chain } if matches!(root.as_ref(), Expr::Nested(_) | Expr::Function(_)) => match access_chain.as_slice() {
+                [AccessExpr::Dot(Expr::Identifier(field))] => parse_expr(&format!("get_field({root}, '{}')", field.value.replace('\'', "''"))),
+                _ => None,
+            },
+            // A lookup in the catalog that may match more than one row (PostgreSQL fails then;
+            // DataFusion cannot plan it at all): its smallest value.
+            Expr::Subquery(query) if self.catalog && !has_aggregate(query) => aggregated(query, "min").map(|q| Expr::Subquery(Box::new(q))),
+            _ => None,
+        };
+        if let Some(r) = replacement {
+            *expr = r;
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// `query` (one select of one value, no grouping or limit) with its value wrapped in the
+/// aggregate `function`; its ORDER BY moves into the aggregate.
+fn aggregated(query: &Query, function: &str) -> Option<Query> {
+    let SetExpr::Select(select) = query.body.as_ref() else { return None };
+    if select.projection.len() != 1 || query.limit_clause.is_some() || query.fetch.is_some() || !matches!(select.group_by, datafusion::sql::sqlparser::ast::GroupByExpr::Expressions(ref e, _) if e.is_empty()) || select.having.is_some() || select.distinct.is_some() {
+        return None;
+    }
+    let (value, alias) = match &select.projection[0] {
+        SelectItem::UnnamedExpr(e) => (e.clone(), None),
+        SelectItem::ExprWithAlias { expr, alias } => (expr.clone(), Some(alias.clone())),
+        _ => return None,
+    };
+    let order = query.order_by.as_ref().map(|o| format!(" {o}")).unwrap_or_default();
+    let mut call = parse_expr(&format!("{function}({value}{order})"))?;
+    if let Expr::Function(f) = &mut call
+        && let FunctionArguments::List(list) = &mut f.args
+        && let Some(first) = list.args.first_mut()
+        && let datafusion::sql::sqlparser::ast::FunctionArg::Unnamed(FunctionArgExpr::Expr(arg)) = first
+    {
+        // The value as it was parsed, not as it prints.
+        *arg = value;
+    }
+    let mut out = query.clone();
+    out.order_by = None;
+    let SetExpr::Select(select) = out.body.as_mut() else { return None };
+    select.projection = vec![match alias {
+        Some(alias) => SelectItem::ExprWithAlias { expr: call, alias },
+        None => SelectItem::UnnamedExpr(call),
+    }];
+    Some(out)
+}
+
+/// Whether `query`'s select list holds an aggregate (then it returns one row already).
+fn has_aggregate(query: &Query) -> bool {
+    const AGGREGATES: &[&str] = &["count", "min", "max", "sum", "avg", "array_agg", "string_agg", "bool_and", "bool_or", "every"];
+    let SetExpr::Select(select) = query.body.as_ref() else { return true };
+    let mut found = false;
+    for item in &select.projection {
+        let _ = datafusion::sql::sqlparser::ast::visit_expressions(item, |e: &Expr| {
+            if let Expr::Function(f) = e
+                && last_name(&f.name).is_some_and(|n| AGGREGATES.contains(&n.as_str()))
+            {
+                found = true;
+            }
+            ControlFlow::<()>::Continue(())
+        });
+    }
+    found || query.limit_clause.is_some()
+}
+
+/// `pg_settings` as a table of the endpoint's settings (the columns tools read).
+fn settings_query(settings: &[(&str, &str)]) -> Option<Query> {
+    let quote = |s: &str| format!("'{}'", s.replace('\'', "''"));
+    let rows: Vec<String> = settings.iter().map(|(name, value)| format!("({}, {})", quote(name), quote(value))).collect();
+    let sql = format!(
+        "SELECT name, setting, CAST(NULL AS VARCHAR) AS unit, 'Preset Options' AS category, CAST(NULL AS VARCHAR) AS short_desc, \
+         'internal' AS context, 'string' AS vartype, 'default' AS source, CAST(NULL AS VARCHAR) AS min_val, CAST(NULL AS VARCHAR) AS max_val, \
+         setting AS boot_val, setting AS reset_val, false AS pending_restart FROM (VALUES {}) AS s(name, setting)",
+        rows.join(", ")
+    );
+    match Parser::new(&PostgreSqlDialect {}).try_with_sql(&sql).ok()?.parse_statement().ok()? {
+        Statement::Query(q) => Some(*q),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rewritten(sql: &str) -> String {
+        let mut statements = SqlParser::default().parse(sql).unwrap();
+        rewrite(&mut statements[0], &[("max_index_keys", "32")]);
+        statements[0].to_string()
+    }
+
+    #[test]
+    fn select_list_subqueries_over_ledger_tables_stay_and_catalog_ones_are_still_emptied() {
+        let kept = rewritten("SELECT (SELECT count(*) FROM chargeback_monthly WHERE team = $1) AS n");
+        assert!(kept.contains("WHERE team = $1"), "{kept}");
+        let correlated = rewritten("SELECT t.team, (SELECT count(*) FROM runs r WHERE r.team = t.team) AS n FROM chargeback_monthly t");
+        assert!(correlated.contains("r.team = t.team"), "{correlated}");
+        // A catalog statement is the compatibility parser's, with its subquery emptied.
+        let catalog = rewritten("SELECT c.relname, (SELECT a.attname FROM pg_attribute a WHERE a.attrelid = c.oid) FROM pg_class c");
+        assert!(!catalog.contains("attrelid = c.oid"), "{catalog}");
+    }
+
+    #[test]
+    fn catalog_spellings_become_lookups() {
+        let cast = rewritten("SELECT c.relnamespace::regnamespace::text FROM pg_class c");
+        assert!(cast.contains("SELECT min(nspname) FROM pg_catalog.pg_namespace WHERE oid = c.relnamespace"), "{cast}");
+        let to_regtype = rewritten("SELECT oid FROM pg_type t WHERE t.oid = to_regtype('hstore')");
+        assert!(to_regtype.contains("SELECT min(oid) FROM pg_catalog.pg_type WHERE typname = 'hstore'"), "{to_regtype}");
+        let array = rewritten("SELECT ARRAY(SELECT b.rolname FROM pg_auth_members m JOIN pg_roles b ON m.roleid = b.oid WHERE m.member = r.oid) AS memberof FROM pg_roles r");
+        assert!(array.contains("array_agg(b.rolname)"), "{array}");
+        let settings = rewritten("SELECT setting FROM pg_catalog.pg_settings WHERE name = 'max_index_keys'");
+        assert!(settings.contains("VALUES ('max_index_keys', '32')"), "{settings}");
+        let field = rewritten("SELECT (information_schema._pg_expandarray(i.indkey)).n FROM pg_index i");
+        assert!(field.contains("get_field(") && field.contains("'n')"), "{field}");
+        let lookup = rewritten("SELECT t.typname FROM pg_type t WHERE t.typrelid = 0 OR (SELECT c.relkind = 'c' FROM pg_class c WHERE c.oid = t.typrelid)");
+        assert!(lookup.contains("SELECT min(c.relkind = 'c')"), "{lookup}");
+    }
+}

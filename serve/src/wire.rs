@@ -1,0 +1,265 @@
+//! The types statements show on the wire: parameters typed as PostgreSQL types them, and
+//! timestamps as the instants they are.
+//!
+//! DataFusion types a `$n` from what it is compared with. Clients also write `team = ANY($1)`
+//! (an array), `LIMIT $1` (an integer), `$1::timestamptz` and parameters nothing types at all
+//! (`$1 IS NULL`, `SELECT $1`), which PostgreSQL takes as text. Left untyped, a parameter is
+//! announced as `unknown`: drivers refuse it, or send text that is then compared as text
+//! (lib/pq returned no rows at all for `ANY($1)`), and an untyped NULL was dropped from the
+//! list, shifting the values after it. So every placeholder gets a type when the statement is
+//! planned, subqueries included, and the type the client is told is the one its value is
+//! decoded with.
+//!
+//! DataFusion's `now()`, `to_timestamp()` and casts to `timestamptz` have no time zone while
+//! the session has none; sent as `timestamp`, a client reads them as wall-clock times in its
+//! own zone (pgjdbc in a Europe/Berlin JVM moved them by an hour). Every timestamp in a
+//! gpuledger query is UTC, so results without a zone are labelled UTC and go out as
+//! `timestamptz`, and timestamp parameters are `timestamptz` too: an offset the client sends is
+//! honoured, a time without one is UTC.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, FieldRef};
+use async_trait::async_trait;
+use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, TreeNodeRecursion};
+use datafusion::common::{Column, DFSchema, DFSchemaRef, ParamValues};
+use datafusion::error::Result;
+use datafusion::logical_expr::expr::{Cast, Placeholder, ScalarFunction, TryCast};
+use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, LogicalPlan, LogicalPlanBuilder};
+use datafusion::prelude::SessionContext;
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion_postgres::QueryHook;
+use datafusion_postgres::arrow_pg::datatypes::df;
+use datafusion_postgres::hooks::HookClient;
+use datafusion_postgres::pgwire;
+use pgwire::api::ClientInfo;
+use pgwire::api::portal::Format;
+use pgwire::api::results::Response;
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::types::format::FormatOptions;
+
+/// The zone results and parameters without one are read in.
+const UTC: &str = "UTC";
+
+/// Plans the statements the hooks before it left: the last hook of the endpoint. On the
+/// simple protocol it runs them; on the extended one it gives the plan its parameter and
+/// result types, and datafusion-postgres binds and runs it.
+pub struct Queries;
+
+impl Queries {
+    /// `statement` planned (its catalog spellings rewritten, see [`crate::parse`]), its
+    /// placeholders typed and its timestamps UTC.
+    pub(crate) async fn plan(statement: &Statement, ctx: &SessionContext) -> Result<LogicalPlan> {
+        let mut statement = statement.clone();
+        crate::parse::rewrite(&mut statement, crate::pgcompat::SETTINGS);
+        let plan = ctx.state().statement_to_plan(datafusion::sql::parser::Statement::Statement(Box::new(statement))).await?;
+        utc_results(type_placeholders(plan)?)
+    }
+}
+
+#[async_trait]
+impl QueryHook for Queries {
+    async fn handle_simple_query(&self, statement: &Statement, ctx: &SessionContext, client: &mut dyn HookClient) -> Option<PgWireResult<Response>> {
+        let run = async {
+            let plan = Self::plan(statement, ctx).await.map_err(api)?;
+            let frame = ctx.execute_logical_plan(plan).await.map_err(api)?;
+            let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+            Ok(Response::Query(df::encode_dataframe(frame, &Format::UnifiedText, Some(options)).await?))
+        };
+        Some(run.await)
+    }
+
+    async fn handle_extended_parse_query(&self, statement: &Statement, ctx: &SessionContext, _client: &(dyn ClientInfo + Send + Sync)) -> Option<PgWireResult<LogicalPlan>> {
+        Some(Self::plan(statement, ctx).await.map_err(api))
+    }
+
+    async fn handle_extended_query(&self, _statement: &Statement, _plan: &LogicalPlan, _params: &ParamValues, _ctx: &SessionContext, _client: &mut dyn HookClient) -> Option<PgWireResult<Response>> {
+        None
+    }
+}
+
+pub(crate) fn api(e: datafusion::error::DataFusionError) -> PgWireError {
+    PgWireError::ApiError(Box::new(e))
+}
+
+/// Gives every placeholder of `plan` (subqueries included) a type: DataFusion's own inference
+/// from comparisons, BETWEEN, IN and LIKE first; then what its place says (an integer in LIMIT
+/// and OFFSET, an array of the left side's type in `x = ANY($n)` and the other comparisons
+/// with ANY, the target of a cast around it); text where nothing says anything, as in
+/// PostgreSQL. Timestamps are typed UTC, so they are announced and decoded as `timestamptz`.
+pub fn type_placeholders(plan: LogicalPlan) -> Result<LogicalPlan> {
+    let plan = plan
+        .transform_up_with_subqueries(|node| {
+            let schema = input_schema(&node);
+            node.map_expressions(|e| {
+                let (e, placeholders) = e.infer_placeholder_types(&schema)?;
+                Ok(if placeholders { Transformed::yes(e) } else { Transformed::no(e) })
+            })
+        })
+        .data()?;
+
+    // What each untyped placeholder's place says; a type DataFusion gave it anywhere wins.
+    let mut inferred: HashMap<String, FieldRef> = HashMap::new();
+    let mut guessed: HashMap<String, FieldRef> = HashMap::new();
+    plan.apply_with_subqueries(|node| {
+        let schema = input_schema(node);
+        let in_limit = matches!(node, LogicalPlan::Limit(_));
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                if let Expr::Placeholder(Placeholder { id, field: Some(field) }) = e {
+                    inferred.entry(id.clone()).or_insert_with(|| field.clone());
+                } else if let Some((id, data_type)) = guess(e, in_limit, &schema) {
+                    guessed.entry(id).or_insert_with(|| Arc::new(Field::new("", data_type, true)));
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    })?;
+
+    plan.transform_up_with_subqueries(|node| {
+        let typed = node.map_expressions(|e| {
+            e.transform(|e| match e {
+                Expr::Placeholder(Placeholder { id, field }) => {
+                    let field = field.or_else(|| inferred.get(&id).or_else(|| guessed.get(&id)).cloned()).unwrap_or_else(|| Arc::new(Field::new("", DataType::Utf8, true)));
+                    let field = utc_field(field);
+                    Ok(Transformed::yes(Expr::Placeholder(Placeholder { id, field: Some(field) })))
+                }
+                other => Ok(Transformed::no(other)),
+            })
+        })?;
+        if typed.transformed { typed.map_data(LogicalPlan::recompute_schema) } else { Ok(typed) }
+    })
+    .data()
+}
+
+/// The type an untyped placeholder at `e` takes from where it stands.
+fn guess(e: &Expr, in_limit: bool, schema: &DFSchema) -> Option<(String, DataType)> {
+    let untyped = |e: &Expr| match e {
+        Expr::Placeholder(Placeholder { id, field: None }) => Some(id.clone()),
+        _ => None,
+    };
+    let list_of = |other: &Expr| other.get_type(schema).ok().map(|t| DataType::List(Arc::new(Field::new_list_field(plain_text(t), true))));
+    match e {
+        Expr::Placeholder(Placeholder { id, field: None }) if in_limit => Some((id.clone(), DataType::Int64)),
+        Expr::Cast(Cast { expr, field }) | Expr::TryCast(TryCast { expr, field }) => Some((untyped(expr)?, field.data_type().clone())),
+        // `x = ANY($n)` is planned as array_has($n, x).
+        Expr::ScalarFunction(ScalarFunction { func, args }) if func.name() == "array_has" => match args.as_slice() {
+            [haystack, needle] => Some((untyped(haystack)?, list_of(needle)?)),
+            _ => None,
+        },
+        // `x <> ANY($n)`, `x > ANY($n)`...: the array's smallest or largest element against x.
+        Expr::BinaryExpr(BinaryExpr { left, right, .. }) => [(left, right), (right, left)].into_iter().find_map(|(bound, other)| match bound.as_ref() {
+            Expr::ScalarFunction(ScalarFunction { func, args }) if matches!(func.name(), "array_min" | "array_max") => Some((untyped(args.first()?)?, list_of(other)?)),
+            _ => None,
+        }),
+        _ => None,
+    }
+}
+
+/// Text as plain `Utf8`: a parameter's value is decoded as that.
+fn plain_text(t: DataType) -> DataType {
+    match t {
+        DataType::Utf8View | DataType::LargeUtf8 => DataType::Utf8,
+        t => t,
+    }
+}
+
+/// A timestamp field without a zone made UTC.
+fn utc_field(field: FieldRef) -> FieldRef {
+    match field.data_type() {
+        DataType::Timestamp(unit, None) => Arc::new(field.as_ref().clone().with_data_type(DataType::Timestamp(*unit, Some(UTC.into())))),
+        _ => field,
+    }
+}
+
+/// The columns `node`'s expressions read: its inputs' (its own where it has none).
+fn input_schema(node: &LogicalPlan) -> DFSchemaRef {
+    match node.inputs().as_slice() {
+        [] => node.schema().clone(),
+        [one] => one.schema().clone(),
+        many => {
+            let mut merged = DFSchema::empty();
+            for input in many {
+                merged.merge(input.schema());
+            }
+            Arc::new(merged)
+        }
+    }
+}
+
+/// `plan` with its timestamp results labelled UTC: a projection on top casts each timestamp
+/// column without a zone to the same instant with zone UTC (the values do not change). Plans
+/// that are not queries, and queries with no such column, are left as they are.
+pub fn utc_results(plan: LogicalPlan) -> Result<LogicalPlan> {
+    let query = !matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Dml(_) | LogicalPlan::Copy(_) | LogicalPlan::Statement(_) | LogicalPlan::Explain(_) | LogicalPlan::Analyze(_) | LogicalPlan::DescribeTable(_) | LogicalPlan::Extension(_));
+    let naive = |t: &DataType| matches!(t, DataType::Timestamp(_, None));
+    if !query || !plan.schema().fields().iter().any(|f| naive(f.data_type())) {
+        return Ok(plan);
+    }
+    let columns: Vec<Expr> = plan
+        .schema()
+        .iter()
+        .map(|(qualifier, field)| {
+            let column = Expr::Column(Column::new(qualifier.cloned(), field.name()));
+            match field.data_type() {
+                DataType::Timestamp(unit, None) => Expr::Cast(Cast::new(Box::new(column), DataType::Timestamp(*unit, Some(UTC.into())))).alias_qualified(qualifier.cloned(), field.name()),
+                _ => column,
+            }
+        })
+        .collect();
+    LogicalPlanBuilder::from(plan).project(columns)?.build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::TimeUnit;
+
+    /// What `now()` and casts to timestamptz give.
+    const NS: TimeUnit = TimeUnit::Nanosecond;
+    use datafusion::sql::parser::DFParser;
+
+    async fn planned(sql: &str) -> LogicalPlan {
+        let ctx = SessionContext::new();
+        ctx.sql("CREATE TABLE costs (team VARCHAR, hour TIMESTAMP WITH TIME ZONE, cost DOUBLE) AS VALUES ('ml', TIMESTAMP '2026-12-01T00:00:00Z', 1.5)").await.unwrap().collect().await.unwrap();
+        let statement = match DFParser::parse_sql(sql).unwrap().pop_front().unwrap() {
+            datafusion::sql::parser::Statement::Statement(s) => *s,
+            other => panic!("{other:?}"),
+        };
+        Queries::plan(&statement, &ctx).await.unwrap()
+    }
+
+    fn types(plan: &LogicalPlan) -> Vec<(String, DataType)> {
+        let mut types: Vec<_> = plan.get_parameter_fields().unwrap().into_iter().map(|(id, f)| (id, f.unwrap().data_type().clone())).collect();
+        types.sort();
+        types
+    }
+
+    #[tokio::test]
+    async fn placeholders_are_typed_by_their_place_as_postgresql_types_them() {
+        let teams = DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)));
+        let plan = planned("SELECT team FROM costs WHERE team = ANY($1) AND $2 IS NULL LIMIT $3 OFFSET $4").await;
+        assert_eq!(types(&plan), [("$1".into(), teams.clone()), ("$2".into(), DataType::Utf8), ("$3".into(), DataType::Int64), ("$4".into(), DataType::Int64)]);
+        // The other comparisons with ANY, and a placeholder inside a scalar subquery.
+        let plan = planned("SELECT (SELECT max(cost) FROM costs WHERE team <> ANY($1)) AS top, $2::timestamptz AS since").await;
+        assert_eq!(types(&plan), [("$1".into(), teams), ("$2".into(), DataType::Timestamp(NS, Some(UTC.into())))]);
+        // DataFusion's own inference stands.
+        let plan = planned("SELECT cost FROM costs WHERE hour >= $1 AND cost > $2").await;
+        assert!(matches!(&types(&plan)[..], [(_, DataType::Timestamp(_, Some(_))), (_, DataType::Float64)]), "{:?}", types(&plan));
+    }
+
+    #[tokio::test]
+    async fn timestamps_without_a_zone_are_results_in_utc() {
+        let plan = planned("SELECT now() AS at, to_timestamp('2026-12-01 14:00:00') AS t, team FROM costs").await;
+        let fields: Vec<_> = plan.schema().fields().iter().map(|f| (f.name().clone(), f.data_type().clone())).collect();
+        assert!(matches!(&fields[0].1, DataType::Timestamp(_, Some(z)) if z.as_ref() == UTC), "{fields:?}");
+        assert!(matches!(&fields[1].1, DataType::Timestamp(_, Some(z)) if z.as_ref() == UTC), "{fields:?}");
+        assert_eq!((fields[0].0.as_str(), fields[2].0.as_str()), ("at", "team"));
+        // The same instant: 14:00 read as UTC stays 14:00 UTC.
+        let ctx = SessionContext::new();
+        let batches = ctx.execute_logical_plan(utc_results(ctx.sql("SELECT to_timestamp('2026-12-01 14:00:00') AS t").await.unwrap().logical_plan().clone()).unwrap()).await.unwrap().collect().await.unwrap();
+        let shown = arrow::util::pretty::pretty_format_batches(&batches).unwrap().to_string();
+        assert!(shown.contains("2026-12-01T14:00:00Z"), "{shown}");
+    }
+}
