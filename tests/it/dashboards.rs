@@ -928,6 +928,8 @@ fn every_dashboard_panel_query_runs_and_returns_what_the_panel_needs() {
 
     let mut failures: Vec<String> = Vec::new();
     let mut ran = 0;
+    // The main pass's statements and psql's answers, for the other drivers below.
+    let mut answered: Vec<(String, String, Csv)> = Vec::new();
     for ((file, d), vars) in dashboards.iter().zip(&structures) {
         let mut ctx = GrafanaContext { from, to, interval: panel_interval(from, to, None), vars: BTreeMap::new() };
         // Variables in order: a later one's query may use an earlier one.
@@ -986,6 +988,9 @@ fn every_dashboard_panel_query_runs_and_returns_what_the_panel_needs() {
                             if let Err(e) = check_result(panel, t, &csv, &pctx, main) {
                                 failures.push(format!("{what}: {e}\n{sql}\n{:?} {:?}", csv.header, csv.rows.iter().take(3).collect::<Vec<_>>()));
                             }
+                            if main {
+                                answered.push((what.clone(), sql.clone(), csv.clone()));
+                            }
                             results.push(csv);
                         }
                     }
@@ -997,7 +1002,51 @@ fn every_dashboard_panel_query_runs_and_returns_what_the_panel_needs() {
         }
     }
     assert!(failures.is_empty(), "{} of {ran} panel queries fail:\n\n{}", failures.len(), failures.join("\n\n"));
+    same_through_other_drivers(&env, &answered);
     eprintln!("{ran} panel queries in {:?} (store built in {built:?})", started.elapsed());
+}
+
+/// A driver's answer with every cell that reads as a number or an instant written one way.
+/// The server writes a float's text as the client's `extra_float_digits` asks (psql sends
+/// none, lib/pq asks for 2: `47.0` and `47`, `1793404800.0` and `1.7934048e+09`); lib/pq hands
+/// timestamps over as Go times, which database/sql writes as RFC 3339. The value is compared.
+fn values_alike(answer: &Value) -> Value {
+    let mut answer = answer.clone();
+    if let Some(rows) = answer.get_mut("rows").and_then(Value::as_array_mut) {
+        for cell in rows.iter_mut().filter_map(Value::as_array_mut).flatten() {
+            let Some(text) = cell.as_str() else { continue };
+            if let Some(n) = text.parse::<f64>().ok() {
+                *cell = Value::String(n.to_string());
+            } else if let Some(t) = chrono::DateTime::parse_from_rfc3339(text).ok().or_else(|| chrono::DateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f%#z").ok()) {
+                *cell = Value::String(t.with_timezone(&Utc).to_rfc3339_opts(chrono::SecondsFormat::Nanos, true));
+            }
+        }
+    }
+    answer
+}
+
+/// Every panel query of the main pass read again through psycopg 3 (server-side binding on the
+/// extended protocol, client-side binding, a named cursor), psycopg2 and Go's lib/pq in the
+/// simple-query mode Grafana uses: the same header and the same text in every cell as psql's.
+fn same_through_other_drivers(env: &Env, answered: &[(String, String, Csv)]) {
+    let statements: Vec<&str> = answered.iter().map(|(_, sql, _)| sql.as_str()).collect();
+    let job = serde_json::json!({ "statements": statements });
+    let mut report = super::drivers::python_drivers(&env.server, &job);
+    report["libpq"] = super::drivers::go_libpq(&env.server, &job);
+    let mut failures = Vec::new();
+    let drivers = ["psycopg_server", "psycopg_client", "psycopg_named", "psycopg2", "libpq"];
+    for driver in drivers {
+        let rows = report[driver]["rows"].as_array().unwrap_or_else(|| panic!("{driver}: no rows in {report}"));
+        assert_eq!(rows.len(), answered.len(), "{driver}: one answer per statement");
+        for ((what, sql, csv), got) in answered.iter().zip(rows) {
+            let want = serde_json::json!({ "header": csv.header, "rows": csv.rows });
+            if values_alike(got) != values_alike(&want) {
+                let shown = |v: &Value| v.to_string().chars().take(400).collect::<String>();
+                failures.push(format!("{driver}: {what}\n{sql}\ngot  {}\npsql {}", shown(got), shown(&want)));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} panel answers differ from psql's:\n\n{}", failures.len(), answered.len() * drivers.len(), failures.join("\n\n"));
 }
 
 #[test]
