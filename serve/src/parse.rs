@@ -13,7 +13,8 @@
 //! [`rewrite`] then turns what tools send about the catalog into what DataFusion plans:
 //! `oid::regclass` (and `regnamespace`, `regtype`, `regproc`, `regrole`) as the object's name,
 //! `to_regtype('name')` and `to_regclass` as a lookup, `ARRAY(SELECT ...)` as an `array_agg`,
-//! `pg_settings` as the endpoint's settings, `(row).field` as `get_field`, and (in catalog
+//! `pg_settings` as the endpoint's settings, `information_schema.columns` with PostgreSQL's
+//! type names, `(row).field` as `get_field`, and (in catalog
 //! statements) a correlated scalar
 //! subquery that returns a row per match as its smallest value.
 
@@ -166,6 +167,31 @@ struct Spellings<'a> {
     settings: &'a [(&'a str, &'a str)],
 }
 
+/// Option arrays PostgreSQL keeps in its catalog and this one does not: NULL, as for a table
+/// without options.
+const UNFILLED_CATALOG_COLUMNS: &[&str] = &["reloptions", "attoptions", "attfdwoptions"];
+
+/// The column `name[i]` subscripts (`con.conkey[i]` parses as `con`, `.conkey`, `[i]`).
+fn subscripted_column(root: &Expr, chain: &[AccessExpr]) -> Option<String> {
+    let [path @ .., AccessExpr::Subscript(_)] = chain else { return None };
+    let mut last = match root {
+        Expr::Identifier(i) => i.value.clone(),
+        Expr::CompoundIdentifier(parts) => parts.last()?.value.clone(),
+        _ => return None,
+    };
+    for step in path {
+        match step {
+            AccessExpr::Dot(Expr::Identifier(i)) => last = i.value.clone(),
+            _ => return None,
+        }
+    }
+    Some(last.to_ascii_lowercase())
+}
+
+/// The key columns of `pg_index` and `pg_constraint` (arrays in PostgreSQL, text here), and
+/// the name pgjdbc's index query gives `indoption` in its subquery.
+const KEY_ARRAYS: &[&str] = &["conkey", "confkey", "indkey", "indoption", "indclass", "indcollation", "i_indoption"];
+
 /// Where an object kind's names live: `regclass` names are `pg_class.relname`...
 fn name_column(kind: &str) -> Option<(&'static str, &'static str)> {
     Some(match kind {
@@ -204,6 +230,22 @@ impl VisitorMut for Spellings<'_> {
         ControlFlow::Continue(())
     }
 
+    /// `information_schema.columns` with PostgreSQL's type names (after its children are
+    /// visited: the table it reads is the one it replaces).
+    fn post_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        if let TableFactor::Table { name, alias, args: None, .. } = factor {
+            let parts: Vec<String> = name.0.iter().filter_map(|p| p.as_ident()).map(|i| i.value.to_ascii_lowercase()).collect();
+            if parts.len() >= 2
+                && parts[parts.len() - 2..] == ["information_schema", "columns"]
+                && let Some(query) = parse_query(COLUMNS_WITH_PG_TYPES)
+            {
+                let alias = alias.clone().unwrap_or_else(|| TableAlias { explicit: true, name: Ident::new("columns"), columns: vec![], at: None });
+                *factor = TableFactor::Derived { lateral: false, subquery: Box::new(query), alias: Some(alias), sample: None };
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
         let replacement = match expr {
             // An object's oid as its name: `relnamespace::regnamespace` is the schema's name.
@@ -226,11 +268,31 @@ impl VisitorMut for Spellings<'_> {
                 }
                 _ => None,
             },
-            // ARRAY(SELECT x FROM ...): the values of x as one array.
+            // ARRAY(SELECT x FROM ...): the values of x as one array. In a catalog statement,
+            // ARRAY(SELECT ... FROM unnest(c.reloptions) x) maps an option or ACL array of a
+            // catalog row, and this catalog fills none of them: the answer is NULL (a
+            // correlated unnest is more than DataFusion plans).
             Expr::Function(f) if last_name(&f.name).as_deref() == Some("array") => match &f.args {
+                FunctionArguments::Subquery(query) if self.catalog && unnests(query) => parse_expr("CAST(NULL AS VARCHAR[])"),
                 FunctionArguments::Subquery(query) => aggregated(query, "array_agg").map(|q| Expr::Subquery(Box::new(q))),
                 _ => None,
             },
+            // Catalog columns this catalog does not have because it fills none of them
+            // (psql's `\d+` reads the storage options of a table and of its TOAST table).
+            Expr::CompoundIdentifier(parts) if self.catalog && parts.last().is_some_and(|p| UNFILLED_CATALOG_COLUMNS.contains(&p.value.to_ascii_lowercase().as_str())) => parse_expr("CAST(NULL AS VARCHAR[])"),
+            // Grafana's query editor asks for a table's columns `WHERE table_schema IN (<the
+            // schemas of the search path, from current_setting('search_path')>)`; the
+            // compatibility parser swaps that subquery for '' and the editor got no columns.
+            // The search path is `public`.
+            Expr::InList { expr: column, list, negated: false }
+                if matches!(column.as_ref(), Expr::Identifier(i) if i.value.eq_ignore_ascii_case("table_schema")) && matches!(list.as_slice(), [Expr::Value(v)] if v.to_string() == "''") =>
+            {
+                parse_expr(&format!("{column} IN ('public')"))
+            }
+            // An element of an index's or constraint's key columns (`con.conkey[pos.n]`, pgjdbc's
+            // foreign keys and index info). This catalog lists no index or constraint, and keeps
+            // those columns as text: no element, NULL.
+            Expr::CompoundFieldAccess { root, access_chain } if self.catalog && subscripted_column(root, access_chain).is_some_and(|c| KEY_ARRAYS.contains(&c.as_str())) => parse_expr("CAST(NULL AS SMALLINT)"),
             // `(row).field`, a field of a composite value: get_field. (DataFusion plans a dot
             // after a column name, not after a parenthesised expression or a function call.)
             Expr::CompoundFieldAccess { root, access_chain } if matches!(root.as_ref(), Expr::Nested(_) | Expr::Function(_)) => match access_chain.as_slice() {
@@ -281,6 +343,16 @@ fn aggregated(query: &Query, function: &str) -> Option<Query> {
     Some(out)
 }
 
+/// Whether `query` reads from `unnest(...)`.
+fn unnests(query: &Query) -> bool {
+    let SetExpr::Select(select) = query.body.as_ref() else { return false };
+    select.from.iter().any(|t| match &t.relation {
+        TableFactor::Table { name, args: Some(_), .. } => last_name(name).as_deref() == Some("unnest"),
+        TableFactor::UNNEST { .. } => true,
+        _ => false,
+    })
+}
+
 /// Whether `query`'s select list holds an aggregate (then it returns one row already).
 fn has_aggregate(query: &Query) -> bool {
     const AGGREGATES: &[&str] = &["count", "min", "max", "sum", "avg", "array_agg", "string_agg", "bool_and", "bool_or", "every"];
@@ -299,6 +371,18 @@ fn has_aggregate(query: &Query) -> bool {
     found || query.limit_clause.is_some()
 }
 
+/// DataFusion's `information_schema.columns`, its `data_type` the PostgreSQL name.
+const COLUMNS_WITH_PG_TYPES: &str = "SELECT table_catalog, table_schema, table_name, column_name, ordinal_position, column_default, is_nullable, \
+    sql_type_name(data_type) AS data_type, character_maximum_length, character_octet_length, numeric_precision, numeric_precision_radix, \
+    numeric_scale, datetime_precision, interval_type FROM information_schema.columns";
+
+fn parse_query(sql: &str) -> Option<Query> {
+    match Parser::new(&PostgreSqlDialect {}).try_with_sql(sql).ok()?.parse_statement().ok()? {
+        Statement::Query(q) => Some(*q),
+        _ => None,
+    }
+}
+
 /// `pg_settings` as a table of the endpoint's settings (the columns tools read).
 fn settings_query(settings: &[(&str, &str)]) -> Option<Query> {
     let quote = |s: &str| format!("'{}'", s.replace('\'', "''"));
@@ -309,10 +393,7 @@ fn settings_query(settings: &[(&str, &str)]) -> Option<Query> {
          setting AS boot_val, setting AS reset_val, false AS pending_restart FROM (VALUES {}) AS s(name, setting)",
         rows.join(", ")
     );
-    match Parser::new(&PostgreSqlDialect {}).try_with_sql(&sql).ok()?.parse_statement().ok()? {
-        Statement::Query(q) => Some(*q),
-        _ => None,
-    }
+    parse_query(&sql)
 }
 
 #[cfg(test)]
@@ -344,10 +425,18 @@ mod tests {
         assert!(to_regtype.contains("SELECT min(oid) FROM pg_catalog.pg_type WHERE typname = 'hstore'"), "{to_regtype}");
         let array = rewritten("SELECT ARRAY(SELECT b.rolname FROM pg_auth_members m JOIN pg_roles b ON m.roleid = b.oid WHERE m.member = r.oid) AS memberof FROM pg_roles r");
         assert!(array.contains("array_agg(b.rolname)"), "{array}");
+        let toast = rewritten("SELECT pg_catalog.array_to_string(c.reloptions || array(select 'toast.' || x from pg_catalog.unnest(tc.reloptions) x), ', ') FROM pg_catalog.pg_class c LEFT JOIN pg_catalog.pg_class tc ON (c.reltoastrelid = tc.oid)");
+        assert!(toast.contains("CAST(NULL AS VARCHAR[]) || CAST(NULL AS VARCHAR[])"), "{toast}");
         let settings = rewritten("SELECT setting FROM pg_catalog.pg_settings WHERE name = 'max_index_keys'");
         assert!(settings.contains("VALUES ('max_index_keys', '32')"), "{settings}");
         let field = rewritten("SELECT (information_schema._pg_expandarray(i.indkey)).n FROM pg_index i");
         assert!(field.contains("get_field(") && field.contains("'n')"), "{field}");
+        let keys = rewritten("SELECT pka.attname FROM pg_catalog.pg_constraint con, pg_catalog.pg_attribute pka, (SELECT generate_series(1, 32) AS n) pos WHERE pka.attnum = con.confkey[pos.n]");
+        assert!(keys.contains("pka.attnum = CAST(NULL AS SMALLINT)"), "{keys}");
+        let grafana = rewritten("SELECT quote_ident(column_name) AS \"column\", data_type AS \"type\" FROM information_schema.columns WHERE table_schema IN (SELECT CASE WHEN trim(s[i]) = '\"$user\"' THEN user ELSE trim(s[i]) END FROM generate_series(array_lower(string_to_array(current_setting('search_path'),','),1), array_upper(string_to_array(current_setting('search_path'),','),1)) as i, string_to_array(current_setting('search_path'),',') s) AND table_name = 'gpu_samples'");
+        assert!(grafana.contains("table_schema IN ('public')"), "{grafana}");
+        let columns = rewritten("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'gpu_samples'");
+        assert!(columns.contains("sql_type_name(data_type) AS data_type") && columns.matches("information_schema.columns").count() == 1, "{columns}");
         let lookup = rewritten("SELECT t.typname FROM pg_type t WHERE t.typrelid = 0 OR (SELECT c.relkind = 'c' FROM pg_class c WHERE c.oid = t.typrelid)");
         assert!(lookup.contains("SELECT min(c.relkind = 'c')"), "{lookup}");
     }

@@ -3,8 +3,9 @@
 //! `current_setting(name)` (the values match what the wire protocol announces at login and
 //! what `SHOW` answers), and the catalog functions tools' metadata queries call that a ledger
 //! has nothing for: no comments, sequences, indexes or user-defined functions
-//! ([`catalog_stand_ins`]), and `json_build_object`, which SQLAlchemy's column reflection
-//! calls.
+//! ([`catalog_stand_ins`]), `json_build_object`, which SQLAlchemy's column reflection
+//! calls, and `sql_type_name`, the PostgreSQL name of an Arrow type's text, which
+//! `information_schema.columns` answers with (see [`crate::parse`]).
 
 use std::sync::Arc;
 
@@ -50,6 +51,46 @@ pub fn register(ctx: &SessionContext) {
         ctx.register_udf(ScalarUDF::new_from_impl(StandIn { name, answer, signature: Signature::variadic_any(Volatility::Stable) }));
     }
     ctx.register_udf(ScalarUDF::new_from_impl(JsonBuildObject { signature: Signature::variadic_any(Volatility::Immutable) }));
+    ctx.register_udf(create_udf("sql_type_name", vec![DataType::Utf8], DataType::Utf8, Volatility::Immutable, Arc::new(sql_type_names)));
+}
+
+/// The name `information_schema.columns.data_type` gives a column in PostgreSQL, for the
+/// Arrow type DataFusion writes there (`Timestamp(ms, "UTC")` is `timestamp with time zone`,
+/// `Utf8View` is `text`): the type the column has on the wire, by its SQL-standard name, so
+/// Grafana's query editor finds the time columns. Text that is no Arrow type stays as it is.
+pub(crate) fn sql_type_name(arrow: &str) -> String {
+    use datafusion_postgres::arrow_pg::datatypes::into_pg_type;
+    use datafusion_postgres::pgwire::api::Type;
+    let Some(pg) = arrow.parse::<DataType>().ok().and_then(|t| into_pg_type(&t).ok()) else { return arrow.to_owned() };
+    let name = match pg {
+        Type::BOOL => "boolean",
+        Type::INT2 => "smallint",
+        Type::INT4 => "integer",
+        Type::INT8 => "bigint",
+        Type::FLOAT4 => "real",
+        Type::FLOAT8 => "double precision",
+        Type::NUMERIC => "numeric",
+        Type::TEXT | Type::VARCHAR => "text",
+        Type::TIMESTAMP => "timestamp without time zone",
+        Type::TIMESTAMPTZ => "timestamp with time zone",
+        Type::DATE => "date",
+        Type::TIME => "time without time zone",
+        Type::INTERVAL => "interval",
+        Type::BYTEA => "bytea",
+        // Array types are named after their element with a leading underscore (`_text`).
+        ref t if t.name().starts_with('_') => "ARRAY",
+        ref t => return t.name().to_owned(),
+    };
+    name.to_owned()
+}
+
+fn sql_type_names(args: &[ColumnarValue]) -> Result<ColumnarValue, DataFusionError> {
+    let arrays = ColumnarValue::values_to_arrays(args)?;
+    let Some(types) = arrays.first() else { return Err(DataFusionError::Plan("sql_type_name takes an Arrow type's text".into())) };
+    let types = arrow::compute::cast(types, &DataType::Utf8)?;
+    let types = types.as_string::<i32>();
+    let names: StringArray = (0..types.len()).map(|i| (!types.is_null(i)).then(|| sql_type_name(types.value(i)))).collect();
+    Ok(ColumnarValue::Array(Arc::new(names) as ArrayRef))
 }
 
 /// Catalog functions of psql's `\\d+` and `\\df`, SQLAlchemy's reflection, pgjdbc's metadata
@@ -212,6 +253,12 @@ mod tests {
         let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
         let row: Vec<bool> = (0..3).map(|i| batches[0].column(i).as_boolean().value(0)).collect();
         assert_eq!(row, [true, true, true]);
+    }
+
+    #[test]
+    fn arrow_types_get_the_names_postgresql_gives_them_in_information_schema() {
+        let named: Vec<String> = ["Timestamp(ms, \"UTC\")", "Timestamp(ns)", "Utf8View", "Int64", "Float64", "Decimal128(38, 6)", "Boolean", "Date32", "not a type"].into_iter().map(sql_type_name).collect();
+        assert_eq!(named, ["timestamp with time zone", "timestamp without time zone", "text", "bigint", "double precision", "numeric", "boolean", "date", "not a type"]);
     }
 
     #[tokio::test]

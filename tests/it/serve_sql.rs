@@ -99,6 +99,28 @@ fn psql_lists_describes_and_reads_every_table() {
         let local = local_csv(store, &format!("SELECT count(*) AS n FROM {table}"));
         assert_eq!(remote, local, "count of {table}");
     }
+    // \d+ (storage, description) and the listings of roles and functions run too; Grafana's
+    // query editor reads information_schema.columns, whose type names are PostgreSQL's: the
+    // ones \d shows from pg_catalog (format_type), a path of its own.
+    for table in ["chargeback_monthly", "gpu_samples"] {
+        let (code, out, err) = server.psql_as(PASSWORD, &["-c", &format!("\\d+ {table}")]);
+        assert_eq!(code, 0, "\\d+ {table}: {err}");
+        let cells = |out: &str, i: usize| -> Vec<String> { out.lines().skip(3).filter(|l| l.contains('|')).filter_map(|l| l.split('|').nth(i)).map(|s| s.trim().to_owned()).collect() };
+        assert_eq!(cells(&out, 0), local_csv(store, &format!("SELECT * FROM {table} LIMIT 1"))[0], "\\d+ {table}");
+        let listed = server.psql_csv(&format!("SELECT data_type FROM information_schema.columns WHERE table_name = '{table}' ORDER BY ordinal_position")).unwrap();
+        let types: Vec<String> = listed.into_iter().skip(1).map(|r| r[0].clone()).collect();
+        assert_eq!(types, cells(&out, 1).iter().map(|t| t.split('(').next().unwrap_or_default().to_owned()).collect::<Vec<_>>(), "information_schema types of {table}");
+    }
+    // The editor's own query for an unqualified table's columns (Grafana 12, search path).
+    let grafana = "SELECT quote_ident(column_name) AS \"column\", data_type AS \"type\" FROM information_schema.columns WHERE table_schema IN (SELECT CASE WHEN trim(s[i]) = '\"$user\"' THEN user ELSE trim(s[i]) END FROM generate_series(array_lower(string_to_array(current_setting('search_path'),','),1), array_upper(string_to_array(current_setting('search_path'),','),1)) as i, string_to_array(current_setting('search_path'),',') s) AND table_name = 'gpu_samples'";
+    let columns = server.psql_csv(grafana).unwrap();
+    assert!(columns.iter().any(|r| r == &["ts".to_owned(), "timestamp with time zone".to_owned()]), "Grafana's editor should find the time column: {columns:?}");
+    assert_eq!(columns.len() - 1, local_csv(store, "SELECT * FROM gpu_samples LIMIT 1")[0].len(), "{columns:?}");
+    for command in ["\\du", "\\df"] {
+        let (code, _, err) = server.psql_as(PASSWORD, &["-c", command]);
+        assert_eq!(code, 0, "{command}: {err}");
+    }
+
     // Row content too, for a table with every kind of column: the first rows in a fixed order.
     let sql = "SELECT month, team, round(total, 6) AS total, accepted_units FROM chargeback_monthly ORDER BY month, team";
     assert_eq!(numbers_alike(server.psql_csv(sql).unwrap()), numbers_alike(local_csv(store, sql)));
