@@ -290,10 +290,11 @@ fn shape_reason(e: &toml::de::Error) -> String {
     let message = tomlish(&one_line(e.message()));
     // serde writes "unknown field `x`, expected one of `a`, `b`" (or "expected `a`").
     let ticked: Vec<&str> = message.split('`').skip(1).step_by(2).collect();
-    if message.starts_with("unknown field") && ticked.len() > 1 {
-        if let Some(near) = nearest(ticked[0], &ticked[1..]) {
-            return format!("{message}; did you mean `{near}`?");
-        }
+    if message.starts_with("unknown field")
+        && ticked.len() > 1
+        && let Some(near) = nearest(ticked[0], &ticked[1..])
+    {
+        return format!("{message}; did you mean `{near}`?");
     }
     message
 }

@@ -30,6 +30,9 @@ pub use crate::steps::create_report_views;
 use crate::steps::{Keeper, drop_views, exec_file, exec_view};
 pub use gpuledger_engine::exec::{TIMINGS, rows, strings};
 
+/// A view a step keeps as a table, and whose rows it owns.
+type KeptView = (&'static str, Own);
+
 /// What a caller can tune for one accounting run besides the configuration file.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
@@ -446,7 +449,7 @@ impl Driver<'_> {
             }
             // Views kept for the unit, and those pass 1 carries to pass 2: written to the scratch
             // directory and read from there (by the rest of this pass and by the next).
-            let (to_carry, to_keep): (Vec<(&'static str, Own)>, Vec<(&'static str, Own)>) = step.keeps.iter().copied().partition(|(v, _)| pass.carries.contains(v) && unit.is_some());
+            let (to_carry, to_keep): (Vec<KeptView>, Vec<KeptView>) = step.keeps.iter().copied().partition(|(v, _)| pass.carries.contains(v) && unit.is_some());
             let keeps: Vec<(&str, String)> = to_keep.iter().map(|(v, own)| (*v, own_filter(*own, day))).collect();
             self.exec_with_carries(step.file, &keeps, &provided, &to_carry, unit, &mut carries).await?;
             for (view, own) in step.yields {

@@ -400,27 +400,6 @@ pub const QUEUE_WAIT_MONTHLY: DerivedTable = DerivedTable {
     columns: wait_figures!(col("month", Utf8, true, "UTC month (YYYY-MM) of the admissions")),
 };
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashSet;
-
-    #[test]
-    fn derived_tables_are_consistent_and_apart_from_the_raw_ones() {
-        let mut names = HashSet::new();
-        for t in DERIVED_TABLES {
-            assert!(names.insert(t.name), "duplicate derived table {}", t.name);
-            assert!(crate::table(t.name).is_none(), "{} is also a raw table", t.name);
-            assert!(!t.doc.is_empty(), "{} has no doc", t.name);
-            let mut cols = HashSet::new();
-            for c in t.columns {
-                assert!(cols.insert(c.name), "{}.{} declared twice", t.name, c.name);
-                assert!(!c.doc.is_empty(), "{}.{} has no doc", t.name, c.name);
-            }
-        }
-    }
-}
-
 pub const GPU_HOURLY: DerivedTable = DerivedTable {
     name: "gpu_hourly",
     doc: "What DCGM reported per physical GPU and UTC hour: mean activity, power, temperature, memory, XID errors; readings, not GPU time (45_hourly.sql)",
@@ -467,3 +446,24 @@ pub const NODE_HOURLY: DerivedTable = DerivedTable {
         col("xid_error", Int64, true, "Largest XID error code reported; null when none"),
     ],
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn derived_tables_are_consistent_and_apart_from_the_raw_ones() {
+        let mut names = HashSet::new();
+        for t in DERIVED_TABLES {
+            assert!(names.insert(t.name), "duplicate derived table {}", t.name);
+            assert!(crate::table(t.name).is_none(), "{} is also a raw table", t.name);
+            assert!(!t.doc.is_empty(), "{} has no doc", t.name);
+            let mut cols = HashSet::new();
+            for c in t.columns {
+                assert!(cols.insert(c.name), "{}.{} declared twice", t.name, c.name);
+                assert!(!c.doc.is_empty(), "{}.{} has no doc", t.name, c.name);
+            }
+        }
+    }
+}

@@ -74,7 +74,7 @@ impl Cursors {
         let options = std::sync::Arc::new(FormatOptions::from_client_metadata(client.metadata()));
         let rows = df::encode_dataframe(frame, &Format::UnifiedText, Some(options)).await?;
         let fields = rows.row_schema.clone();
-        let query = declare.for_query.clone().map(|q| Statement::Query(q)).ok_or_else(|| sql_error("42601", "DECLARE CURSOR needs a FOR query"))?;
+        let query = declare.for_query.clone().map(Statement::Query).ok_or_else(|| sql_error("42601", "DECLARE CURSOR needs a FOR query"))?;
         let statement = StoredStatement::new(name.clone(), (sql, Some((query, plan))), vec![]);
         let portal = Portal::new_cursor(name.clone(), Arc::new(statement));
         portal.start(rows).await;

@@ -147,7 +147,7 @@ impl ScalarUDFImpl for JsonBuildObject {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue, DataFusionError> {
-        if args.args.len() % 2 != 0 {
+        if !args.args.len().is_multiple_of(2) {
             return Err(DataFusionError::Execution("json_build_object takes keys and values in pairs".into()));
         }
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;

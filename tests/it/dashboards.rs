@@ -1015,7 +1015,7 @@ fn values_alike(answer: &Value) -> Value {
     if let Some(rows) = answer.get_mut("rows").and_then(Value::as_array_mut) {
         for cell in rows.iter_mut().filter_map(Value::as_array_mut).flatten() {
             let Some(text) = cell.as_str() else { continue };
-            if let Some(n) = text.parse::<f64>().ok() {
+            if let Ok(n) = text.parse::<f64>() {
                 *cell = Value::String(n.to_string());
             } else if let Some(t) = chrono::DateTime::parse_from_rfc3339(text).ok().or_else(|| chrono::DateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f%#z").ok()) {
                 *cell = Value::String(t.with_timezone(&Utc).to_rfc3339_opts(chrono::SecondsFormat::Nanos, true));

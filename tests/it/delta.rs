@@ -213,7 +213,8 @@ fn compact_or_vacuum_killed_anywhere_then_rerun_gives_the_clean_result() {
     // one day of one table: the store reads the same, and a rerun finishes the job.
     let compacted_files = || walk_names(&store).into_iter().filter(|n| n.starts_with("part-compact-")).count();
     let samples_log = log_entries("gpu_samples");
-    let kill_points: [(&str, Box<dyn Fn() -> bool>); 2] = [("first compacted file", Box::new(|| compacted_files() > 0)), ("first commit", Box::new(|| log_entries("gpu_samples") > samples_log))];
+    type KillPoint<'a> = (&'a str, Box<dyn Fn() -> bool + 'a>);
+    let kill_points: [KillPoint; 2] = [("first compacted file", Box::new(|| compacted_files() > 0)), ("first commit", Box::new(|| log_entries("gpu_samples") > samples_log))];
     for (what, reached) in kill_points {
         let mut child = bin().args(["compact", "--progress", "off", "--before", "2100-01-01", "--store"]).arg(&store).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
         let t0 = std::time::Instant::now();
