@@ -84,14 +84,68 @@ impl SqlParser {
             .into_iter()
             .zip(compat)
             .map(|(plain, compat)| {
-                if reads_catalog(&compat) {
+                let ours = self.rules.iter().fold(plain.clone(), |s, rule| rule.rewrite(s));
+                let emptied = rules::RemoveSubqueryFromProjection.rewrite(ours.clone());
+                if emptied != compat {
+                    return compat;
+                }
+                if !reads_catalog(&compat) {
+                    return ours;
+                }
+                // A catalog statement keeps every rule; its function names compared with a
+                // regproc are compared as names first (see `procedures_by_name`).
+                let mut plain = plain;
+                if !procedures_by_name(&mut plain) {
                     return compat;
                 }
                 let ours = self.rules.iter().fold(plain, |s, rule| rule.rewrite(s));
-                if rules::RemoveSubqueryFromProjection.rewrite(ours.clone()) == compat { ours } else { compat }
+                rules::RemoveSubqueryFromProjection.rewrite(ours)
             })
             .collect())
     }
+}
+
+/// `pg_type`'s function columns hold names here (`typinput` is `array_in`), while PostgreSQL's
+/// are oids a `'name'::regproc` is compared with (pgjdbc: `typinput =
+/// 'pg_catalog.array_in'::regproc`). Such a cast beside such a column becomes the bare name;
+/// whether any was found.
+fn procedures_by_name(statement: &mut Statement) -> bool {
+    const NAME_COLUMNS: &[&str] = &["typinput", "typoutput", "typreceive", "typsend", "typmodin", "typmodout", "typanalyze"];
+    let is_name_column = |e: &Expr| match e {
+        Expr::Identifier(i) => NAME_COLUMNS.contains(&i.value.to_ascii_lowercase().as_str()),
+        Expr::CompoundIdentifier(p) => p.last().is_some_and(|i| NAME_COLUMNS.contains(&i.value.to_ascii_lowercase().as_str())),
+        _ => false,
+    };
+    let bare_name = |e: &Expr| match e {
+        Expr::Cast { expr, data_type: DataType::Custom(kind, _), .. } if matches!(last_name(kind).as_deref(), Some("regproc" | "regprocedure")) => match expr.as_ref() {
+            Expr::Value(v) => {
+                let name = v.to_string();
+                let name = name.trim_matches('\'');
+                Some(name.rsplit('.').next().unwrap_or(name).to_owned())
+            }
+            _ => None,
+        },
+        _ => None,
+    };
+    let mut found = false;
+    let _ = datafusion::sql::sqlparser::ast::visit_expressions_mut(statement, |e: &mut Expr| {
+        if let Expr::BinaryOp { left, right, .. } = e {
+            let by_name = |name: String| Expr::value(datafusion::sql::sqlparser::ast::Value::SingleQuotedString(name));
+            if is_name_column(left)
+                && let Some(name) = bare_name(right)
+            {
+                **right = by_name(name);
+                found = true;
+            } else if is_name_column(right)
+                && let Some(name) = bare_name(left)
+            {
+                **left = by_name(name);
+                found = true;
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    found
 }
 
 /// `sql` parsed as the compatibility parser parses it before its swaps and rules: tokens
@@ -415,6 +469,10 @@ mod tests {
         // A catalog statement is the compatibility parser's, with its subquery emptied.
         let catalog = rewritten("SELECT c.relname, (SELECT a.attname FROM pg_attribute a WHERE a.attrelid = c.oid) FROM pg_class c");
         assert!(!catalog.contains("attrelid = c.oid"), "{catalog}");
+        // pgjdbc's type cache: the function compared by name, the rest as the compatibility
+        // parser makes it.
+        let procs = rewritten("SELECT typinput='pg_catalog.array_in'::regproc as is_array, typtype, typname, pg_type.oid FROM pg_catalog.pg_type WHERE pg_type.oid = $1");
+        assert!(procs.contains("typinput = 'array_in' AS is_array"), "{procs}");
     }
 
     #[test]

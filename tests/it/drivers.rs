@@ -169,7 +169,6 @@ fn drivers_bind_parameters_type_results_and_cancel_as_postgresql_does() {
         ("getTables", "ok 1 chargeback_monthly".to_owned()),
         ("getColumns", format!("ok {} {}", header.len(), header.join(","))),
         ("getColumnTypes", "ok 1 timestamptz".to_owned()),
-        // (getTypeInfo is reported, not checked: it still fails on pg_type's regproc columns.)
         ("getPrimaryKeys", "ok 0".to_owned()),
         ("getImportedKeys", "ok 0".to_owned()),
         ("getExportedKeys", "ok 0".to_owned()),
@@ -188,7 +187,7 @@ fn drivers_bind_parameters_type_results_and_cancel_as_postgresql_does() {
             failures.push(format!("pgjdbc {call}: {:?}, want {want:?}", java.get(call)));
         }
     }
-    for (call, prefix) in [("getSchemas", "ok "), ("getCatalogs", "ok "), ("cancel", "ok cancelled 57014")] {
+    for (call, prefix) in [("getTypeInfo", "ok "), ("getSchemas", "ok "), ("getCatalogs", "ok "), ("cancel", "ok cancelled 57014")] {
         if !java.get(call).and_then(Value::as_str).is_some_and(|a| a.starts_with(prefix) && a != "ok 0") {
             failures.push(format!("pgjdbc {call}: {:?}, want {prefix}...", java.get(call)));
         }
