@@ -17,22 +17,20 @@ use async_trait::async_trait;
 use datafusion::common::{DFSchema, DFSchemaRef, ParamValues};
 use datafusion::logical_expr::{EmptyRelation, LogicalPlan, Projection};
 use datafusion::prelude::SessionContext;
-use datafusion::sql::sqlparser::ast::{CloseCursor, Declare, DeclareType, Statement};
+use datafusion::sql::sqlparser::ast::{CloseCursor, Declare, DeclareType, Query, Statement};
 use datafusion_postgres::QueryHook;
-use datafusion_postgres::arrow_pg::datatypes::df;
 use datafusion_postgres::hooks::HookClient;
 use datafusion_postgres::hooks::cursor::CursorStatementHook;
 use datafusion_postgres::pgwire;
 use pgwire::api::ClientInfo;
-use pgwire::api::portal::{Format, Portal};
+use pgwire::api::portal::Portal;
 use pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::stmt::StoredStatement;
 use pgwire::api::store::PortalStore;
 use pgwire::error::PgWireResult;
-use pgwire::types::format::FormatOptions;
 
 use crate::pg::{CancelKey, connection_key, sql_error};
-use crate::wire::{Queries, api};
+use crate::wire::{Queries, api, rows};
 
 /// A cursor's columns: as planned (for a FETCH's plan) and as sent (for its rows).
 type Columns = (DFSchemaRef, Arc<Vec<FieldInfo>>);
@@ -68,16 +66,13 @@ impl Cursors {
     /// portal `FETCH` reads, with the plan that describes them.
     async fn declare(&self, declare: &Declare, plan: LogicalPlan, ctx: &SessionContext, client: &mut dyn HookClient) -> PgWireResult<Response> {
         let name = cursor_name(declare)?;
-        let sql = declare.for_query.as_ref().map(ToString::to_string).unwrap_or_default();
+        let query = for_query(declare)?;
         let schema = plan.schema().clone();
-        let frame = ctx.execute_logical_plan(plan.clone()).await.map_err(api)?;
-        let options = std::sync::Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-        let rows = df::encode_dataframe(frame, &Format::UnifiedText, Some(options)).await?;
-        let fields = rows.row_schema.clone();
-        let query = declare.for_query.clone().map(Statement::Query).ok_or_else(|| sql_error("42601", "DECLARE CURSOR needs a FOR query"))?;
-        let statement = StoredStatement::new(name.clone(), (sql, Some((query, plan))), vec![]);
+        let answer = rows(plan.clone(), ctx, client).await?;
+        let fields = answer.row_schema.clone();
+        let statement = StoredStatement::new(name.clone(), (query.to_string(), Some((Statement::Query(query), plan))), vec![]);
         let portal = Portal::new_cursor(name.clone(), Arc::new(statement));
-        portal.start(rows).await;
+        portal.start(answer).await;
         client.portal_store().put_portal(Arc::new(portal));
         self.declared.lock().entry(connection_key(&*client)).or_default().insert(name, (schema, fields));
         Ok(Response::Execution(Tag::new("DECLARE CURSOR")))
@@ -127,10 +122,14 @@ fn cursor_name(declare: &Declare) -> PgWireResult<String> {
     declare.names.first().map(|n| n.value.clone()).ok_or_else(|| sql_error("42601", "DECLARE needs a cursor name"))
 }
 
+/// The query a cursor is declared for.
+fn for_query(declare: &Declare) -> PgWireResult<Box<Query>> {
+    declare.for_query.clone().ok_or_else(|| sql_error("42601", "DECLARE CURSOR needs a FOR query"))
+}
+
 /// The cursor's query, planned as any statement is.
 async fn query_plan(declare: &Declare, ctx: &SessionContext) -> PgWireResult<LogicalPlan> {
-    let query = declare.for_query.clone().ok_or_else(|| sql_error("42601", "DECLARE CURSOR needs a FOR query"))?;
-    Queries::plan(&Statement::Query(query), ctx).await.map_err(api)
+    Queries::plan(&Statement::Query(for_query(declare)?), ctx).await.map_err(api)
 }
 
 #[async_trait]

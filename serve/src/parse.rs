@@ -14,9 +14,11 @@
 //! `oid::regclass` (and `regnamespace`, `regtype`, `regproc`, `regrole`) as the object's name,
 //! `to_regtype('name')` and `to_regclass` as a lookup, `ARRAY(SELECT ...)` as an `array_agg`,
 //! `pg_settings` as the endpoint's settings, `information_schema.columns` with PostgreSQL's
-//! type names, `(row).field` as `get_field`, and (in catalog
-//! statements) a correlated scalar
-//! subquery that returns a row per match as its smallest value.
+//! type names, Grafana's search-path lookup as `public`, `(row).field` as `get_field`; and in
+//! catalog statements, a correlated scalar subquery that returns a row per match as its
+//! smallest value, and the option and key arrays this catalog does not fill as NULL. Before
+//! any of that, [`SqlParser`] compares `pg_type`'s function columns with a `'name'::regproc`
+//! by name.
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -111,11 +113,7 @@ impl SqlParser {
 /// whether any was found.
 fn procedures_by_name(statement: &mut Statement) -> bool {
     const NAME_COLUMNS: &[&str] = &["typinput", "typoutput", "typreceive", "typsend", "typmodin", "typmodout", "typanalyze"];
-    let is_name_column = |e: &Expr| match e {
-        Expr::Identifier(i) => NAME_COLUMNS.contains(&i.value.to_ascii_lowercase().as_str()),
-        Expr::CompoundIdentifier(p) => p.last().is_some_and(|i| NAME_COLUMNS.contains(&i.value.to_ascii_lowercase().as_str())),
-        _ => false,
-    };
+    let is_name_column = |e: &Expr| column_name(e).is_some_and(|c| NAME_COLUMNS.contains(&c.as_str()));
     let bare_name = |e: &Expr| match e {
         Expr::Cast { expr, data_type: DataType::Custom(kind, _), .. } if matches!(last_name(kind).as_deref(), Some("regproc" | "regprocedure")) => match expr.as_ref() {
             Expr::Value(v) => {
@@ -166,6 +164,7 @@ pub struct StatementParser {
     pub types: Arc<datafusion_postgres::Parser>,
 }
 
+/// A statement as datafusion-postgres keeps it: its text, and the statement with its plan.
 pub type PlannedStatement = (String, Option<(Statement, LogicalPlan)>);
 
 #[async_trait]
@@ -201,7 +200,7 @@ impl QueryParser for StatementParser {
 /// Whether `statement` reads a `pg_catalog` or `information_schema` table.
 fn reads_catalog(statement: &Statement) -> bool {
     visit_relations(statement, |name: &ObjectName| {
-        let parts: Vec<String> = name.0.iter().filter_map(|p| p.as_ident()).map(|i| i.value.to_ascii_lowercase()).collect();
+        let parts = name_parts(name);
         let catalog = parts.iter().any(|p| p == "pg_catalog" || p == "information_schema") || parts.last().is_some_and(|t| t.starts_with("pg_"));
         if catalog { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
     })
@@ -228,18 +227,14 @@ const UNFILLED_CATALOG_COLUMNS: &[&str] = &["reloptions", "attoptions", "attfdwo
 /// The column `name[i]` subscripts (`con.conkey[i]` parses as `con`, `.conkey`, `[i]`).
 fn subscripted_column(root: &Expr, chain: &[AccessExpr]) -> Option<String> {
     let [path @ .., AccessExpr::Subscript(_)] = chain else { return None };
-    let mut last = match root {
-        Expr::Identifier(i) => i.value.clone(),
-        Expr::CompoundIdentifier(parts) => parts.last()?.value.clone(),
-        _ => return None,
-    };
+    let mut last = column_name(root)?;
     for step in path {
         match step {
-            AccessExpr::Dot(Expr::Identifier(i)) => last = i.value.clone(),
+            AccessExpr::Dot(field @ Expr::Identifier(_)) => last = column_name(field)?,
             _ => return None,
         }
     }
-    Some(last.to_ascii_lowercase())
+    Some(last)
 }
 
 /// The key columns of `pg_index` and `pg_constraint` (arrays in PostgreSQL, text here), and
@@ -258,8 +253,28 @@ fn name_column(kind: &str) -> Option<(&'static str, &'static str)> {
     })
 }
 
+/// The parts of a table or function name, lowercased.
+fn name_parts(name: &ObjectName) -> Vec<String> {
+    name.0.iter().filter_map(|p| p.as_ident()).map(|i| i.value.to_ascii_lowercase()).collect()
+}
+
 fn last_name(name: &ObjectName) -> Option<String> {
-    name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_ascii_lowercase())
+    name_parts(name).pop()
+}
+
+/// The column a bare or qualified column reference names, lowercased (`c.relname`: `relname`).
+fn column_name(e: &Expr) -> Option<String> {
+    match e {
+        Expr::Identifier(i) => Some(i.value.to_ascii_lowercase()),
+        Expr::CompoundIdentifier(parts) => parts.last().map(|i| i.value.to_ascii_lowercase()),
+        _ => None,
+    }
+}
+
+/// `query` as a table named `alias` (else `name`), in place of the table a statement read.
+fn derived(query: Query, alias: &Option<TableAlias>, name: &str) -> TableFactor {
+    let alias = alias.clone().unwrap_or_else(|| TableAlias { explicit: true, name: Ident::new(name), columns: vec![], at: None });
+    TableFactor::Derived { lateral: false, subquery: Box::new(query), alias: Some(alias), sample: None }
 }
 
 fn parse_expr(sql: &str) -> Option<Expr> {
@@ -278,8 +293,7 @@ impl VisitorMut for Spellings<'_> {
             && last_name(name).as_deref() == Some("pg_settings")
             && let Some(query) = settings_query(self.settings)
         {
-            let alias = alias.clone().unwrap_or_else(|| TableAlias { explicit: true, name: Ident::new("pg_settings"), columns: vec![], at: None });
-            *factor = TableFactor::Derived { lateral: false, subquery: Box::new(query), alias: Some(alias), sample: None };
+            *factor = derived(query, alias, "pg_settings");
         }
         ControlFlow::Continue(())
     }
@@ -287,15 +301,11 @@ impl VisitorMut for Spellings<'_> {
     /// `information_schema.columns` with PostgreSQL's type names (after its children are
     /// visited: the table it reads is the one it replaces).
     fn post_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
-        if let TableFactor::Table { name, alias, args: None, .. } = factor {
-            let parts: Vec<String> = name.0.iter().filter_map(|p| p.as_ident()).map(|i| i.value.to_ascii_lowercase()).collect();
-            if parts.len() >= 2
-                && parts[parts.len() - 2..] == ["information_schema", "columns"]
-                && let Some(query) = parse_query(COLUMNS_WITH_PG_TYPES)
-            {
-                let alias = alias.clone().unwrap_or_else(|| TableAlias { explicit: true, name: Ident::new("columns"), columns: vec![], at: None });
-                *factor = TableFactor::Derived { lateral: false, subquery: Box::new(query), alias: Some(alias), sample: None };
-            }
+        if let TableFactor::Table { name, alias, args: None, .. } = factor
+            && name_parts(name).ends_with(&["information_schema".to_owned(), "columns".to_owned()])
+            && let Some(query) = parse_query(COLUMNS_WITH_PG_TYPES)
+        {
+            *factor = derived(query, alias, "columns");
         }
         ControlFlow::Continue(())
     }
@@ -312,13 +322,11 @@ impl VisitorMut for Spellings<'_> {
             // to_regtype('name'): the oid of the type of that name, or NULL.
             Expr::Function(f) if matches!(last_name(&f.name).as_deref(), Some("to_regtype" | "to_regclass" | "to_regnamespace")) => match &f.args {
                 FunctionArguments::List(list) if list.args.len() == 1 => {
-                    let (table, column) = match last_name(&f.name).as_deref() {
-                        Some("to_regtype") => ("pg_type", "typname"),
-                        Some("to_regclass") => ("pg_class", "relname"),
-                        _ => ("pg_namespace", "nspname"),
-                    };
-                    let name = list.args[0].to_string();
-                    parse_expr(&format!("(SELECT min(oid) FROM pg_catalog.{table} WHERE {column} = {name})"))
+                    let kind = last_name(&f.name).unwrap_or_default();
+                    name_column(kind.trim_start_matches("to_")).and_then(|(table, column)| {
+                        let name = &list.args[0];
+                        parse_expr(&format!("(SELECT min(oid) FROM pg_catalog.{table} WHERE {column} = {name})"))
+                    })
                 }
                 _ => None,
             },

@@ -48,7 +48,7 @@ use crate::limits::{Deadline, Limits};
 use crate::stop::{Stop, TimeLimit, Why};
 use crate::metrics::Stats;
 use crate::cursor::{Cursors, DeclaredCursors};
-use crate::parse::{SqlParser, StatementParser};
+use crate::parse::{PlannedStatement, SqlParser, StatementParser};
 use crate::wire::Queries;
 use crate::{ServeError, guard, session};
 
@@ -454,7 +454,6 @@ struct QueryService {
     cancels: Arc<Cancels>,
 }
 
-type ExtendedStatement = <DfSessionService as ExtendedQueryHandler>::Statement;
 
 /// One statement under way: its stop signal, its user, and what it holds until its last row
 /// is sent (its turn, its place among the statements a cancel request can reach).
@@ -720,7 +719,7 @@ impl SimpleQueryHandler for QueryService {
 
 #[async_trait]
 impl ExtendedQueryHandler for QueryService {
-    type Statement = ExtendedStatement;
+    type Statement = PlannedStatement;
     type QueryParser = StatementParser;
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {

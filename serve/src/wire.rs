@@ -35,7 +35,7 @@ use datafusion_postgres::hooks::HookClient;
 use datafusion_postgres::pgwire;
 use pgwire::api::ClientInfo;
 use pgwire::api::portal::Format;
-use pgwire::api::results::Response;
+use pgwire::api::results::{QueryResponse, Response};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::types::format::FormatOptions;
 
@@ -63,9 +63,7 @@ impl QueryHook for Queries {
     async fn handle_simple_query(&self, statement: &Statement, ctx: &SessionContext, client: &mut dyn HookClient) -> Option<PgWireResult<Response>> {
         let run = async {
             let plan = Self::plan(statement, ctx).await.map_err(api)?;
-            let frame = ctx.execute_logical_plan(plan).await.map_err(api)?;
-            let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-            Ok(Response::Query(df::encode_dataframe(frame, &Format::UnifiedText, Some(options)).await?))
+            Ok(Response::Query(rows(plan, ctx, client).await?))
         };
         Some(run.await)
     }
@@ -77,6 +75,14 @@ impl QueryHook for Queries {
     async fn handle_extended_query(&self, _statement: &Statement, _plan: &LogicalPlan, _params: &ParamValues, _ctx: &SessionContext, _client: &mut dyn HookClient) -> Option<PgWireResult<Response>> {
         None
     }
+}
+
+/// Runs `plan` and encodes its rows as text the way `client` asked for (its DateStyle,
+/// extra_float_digits...).
+pub(crate) async fn rows(plan: LogicalPlan, ctx: &SessionContext, client: &dyn HookClient) -> PgWireResult<QueryResponse> {
+    let frame = ctx.execute_logical_plan(plan).await.map_err(api)?;
+    let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+    df::encode_dataframe(frame, &Format::UnifiedText, Some(options)).await
 }
 
 pub(crate) fn api(e: datafusion::error::DataFusionError) -> PgWireError {

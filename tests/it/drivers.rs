@@ -20,12 +20,20 @@ pub fn python_drivers(server: &Server, job: &Value) -> Value {
         let probe = Command::new("python3").args(["-c", &format!("import {module}")]).output();
         assert!(probe.is_ok_and(|o| o.status.success()), "{module} is needed for this test: python3 -m pip install 'psycopg[binary]' psycopg2-binary asyncpg sqlalchemy pandas (.ci/run does)");
     }
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/drivers/python_clients.py");
-    let mut child = Command::new("python3").arg(script).arg(server.pg_port.to_string()).arg(PASSWORD).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut python = Command::new("python3");
+    python.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/drivers/python_clients.py"));
+    run_client("the Python clients", python, server, job)
+}
+
+/// Runs a client program (`<port> <password>`, the job as JSON on stdin) against `server`;
+/// its JSON report. Exiting other than 0 fails the test with the client's stderr and the
+/// server's log.
+fn run_client(what: &str, mut client: Command, server: &Server, job: &Value) -> Value {
+    let mut child = client.arg(server.pg_port.to_string()).arg(PASSWORD).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     child.stdin.take().unwrap().write_all(job.to_string().as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "the Python clients failed ({}):\n{}\nserver log:\n{}", out.status, String::from_utf8_lossy(&out.stderr), server.log());
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("the Python clients' report is not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    assert!(out.status.success(), "{what} failed ({}):\n{}\nserver log:\n{}", out.status, String::from_utf8_lossy(&out.stderr), server.log());
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{what}: the report is not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 /// Go's lib/pq (Grafana's protocol path) on `job` (the Python clients' shape: statements,
@@ -49,11 +57,7 @@ pub fn go_libpq(server: &Server, job: &Value) -> Value {
         assert!(build.status.success(), "building the lib/pq client failed:\n{}", String::from_utf8_lossy(&build.stderr));
         out
     });
-    let mut child = Command::new(program).arg(server.pg_port.to_string()).arg(PASSWORD).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    child.stdin.take().unwrap().write_all(job.to_string().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "the lib/pq client failed ({}):\n{}", out.status, String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("the lib/pq client's report is not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    run_client("the lib/pq client", Command::new(program), server, job)
 }
 
 /// pgjdbc (Debian libpostgresql-jdbc-java, a headless JRE) in a JVM set to Europe/Berlin:
