@@ -27,7 +27,7 @@ use async_trait::async_trait;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::{
-    AccessExpr, DataType, Expr, FunctionArgExpr, FunctionArguments, Ident, ObjectName, Query, SelectItem, SetExpr, Statement, TableAlias, TableFactor, VisitMut, VisitorMut, visit_relations,
+    AccessExpr, DataType, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, JoinOperator, ObjectName, Query, SelectItem, SetExpr, Statement, TableAlias, TableFactor, VisitMut, VisitorMut, visit_relations,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
@@ -241,6 +241,26 @@ fn subscripted_column(root: &Expr, chain: &[AccessExpr]) -> Option<String> {
 /// the name pgjdbc's index query gives `indoption` in its subquery.
 const KEY_ARRAYS: &[&str] = &["conkey", "confkey", "indkey", "indoption", "indclass", "indcollation", "i_indoption"];
 
+/// `pg_index`'s vector columns (`int2vector` and `oidvector` in PostgreSQL, whose text is the
+/// numbers apart by spaces: how this catalog keeps them).
+const VECTOR_COLUMNS: &[&str] = &["indkey", "indclass", "indcollation", "indoption"];
+
+/// `unnest(v)` and `generate_subscripts(v, 1)` of a vector column of `pg_index` (see
+/// [`VECTOR_COLUMNS`]): its numbers, and their positions, as rows; `generate_subscripts` of
+/// any other array too (DataFusion has no such function).
+fn vector_rows(function: &str, arg: &FunctionArg) -> Option<Expr> {
+    let FunctionArg::Unnamed(FunctionArgExpr::Expr(arg)) = arg else { return None };
+    let array = match column_name(arg) {
+        Some(c) if VECTOR_COLUMNS.contains(&c.as_str()) => format!("CAST(string_to_array(CAST({arg} AS VARCHAR), ' ') AS SMALLINT[])"),
+        _ if function == "unnest" => return None,
+        _ => arg.to_string(),
+    };
+    match function {
+        "unnest" => parse_expr(&format!("unnest({array})")),
+        _ => parse_expr(&format!("unnest(range(1, CAST(cardinality({array}) AS BIGINT) + 1))")),
+    }
+}
+
 /// Where an object kind's names live: `regclass` names are `pg_class.relname`...
 fn name_column(kind: &str) -> Option<(&'static str, &'static str)> {
     Some(match kind {
@@ -330,6 +350,13 @@ impl VisitorMut for Spellings<'_> {
                 }
                 _ => None,
             },
+            // The key columns of an index as rows (SQLAlchemy's primary key and unique
+            // constraint reflection): PostgreSQL's vectors, text here ("1 2").
+            // `generate_subscripts(a, 1)` numbers them: 1 to the array's length, as rows.
+            Expr::Function(f) if self.catalog && matches!(last_name(&f.name).as_deref(), Some("unnest" | "generate_subscripts")) => match &f.args {
+                FunctionArguments::List(list) if !list.args.is_empty() => vector_rows(&last_name(&f.name).unwrap_or_default(), &list.args[0]),
+                _ => None,
+            },
             // ARRAY(SELECT x FROM ...): the values of x as one array. In a catalog statement,
             // ARRAY(SELECT ... FROM unnest(c.reloptions) x) maps an option or ACL array of a
             // catalog row, and this catalog fills none of them: the answer is NULL (a
@@ -361,6 +388,10 @@ impl VisitorMut for Spellings<'_> {
                 [AccessExpr::Dot(Expr::Identifier(field))] => parse_expr(&format!("get_field({root}, '{}')", field.value.replace('\'', "''"))),
                 _ => None,
             },
+            // A lookup in a catalog table this catalog never fills (SQLAlchemy's identity
+            // options from pg_sequence): no row, NULL. (Its select list reads the outer row,
+            // which DataFusion cannot decorrelate.)
+            Expr::Subquery(query) if self.catalog && reads_only_never_filled(query) => parse_expr("CAST(NULL AS VARCHAR)"),
             // A lookup in the catalog that may match more than one row (PostgreSQL fails then;
             // DataFusion cannot plan it at all): its smallest value.
             Expr::Subquery(query) if self.catalog && !has_aggregate(query) => aggregated(query, "min").map(|q| Expr::Subquery(Box::new(q))),
@@ -390,7 +421,7 @@ fn aggregated(query: &Query, function: &str) -> Option<Query> {
     if let Expr::Function(f) = &mut call
         && let FunctionArguments::List(list) = &mut f.args
         && let Some(first) = list.args.first_mut()
-        && let datafusion::sql::sqlparser::ast::FunctionArg::Unnamed(FunctionArgExpr::Expr(arg)) = first
+        && let FunctionArg::Unnamed(FunctionArgExpr::Expr(arg)) = first
     {
         // The value as it was parsed, not as it prints.
         *arg = value;
@@ -403,6 +434,19 @@ fn aggregated(query: &Query, function: &str) -> Option<Query> {
         None => SelectItem::UnnamedExpr(call),
     }];
     Some(out)
+}
+
+/// Catalog tables this catalog has no rows in, whatever the store holds: it lists no
+/// sequences and no column defaults.
+const NEVER_FILLED_CATALOG_TABLES: &[&str] = &["pg_sequence", "pg_attrdef"];
+
+/// Whether `query` is one select from a table of [`NEVER_FILLED_CATALOG_TABLES`], alone or
+/// inner-joined: it has no rows.
+fn reads_only_never_filled(query: &Query) -> bool {
+    let SetExpr::Select(select) = query.body.as_ref() else { return false };
+    let [from] = select.from.as_slice() else { return false };
+    let inner = from.joins.iter().all(|j| matches!(j.join_operator, JoinOperator::Join(_) | JoinOperator::Inner(_)));
+    inner && matches!(&from.relation, TableFactor::Table { name, args: None, .. } if last_name(name).is_some_and(|t| NEVER_FILLED_CATALOG_TABLES.contains(&t.as_str())))
 }
 
 /// Whether `query` reads from `unnest(...)`.
@@ -505,5 +549,20 @@ mod tests {
         assert!(columns.contains("sql_type_name(data_type) AS data_type") && columns.matches("information_schema.columns").count() == 1, "{columns}");
         let lookup = rewritten("SELECT t.typname FROM pg_type t WHERE t.typrelid = 0 OR (SELECT c.relkind = 'c' FROM pg_class c WHERE c.oid = t.typrelid)");
         assert!(lookup.contains("SELECT min(c.relkind = 'c')"), "{lookup}");
+    }
+
+    /// SQLAlchemy's column, key and index reflection.
+    #[test]
+    fn lookups_in_tables_this_catalog_never_fills_are_null_and_index_vectors_become_rows() {
+        let identity = rewritten("SELECT CASE WHEN (a.attidentity != '') THEN (SELECT json_build_object('always', a.attidentity = 'a', 'start', s.seqstart) FROM pg_catalog.pg_sequence s WHERE s.seqrelid = a.attrelid) ELSE NULL END AS identity_options FROM pg_catalog.pg_attribute a");
+        assert!(identity.contains("THEN CAST(NULL AS VARCHAR) ELSE NULL END") && !identity.contains("seqstart"), "{identity}");
+        // A lookup in a table this catalog fills stays a lookup.
+        let collation = rewritten("SELECT a.attname FROM pg_catalog.pg_attribute a WHERE (SELECT c.collname FROM pg_catalog.pg_collation c WHERE c.oid = a.attcollation) = 'C'");
+        assert!(collation.contains("min(c.collname)"), "{collation}");
+        let keys = rewritten("SELECT unnest(i.indkey) AS attnum, generate_subscripts(i.indkey, 1) AS ord, unnest(c.conkey) AS k FROM pg_catalog.pg_index i JOIN pg_catalog.pg_constraint c ON c.conindid = i.indexrelid");
+        assert!(keys.contains("unnest(CAST(string_to_array(CAST(i.indkey AS VARCHAR), ' ') AS SMALLINT[])) AS attnum"), "{keys}");
+        assert!(keys.contains("unnest(range(1, CAST(cardinality(CAST(string_to_array(CAST(i.indkey AS VARCHAR), ' ') AS SMALLINT[])) AS BIGINT) + 1)) AS ord"), "{keys}");
+        // conkey is an array in this catalog already.
+        assert!(keys.contains("unnest(c.conkey) AS k"), "{keys}");
     }
 }

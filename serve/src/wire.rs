@@ -17,7 +17,8 @@
 //! `timestamptz`, and timestamp parameters are `timestamptz` too: an offset the client sends is
 //! honoured, a time without one is UTC.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, FieldRef};
@@ -26,9 +27,10 @@ use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, Tr
 use datafusion::common::{Column, DFSchema, DFSchemaRef, ParamValues};
 use datafusion::error::Result;
 use datafusion::logical_expr::expr::{Cast, Placeholder, ScalarFunction, TryCast};
-use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, LogicalPlan, LogicalPlanBuilder, TypeSignature};
 use datafusion::prelude::SessionContext;
-use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::prelude::lit;
+use datafusion::sql::sqlparser::ast::{self, Statement, visit_expressions};
 use datafusion_postgres::QueryHook;
 use datafusion_postgres::arrow_pg::datatypes::df;
 use datafusion_postgres::hooks::HookClient;
@@ -51,11 +53,53 @@ impl Queries {
     /// `statement` planned (its catalog spellings rewritten, see [`crate::parse`]), its
     /// placeholders typed and its timestamps UTC.
     pub(crate) async fn plan(statement: &Statement, ctx: &SessionContext) -> Result<LogicalPlan> {
+        let placeholders = placeholders(statement);
         let mut statement = statement.clone();
         crate::parse::rewrite(&mut statement, crate::pgcompat::SETTINGS);
         let plan = ctx.state().statement_to_plan(datafusion::sql::parser::Statement::Statement(Box::new(statement))).await?;
-        utc_results(type_placeholders(plan)?)
+        utc_results(type_placeholders(keep_placeholders(plan, &placeholders, ctx)?)?)
     }
+}
+
+/// The `$n` placeholders `statement` holds, each with the cast around it where there is one
+/// (`CAST($1 AS INTEGER)`), as SQL.
+fn placeholders(statement: &Statement) -> BTreeMap<String, Option<String>> {
+    let mut found = BTreeMap::new();
+    let _ = visit_expressions(statement, |e: &ast::Expr| {
+        let (placeholder, cast) = match e {
+            ast::Expr::Cast { expr, .. } => (expr.as_ref(), Some(e.to_string())),
+            e => (e, None),
+        };
+        if let ast::Expr::Value(v) = placeholder
+            && let ast::Value::Placeholder(id) = &v.value
+        {
+            // Casts are visited before what they cast: a cast found first stays.
+            found.entry(id.clone()).or_insert(cast);
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    found
+}
+
+/// `plan` still holding every placeholder of `wanted`. A rewrite that answers a catalog lookup
+/// with NULL drops the lookup's placeholders with it, and datafusion-postgres pairs the values
+/// a client binds with the placeholders a plan holds, in order: each value after a dropped one
+/// went to the wrong placeholder (SQLAlchemy's column reflection sent its collation filter
+/// to the column-number comparison). A dropped placeholder is kept in an always-true filter on
+/// top of the query, `CAST($n AS t) IS NULL OR true`, with the cast it had, so it is typed as
+/// the client expects.
+fn keep_placeholders(plan: LogicalPlan, wanted: &BTreeMap<String, Option<String>>, ctx: &SessionContext) -> Result<LogicalPlan> {
+    let held = plan.get_parameter_types()?;
+    if wanted.keys().all(|id| held.contains_key(id)) || matches!(plan, LogicalPlan::Statement(_) | LogicalPlan::Ddl(_) | LogicalPlan::Dml(_) | LogicalPlan::Copy(_) | LogicalPlan::Explain(_)) {
+        return Ok(plan);
+    }
+    let mut predicate = lit(true);
+    for (id, cast) in wanted.iter().filter(|(id, _)| !held.contains_key(*id)) {
+        let bare = || Expr::Placeholder(Placeholder { id: id.clone(), field: None });
+        let value = cast.as_deref().and_then(|sql| ctx.parse_sql_expr(sql, &DFSchema::empty()).ok()).unwrap_or_else(bare);
+        predicate = predicate.and(value.is_null().or(lit(true)));
+    }
+    LogicalPlanBuilder::from(plan).filter(predicate)?.build()
 }
 
 #[async_trait]
@@ -154,6 +198,20 @@ fn guess(e: &Expr, in_limit: bool, schema: &DFSchema) -> Option<(String, DataTyp
             [haystack, needle] => Some((untyped(haystack)?, list_of(needle)?)),
             _ => None,
         },
+        // An argument of a function with fixed argument types (`pg_get_constraintdef(oid,
+        // $1)`, SQLAlchemy's foreign keys): the type the function takes there.
+        Expr::ScalarFunction(ScalarFunction { func, args }) => {
+            let (at, id) = args.iter().enumerate().find_map(|(i, a)| Some((i, untyped(a)?)))?;
+            let exact = |s: &TypeSignature| match s {
+                TypeSignature::Exact(types) if types.len() == args.len() => Some(types[at].clone()),
+                _ => None,
+            };
+            let taken = match &func.signature().type_signature {
+                TypeSignature::OneOf(all) => all.iter().find_map(exact),
+                one => exact(one),
+            };
+            Some((id, taken?))
+        }
         // `x <> ANY($n)`, `x > ANY($n)`...: the array's smallest or largest element against x.
         Expr::BinaryExpr(BinaryExpr { left, right, .. }) => [(left, right), (right, left)].into_iter().find_map(|(bound, other)| match bound.as_ref() {
             Expr::ScalarFunction(ScalarFunction { func, args }) if matches!(func.name(), "array_min" | "array_max") => Some((untyped(args.first()?)?, list_of(other)?)),
@@ -253,6 +311,41 @@ mod tests {
         // DataFusion's own inference stands.
         let plan = planned("SELECT cost FROM costs WHERE hour >= $1 AND cost > $2").await;
         assert!(matches!(&types(&plan)[..], [(_, DataType::Timestamp(_, Some(_))), (_, DataType::Float64)]), "{:?}", types(&plan));
+    }
+
+    /// A lookup rewritten to NULL drops its `$1`; the values a client binds are paired with a
+    /// plan's placeholders in order, so `$1` must stay, with the type its cast gave it.
+    #[tokio::test]
+    async fn placeholders_a_rewrite_drops_are_kept_with_their_cast() {
+        let ctx = SessionContext::new();
+        ctx.sql("CREATE TABLE pg_sequence (seqrelid INT, seqstart BIGINT)").await.unwrap().collect().await.unwrap();
+        ctx.sql("CREATE TABLE pg_class (oid INT, relname VARCHAR)").await.unwrap().collect().await.unwrap();
+        let sql = "SELECT (SELECT s.seqstart FROM pg_sequence s WHERE s.seqrelid = CAST($1 AS INTEGER)) AS start, relname FROM pg_class WHERE relname = $2";
+        let statement = match DFParser::parse_sql(sql).unwrap().pop_front().unwrap() {
+            datafusion::sql::parser::Statement::Statement(s) => *s,
+            other => panic!("{other:?}"),
+        };
+        let plan = Queries::plan(&statement, &ctx).await.unwrap();
+        assert_eq!(types(&plan), [("$1".into(), DataType::Int32), ("$2".into(), DataType::Utf8View)], "{plan}");
+        assert!(!plan.to_string().contains("seqstart"), "the lookup is answered NULL: {plan}");
+        // Bound and run, the filter that holds $1 keeps every row.
+        let bound = plan.with_param_values(vec![datafusion::scalar::ScalarValue::Int32(Some(7)), datafusion::scalar::ScalarValue::from("x")]).unwrap();
+        assert!(ctx.execute_logical_plan(bound).await.unwrap().collect().await.unwrap().iter().all(|b| b.num_rows() == 0));
+    }
+
+    /// `pg_get_constraintdef(oid, $1)` (SQLAlchemy's foreign keys): the function's own type.
+    #[tokio::test]
+    async fn placeholders_passed_to_functions_of_fixed_types_take_those_types() {
+        use datafusion::logical_expr::{ColumnarValue, Volatility, create_udf};
+        let ctx = SessionContext::new();
+        let udf = create_udf("definition", vec![DataType::Int32, DataType::Boolean], DataType::Utf8, Volatility::Immutable, Arc::new(|_: &[ColumnarValue]| Ok(ColumnarValue::Scalar(datafusion::scalar::ScalarValue::Utf8(None)))));
+        ctx.register_udf(udf);
+        let statement = match DFParser::parse_sql("SELECT definition(CAST(1 AS INT), $1) AS d").unwrap().pop_front().unwrap() {
+            datafusion::sql::parser::Statement::Statement(s) => *s,
+            other => panic!("{other:?}"),
+        };
+        let plan = Queries::plan(&statement, &ctx).await.unwrap();
+        assert_eq!(types(&plan), [("$1".into(), DataType::Boolean)]);
     }
 
     #[tokio::test]

@@ -234,6 +234,8 @@ def sqlalchemy_job(table):
         inspector = sqlalchemy.inspect(engine)
         out["tables"] = sorted(inspector.get_table_names())
         out["columns"] = [c["name"] for c in inspector.get_columns(table)]
+        out["primary_key"] = inspector.get_pk_constraint(table)["constrained_columns"]
+        out["foreign_keys"] = inspector.get_foreign_keys(table)
     except Exception as e:  # noqa: BLE001
         out["reflection"] = error(e)
     try:

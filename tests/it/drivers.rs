@@ -202,14 +202,23 @@ fn drivers_bind_parameters_type_results_and_cancel_as_postgresql_does() {
 
     // SQLAlchemy's reflection and pandas read what psql reads.
     let alchemy = &report["sqlalchemy"];
-    // (Its columns and pandas.read_sql_table are reported, not checked: SQLAlchemy's column
-    // reflection has a correlated subquery inside CASE, which DataFusion does not plan.)
     let tables: Vec<String> = server.psql_csv("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' AND table_type = 'BASE TABLE' ORDER BY 1").unwrap().into_iter().skip(1).map(|r| r[0].clone()).collect();
     if alchemy["tables"] != json!(tables) {
         failures.push(format!("SQLAlchemy reflection: {alchemy}; psql lists the tables {tables:?}"));
     }
     if alchemy["read_sql_query_count"] != json!(total.parse::<u64>().unwrap()) {
         failures.push(format!("pandas: {alchemy}; psql counts {total} rows"));
+    }
+    // Column reflection (correlated lookups inside CASE, placeholders in lookups this catalog
+    // answers NULL, index vectors unnested) and pandas.read_sql_table, which also reflects the
+    // keys: psql's columns, in order, and its row count; no keys, as for a table without any.
+    for (what, got) in [("get_columns", &alchemy["columns"]), ("read_sql_table", &alchemy["read_sql_table_columns"])] {
+        if *got != json!(header) {
+            failures.push(format!("SQLAlchemy {what}: {alchemy}; psql's columns are {header:?}"));
+        }
+    }
+    if alchemy["read_sql_table_rows"] != json!(total.parse::<u64>().unwrap()) || alchemy["primary_key"] != json!([]) || alchemy["foreign_keys"] != json!([]) {
+        failures.push(format!("pandas.read_sql_table / keys: {alchemy}; psql counts {total} rows, and there are no keys"));
     }
     assert!(failures.is_empty(), "{} driver checks fail:\n{}\nserver log:\n{}", failures.len(), failures.join("\n"), server.log());
 }
