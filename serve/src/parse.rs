@@ -27,7 +27,7 @@ use async_trait::async_trait;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::{
-    AccessExpr, DataType, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, JoinOperator, ObjectName, Query, SelectItem, SetExpr, Statement, TableAlias, TableFactor, VisitMut, VisitorMut, visit_relations,
+    AccessExpr, DataType, ExactNumberInfo, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, JoinOperator, ObjectName, Query, SelectItem, SetExpr, Statement, TableAlias, TableFactor, Value, VisitMut, VisitorMut, visit_relations,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
@@ -332,6 +332,27 @@ impl VisitorMut for Spellings<'_> {
 
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
         let replacement = match expr {
+            // `numeric` without a precision keeps every digit in PostgreSQL; DataFusion makes
+            // it decimal(38, 10). A literal gets exactly its own digits (read from its text:
+            // as a float it would have lost some), anything else `numeric(x)`, which keeps a
+            // decimal's scale, an integer whole and a float's or text's 15 places.
+            Expr::Cast { expr: inner, data_type: DataType::Numeric(ExactNumberInfo::None) | DataType::Decimal(ExactNumberInfo::None) | DataType::Dec(ExactNumberInfo::None), .. } => {
+                let digits = match inner.as_ref() {
+                    Expr::Value(v) => match &v.value {
+                        Value::Number(n, _) => Some(n.clone()),
+                        Value::SingleQuotedString(s) => Some(s.clone()),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                // (Arrow reads no exponent in text: `1.5e3` goes the float's way.)
+                match digits.as_deref().filter(|d| !d.contains(['e', 'E'])).and_then(|d| Some((d, crate::pgcompat::numeric_digits(d)?))) {
+                    Some((text, (before, scale))) if before + scale <= 76 => parse_expr(&format!("CAST('{}' AS NUMERIC({}, {scale}))", text.replace('\'', "''"), before + scale)),
+                    Some(_) => None,
+                    None if matches!(inner.as_ref(), Expr::Value(v) if matches!(v.value, Value::Placeholder(_))) => parse_expr(&format!("CAST({inner} AS NUMERIC(38, {}))", crate::pgcompat::NUMERIC_SCALE)),
+                    None => parse_expr(&format!("numeric({inner})")),
+                }
+            }
             // An object's oid as its name: `relnamespace::regnamespace` is the schema's name.
             Expr::Cast { expr: inner, data_type: DataType::Custom(kind, _), .. } if !is_literal(inner) => {
                 name_column(&last_name(kind).unwrap_or_default()).and_then(|(table, column)| {
@@ -549,6 +570,14 @@ mod tests {
         assert!(columns.contains("sql_type_name(data_type) AS data_type") && columns.matches("information_schema.columns").count() == 1, "{columns}");
         let lookup = rewritten("SELECT t.typname FROM pg_type t WHERE t.typrelid = 0 OR (SELECT c.relkind = 'c' FROM pg_class c WHERE c.oid = t.typrelid)");
         assert!(lookup.contains("SELECT min(c.relkind = 'c')"), "{lookup}");
+    }
+
+    #[test]
+    fn numeric_without_a_precision_keeps_a_literals_digits() {
+        let cast = rewritten("SELECT 0.123456789012345678::numeric AS a, '-12.50'::decimal AS b, cost::numeric AS c, CAST($1 AS NUMERIC) AS d, 1.5::numeric(5, 1) AS e FROM costs");
+        assert!(cast.contains("CAST('0.123456789012345678' AS NUMERIC(19,18)) AS a"), "{cast}");
+        assert!(cast.contains("CAST('-12.50' AS NUMERIC(4,2)) AS b") && cast.contains("numeric(cost) AS c") && cast.contains("CAST($1 AS NUMERIC(38,15)) AS d"), "{cast}");
+        assert!(cast.contains("1.5::NUMERIC(5,1) AS e"), "a precision given stays: {cast}");
     }
 
     /// SQLAlchemy's column, key and index reflection.

@@ -51,6 +51,7 @@ pub fn register(ctx: &SessionContext) {
         ctx.register_udf(ScalarUDF::new_from_impl(StandIn { name, answer, signature: Signature::variadic_any(Volatility::Stable) }));
     }
     ctx.register_udf(ScalarUDF::new_from_impl(JsonBuildObject { signature: Signature::variadic_any(Volatility::Immutable) }));
+    ctx.register_udf(ScalarUDF::new_from_impl(Numeric { signature: Signature::any(1, Volatility::Immutable) }));
     ctx.register_udf(create_udf("sql_type_name", vec![DataType::Utf8], DataType::Utf8, Volatility::Immutable, Arc::new(sql_type_names)));
 }
 
@@ -176,6 +177,77 @@ impl ScalarUDFImpl for JsonBuildObject {
     }
 }
 
+/// Decimal places kept by `numeric` without a scale for a value whose digits are not known
+/// when the statement is planned (a float or text column): a float's 15 significant digits
+/// (DBL_DIG) for values from 0.1 up.
+pub(crate) const NUMERIC_SCALE: i8 = 15;
+
+/// The digits before and after the point of the number `text` writes (`-12.50` has 2 and 2,
+/// `1.5e3` has 4 and 0, `1e-5` has 1 and 5); None when it is not a number.
+pub(crate) fn numeric_digits(text: &str) -> Option<(u32, u32)> {
+    let t = text.trim().trim_start_matches(['+', '-']);
+    let (mantissa, exponent) = match t.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.parse::<i32>().ok()?),
+        None => (t, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if int.is_empty() && frac.is_empty() || !int.chars().chain(frac.chars()).all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    // The digits as one run, and where the point falls in it once the exponent is applied.
+    let point = int.len() as i32 + exponent;
+    let leading_zeros = int.chars().chain(frac.chars()).take_while(|&c| c == '0').count() as i32;
+    let before = (point - leading_zeros).max(1);
+    let scale = (frac.len() as i32 - exponent).max(0);
+    Some((before as u32, scale as u32))
+}
+
+/// `numeric(x)`, what `x::numeric` without a precision becomes (see [`crate::parse`]):
+/// PostgreSQL keeps every digit, DataFusion made it `decimal(38, 10)` and cut the rest. A
+/// decimal stays as it is, an integer becomes a decimal without places, a float keeps
+/// [`NUMERIC_SCALE`] places, and text is read with as many, or refused when it has more.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Numeric {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for Numeric {
+    fn name(&self) -> &str {
+        "numeric"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, args: &[DataType]) -> Result<DataType, DataFusionError> {
+        Ok(match args.first() {
+            Some(t @ (DataType::Decimal32(..) | DataType::Decimal64(..) | DataType::Decimal128(..) | DataType::Decimal256(..))) => t.clone(),
+            Some(t) if t.is_integer() => DataType::Decimal128(20, 0),
+            _ => DataType::Decimal128(38, NUMERIC_SCALE),
+        })
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue, DataFusionError> {
+        let [value] = args.args.as_slice() else { return Err(DataFusionError::Plan("numeric takes one value".into())) };
+        let to = args.return_field.data_type();
+        let array = value.to_array(args.number_rows)?;
+        if let Some(text) = arrow::compute::cast(&array, &DataType::Utf8).ok().filter(|_| matches!(array.data_type(), DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8)) {
+            let text = text.as_string::<i32>();
+            for i in (0..text.len()).filter(|&i| !text.is_null(i)) {
+                let v = text.value(i).trim();
+                if numeric_digits(v).is_some_and(|(_, scale)| scale > NUMERIC_SCALE as u32) {
+                    return Err(DataFusionError::Execution(format!(
+                        "numeric: '{v}' has more decimal places than the {NUMERIC_SCALE} kept for numeric without a scale here; cast to numeric(precision, scale)"
+                    )));
+                }
+            }
+        }
+        let options = arrow::compute::CastOptions { safe: false, ..Default::default() };
+        Ok(ColumnarValue::Array(arrow::compute::cast_with_options(&array, to, &options)?))
+    }
+}
+
 /// A catalog function that gives one answer whatever it is asked (see [`catalog_stand_ins`]).
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct StandIn {
@@ -253,6 +325,26 @@ mod tests {
         let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
         let row: Vec<bool> = (0..3).map(|i| batches[0].column(i).as_boolean().value(0)).collect();
         assert_eq!(row, [true, true, true]);
+    }
+
+    #[test]
+    fn a_numbers_digits_before_and_after_the_point() {
+        let digits: Vec<_> = ["-12.50", "1.5e3", "1e-5", "0.001", "007", ".5", "abc", ".", "1.2.3"].into_iter().map(numeric_digits).collect();
+        assert_eq!(digits, [Some((2, 2)), Some((4, 0)), Some((1, 5)), Some((1, 3)), Some((1, 0)), Some((1, 1)), None, None, None]);
+    }
+
+    #[tokio::test]
+    async fn numeric_without_a_scale_keeps_digits_or_refuses() {
+        let ctx = SessionContext::new();
+        register(&ctx);
+        let batches = ctx.sql("SELECT numeric(CAST(0.000123456789 AS DOUBLE)) AS f, numeric(CAST(3 AS BIGINT)) AS i, numeric(CAST(1.25 AS DECIMAL(10, 2))) AS d, numeric('2.123456789012345') AS t").await.unwrap().collect().await.unwrap();
+        let schema = batches[0].schema();
+        let types: Vec<_> = schema.fields().iter().map(|f| f.data_type().clone()).collect();
+        assert_eq!(types, [DataType::Decimal128(38, 15), DataType::Decimal128(20, 0), DataType::Decimal128(10, 2), DataType::Decimal128(38, 15)]);
+        let shown = arrow::util::pretty::pretty_format_batches(&batches).unwrap().to_string();
+        assert!(shown.contains("0.000123456789000") && shown.contains("| 3 ") && shown.contains("1.25") && shown.contains("2.123456789012345"), "{shown}");
+        let refused = ctx.sql("SELECT numeric('0.1234567890123456789') AS t").await.unwrap().collect().await.unwrap_err().to_string();
+        assert!(refused.contains("'0.1234567890123456789' has more decimal places than the 15"), "{refused}");
     }
 
     #[test]

@@ -105,6 +105,11 @@ public class Jdbc {
                 ps.setString(1, b);
                 return first(ps);
             });
+            check("numeric", () -> {
+                PreparedStatement ps = conn.prepareStatement("SELECT '0.123456789012345678'::numeric AS n FROM chargeback_monthly WHERE team = ? LIMIT 1");
+                ps.setString(1, a);
+                return first(ps);
+            });
             OffsetDateTime berlin = Instant.ofEpochSecond(mid).atOffset(ZoneOffset.ofHours(2));
             check("timestamptz filter", () -> {
                 PreparedStatement ps = conn.prepareStatement("SELECT count(*) AS n FROM gpu_samples WHERE ts >= ?");
