@@ -66,6 +66,9 @@ pub struct ServeConfig {
     /// How long a table's file listing is reused before the directory is read again: the delay
     /// after which new Parquet files show up.
     pub refresh_interval: Duration,
+    /// Bytes of query answers kept to send again to clients asking the same within
+    /// `refresh_interval` (see `results`); 0 keeps none.
+    pub result_cache: u64,
     /// Most SQL connections logged in at once; more are refused.
     pub max_connections: usize,
     /// Most SQL connections at once that have not logged in yet (they do not count in
@@ -105,6 +108,7 @@ impl Default for ServeConfig {
             memory_limit: 2 << 30,
             memory_total: 4 << 30,
             refresh_interval: Duration::from_secs(5),
+            result_cache: 256 << 20,
             max_connections: 64,
             max_unauthenticated: 1024,
             startup_timeout: Duration::from_secs(10),
@@ -130,6 +134,7 @@ struct RawServe {
     memory_limit: Option<Spanned<String>>,
     memory_total: Option<Spanned<String>>,
     refresh_interval: Option<Spanned<String>>,
+    result_cache: Option<Spanned<String>>,
     max_connections: Option<Spanned<i64>>,
     max_unauthenticated: Option<Spanned<i64>>,
     startup_timeout: Option<Spanned<String>>,
@@ -224,6 +229,16 @@ impl ServeConfig {
                 Some(n) => c.memory_limit = n,
                 None => {}
             }
+        }
+        // "0" (or "off") keeps no answers.
+        match &raw.result_cache {
+            Some(v) if matches!(v.get_ref().trim(), "0" | "off") => c.result_cache = 0,
+            Some(v) => {
+                if let Some(n) = bytes(v, "result_cache") {
+                    c.result_cache = n;
+                }
+            }
+            None => {}
         }
         let total = raw.memory_total.as_ref().and_then(|v| bytes(v, "memory_total"));
         match (&raw.memory_total, total) {
@@ -371,6 +386,7 @@ query_timeout = "5s"
 memory_limit = "512MiB"
 memory_total = "1GiB"
 refresh_interval = "1s"
+result_cache = "0"
 max_connections = 8
 http_max_connections = 100
 http_idle_timeout = "10s"
@@ -393,6 +409,7 @@ password = "inline"
         assert_eq!(c.memory_limit, 512 << 20);
         assert_eq!(c.memory_total, 1 << 30);
         assert_eq!(c.refresh_interval, Duration::from_secs(1));
+        assert_eq!(c.result_cache, 0);
         assert_eq!(c.max_connections, 8);
         assert_eq!(c.http_max_connections, 100);
         assert_eq!(c.http_idle_timeout, Duration::from_secs(10));

@@ -68,7 +68,7 @@ impl Cursors {
         let name = cursor_name(declare)?;
         let query = for_query(declare)?;
         let schema = plan.schema().clone();
-        let answer = rows(plan.clone(), ctx, client).await?;
+        let answer = rows(plan.clone(), ctx, client, None).await?;
         let fields = answer.row_schema.clone();
         let statement = StoredStatement::new(name.clone(), (query.to_string(), Some((Statement::Query(query), plan))), vec![]);
         let portal = Portal::new_cursor(name.clone(), Arc::new(statement));

@@ -21,6 +21,7 @@ pub mod http;
 pub mod limits;
 pub mod metrics;
 mod parse;
+pub mod results;
 pub mod pg;
 mod pgcompat;
 mod session;
@@ -104,7 +105,8 @@ pub async fn run(options: Options, ready: impl FnOnce(Bound), shutdown: impl Fut
         http: http_listener.local_addr().map_err(|source| ServeError::Listen { addr: c.http_listen, what: "the HTTP API", source })?,
     };
 
-    let endpoint = Arc::new(pg::PgEndpoint::new(Arc::new(ledger.context().clone()), &c.users, limits.clone(), stats.clone()));
+    let results = (c.result_cache > 0).then(|| Arc::new(results::ResultCache::new(c.result_cache, c.refresh_interval, stats.clone())));
+    let endpoint = Arc::new(pg::PgEndpoint::new(Arc::new(ledger.context().clone()), &c.users, limits.clone(), stats.clone(), results));
     let api = Arc::new(http::Api {
         ledger: ledger.clone(),
         store: options.store.clone(),
@@ -126,6 +128,7 @@ pub async fn run(options: Options, ready: impl FnOnce(Bound), shutdown: impl Fut
         query_timeout = %gpuledger_schemas::units::format_duration(c.query_timeout),
         memory_limit_mib = c.memory_limit >> 20,
         memory_total_mib = c.memory_total >> 20,
+        result_cache_mib = c.result_cache >> 20,
         statement_threads = threads,
         "serving"
     );

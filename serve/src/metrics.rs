@@ -27,6 +27,12 @@ pub struct Stats {
     pub query_micros: AtomicU64,
     pub http_requests: AtomicU64,
     pub http_unauthorized: AtomicU64,
+    /// Statements answered with rows another client's identical statement computed.
+    pub result_cache_hits: AtomicU64,
+    /// Statements computed and offered to the result cache.
+    pub result_cache_misses: AtomicU64,
+    /// Bytes of rows the result cache holds (as of its last change).
+    pub result_cache_bytes: AtomicU64,
 }
 
 /// The SQL behind the ledger gauges: the samples `queries/90_reports.sql` defines, in
@@ -97,7 +103,7 @@ pub fn render(gauges: Option<&[GaugeSample]>, currency: &str, stats: &Stats) -> 
     }
     out.header("gpuledger_ledger_available", "gauge", "1 when the store holds a ledger (gpuledger ledger has run), else 0.");
     out.sample("gpuledger_ledger_available", &[], u8::from(gauges.is_some()));
-    let counters: [(&str, &str, &AtomicU64); 10] = [
+    let counters: [(&str, &str, &AtomicU64); 12] = [
         ("gpuledger_sql_connections_total", "SQL connections accepted.", &stats.pg_connections),
         ("gpuledger_sql_connections_refused_total", "SQL connections refused at max_connections.", &stats.pg_connections_refused),
         ("gpuledger_sql_logins_failed_total", "SQL logins refused: wrong password or unknown user.", &stats.pg_logins_failed),
@@ -108,6 +114,8 @@ pub fn render(gauges: Option<&[GaugeSample]>, currency: &str, stats: &Stats) -> 
         ("gpuledger_sql_queries_cancelled_total", "SQL statements stopped by the client's cancel request.", &stats.queries_cancelled),
         ("gpuledger_http_requests_total", "HTTP API requests.", &stats.http_requests),
         ("gpuledger_http_unauthorized_total", "HTTP API requests refused for a missing or wrong token.", &stats.http_unauthorized),
+        ("gpuledger_sql_result_cache_hits_total", "SQL statements answered with the rows of the same statement computed within refresh_interval.", &stats.result_cache_hits),
+        ("gpuledger_sql_result_cache_misses_total", "SQL statements computed and offered to the result cache (immutable queries only).", &stats.result_cache_misses),
     ];
     for (name, help, value) in counters {
         out.header(name, "counter", help);
@@ -115,6 +123,8 @@ pub fn render(gauges: Option<&[GaugeSample]>, currency: &str, stats: &Stats) -> 
     }
     out.header("gpuledger_sql_statements_running", "gauge", "SQL statements under way now: planned, running or sending their rows.");
     out.sample("gpuledger_sql_statements_running", &[], stats.statements_running.load(Ordering::Relaxed));
+    out.header("gpuledger_sql_result_cache_bytes", "gauge", "Bytes of rows the SQL result cache holds (at most serve.result_cache).");
+    out.sample("gpuledger_sql_result_cache_bytes", &[], stats.result_cache_bytes.load(Ordering::Relaxed));
     let seconds = stats.query_micros.load(Ordering::Relaxed) as f64 / 1e6;
     out.header("gpuledger_sql_query_seconds_total", "counter", "Time spent in SQL statements.");
     out.sample("gpuledger_sql_query_seconds_total", &[], seconds);

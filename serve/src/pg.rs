@@ -49,6 +49,7 @@ use crate::stop::{Stop, TimeLimit, Why};
 use crate::metrics::Stats;
 use crate::cursor::{Cursors, DeclaredCursors};
 use crate::parse::{PlannedStatement, SqlParser, StatementParser};
+use crate::results::ResultCache;
 use crate::wire::Queries;
 use crate::{ServeError, guard, session};
 
@@ -66,7 +67,7 @@ pub struct PgEndpoint {
 }
 
 impl PgEndpoint {
-    pub fn new(base: Arc<SessionContext>, users: &[User], limits: Limits, stats: Arc<Stats>) -> PgEndpoint {
+    pub fn new(base: Arc<SessionContext>, users: &[User], limits: Limits, stats: Arc<Stats>, results: Option<Arc<ResultCache>>) -> PgEndpoint {
         let cursors = Arc::new(DeclaredCursors::default());
         // In order: writes refused first; cursors declared with their columns, then fetched and
         // closed by datafusion-postgres; session chatter; and every other statement planned
@@ -79,7 +80,7 @@ impl PgEndpoint {
             Arc::new(session::ShowSettings),
             Arc::new(SetShowHook),
             Arc::new(TransactionStatementHook),
-            Arc::new(Queries),
+            Arc::new(Queries { results }),
         ];
         // Statements are planned at Parse time by one long-lived parser over the shared session;
         // they run in a per-statement session (see `QueryService::session`).

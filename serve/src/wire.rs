@@ -32,7 +32,13 @@ use datafusion::prelude::SessionContext;
 use datafusion::prelude::lit;
 use datafusion::sql::sqlparser::ast::{self, Statement, visit_expressions};
 use datafusion_postgres::QueryHook;
-use datafusion_postgres::arrow_pg::datatypes::df;
+use datafusion_postgres::arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch};
+use datafusion::physical_plan::SendableRecordBatchStream;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use futures::StreamExt;
+use pgwire::messages::data::DataRow;
+
+use crate::results::{Lookup, ResultCache};
 use datafusion_postgres::hooks::HookClient;
 use datafusion_postgres::pgwire;
 use pgwire::api::ClientInfo;
@@ -47,7 +53,10 @@ const UTC: &str = "UTC";
 /// Plans the statements the hooks before it left: the last hook of the endpoint. On the
 /// simple protocol it runs them; on the extended one it gives the plan its parameter and
 /// result types, and datafusion-postgres binds and runs it.
-pub struct Queries;
+pub struct Queries {
+    /// Answers shared between clients, when the endpoint keeps them.
+    pub results: Option<Arc<ResultCache>>,
+}
 
 impl Queries {
     /// `statement` planned (its catalog spellings rewritten, see [`crate::parse`]), its
@@ -107,7 +116,7 @@ impl QueryHook for Queries {
     async fn handle_simple_query(&self, statement: &Statement, ctx: &SessionContext, client: &mut dyn HookClient) -> Option<PgWireResult<Response>> {
         let run = async {
             let plan = Self::plan(statement, ctx).await.map_err(api)?;
-            Ok(Response::Query(rows(plan, ctx, client).await?))
+            Ok(Response::Query(rows(plan, ctx, client, self.results.as_ref()).await?))
         };
         Some(run.await)
     }
@@ -123,10 +132,34 @@ impl QueryHook for Queries {
 
 /// Runs `plan` and encodes its rows as text the way `client` asked for (its DateStyle,
 /// extra_float_digits...).
-pub(crate) async fn rows(plan: LogicalPlan, ctx: &SessionContext, client: &dyn HookClient) -> PgWireResult<QueryResponse> {
-    let frame = ctx.execute_logical_plan(plan).await.map_err(api)?;
+/// With `results`, rows another client's identical statement computed a moment ago are sent
+/// instead (see [`crate::results`]).
+pub(crate) async fn rows(plan: LogicalPlan, ctx: &SessionContext, client: &dyn HookClient, results: Option<&Arc<ResultCache>>) -> PgWireResult<QueryResponse> {
+    let lookup = match results {
+        Some(cache) => cache.lookup(&plan).await,
+        None => Lookup::Uncached,
+    };
     let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-    df::encode_dataframe(frame, &Format::UnifiedText, Some(options)).await
+    let stream: SendableRecordBatchStream = match lookup {
+        Lookup::Hit(answer) => Box::pin(RecordBatchStreamAdapter::new(answer.schema.clone(), futures::stream::iter(answer.batches.clone().into_iter().map(Ok)))),
+        Lookup::Compute(lease) => {
+            let stream = ctx.execute_logical_plan(plan).await.map_err(api)?.execute_stream().await.map_err(api)?;
+            let schema = stream.schema();
+            Box::pin(RecordBatchStreamAdapter::new(schema, lease.gather(stream)))
+        }
+        Lookup::Uncached => ctx.execute_logical_plan(plan).await.map_err(api)?.execute_stream().await.map_err(api)?,
+    };
+    let fields = Arc::new(arrow_schema_to_pg_fields(stream.schema().as_ref(), &Format::UnifiedText, Some(options))?);
+    let encoding = fields.clone();
+    let rows = stream
+        .map(move |batch| -> Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send + Sync> {
+            match batch {
+                Ok(batch) => encode_recordbatch(encoding.clone(), batch),
+                Err(e) => Box::new(std::iter::once(Err(api(e)))),
+            }
+        })
+        .flat_map(futures::stream::iter);
+    Ok(QueryResponse::new(fields, rows))
 }
 
 pub(crate) fn api(e: datafusion::error::DataFusionError) -> PgWireError {

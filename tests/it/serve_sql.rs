@@ -423,6 +423,37 @@ fn show_answers_settings_by_their_names() {
     assert!(err.contains("unrecognized configuration parameter \"no_such_setting\""), "{err}");
 }
 
+/// Viewers of one dashboard send the same statements: the second is answered with the rows
+/// the first computed (within refresh_interval), the same rows; a statement reading the clock
+/// is computed each time, and `result_cache = "0"` keeps nothing.
+#[test]
+fn identical_statements_share_one_answer_and_clock_readings_never_do() {
+    let (store, base) = demo_store();
+    let tmp = tempfile::tempdir().unwrap();
+    let counters = |server: &Server| {
+        let (_, _, metrics) = server.get("/metrics", Some(super::serving::TOKEN));
+        let read = |name: &str| metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<u64>().ok()).unwrap_or_else(|| panic!("{name} missing:\n{metrics}"));
+        (read("gpuledger_sql_result_cache_hits_total"), read("gpuledger_sql_result_cache_misses_total"))
+    };
+    let panel = "SELECT team, sum(total) AS total FROM chargeback_monthly GROUP BY team ORDER BY team";
+    let server = Server::start(store, &serve_config(tmp.path(), base, "refresh_interval = \"1h\""));
+    let first = server.psql_csv(panel).unwrap();
+    assert_eq!(counters(&server), (0, 1));
+    assert_eq!(server.psql_csv(panel).unwrap(), first);
+    assert_eq!(counters(&server), (1, 1));
+    let clock = "SELECT now() AS t, count(*) AS n FROM chargeback_monthly";
+    let (a, b) = (server.psql_csv(clock).unwrap(), server.psql_csv(clock).unwrap());
+    assert_ne!(a, b, "now() read twice should differ");
+    assert_eq!(counters(&server), (1, 1), "statements reading the clock are never kept");
+    drop(server);
+
+    let off = tempfile::tempdir().unwrap();
+    let server = Server::start(store, &serve_config(off.path(), base, "refresh_interval = \"1h\"\nresult_cache = \"0\""));
+    assert_eq!(server.psql_csv(panel).unwrap(), first);
+    assert_eq!(server.psql_csv(panel).unwrap(), first);
+    assert_eq!(counters(&server), (0, 0));
+}
+
 /// Sends a plain-text startup message for grafana and reads every message the server sends
 /// until it closes the connection: (type byte, body).
 fn raw_startup(port: u16) -> Vec<(char, Vec<u8>)> {
