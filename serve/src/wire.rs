@@ -317,13 +317,17 @@ mod tests {
     const NS: TimeUnit = TimeUnit::Nanosecond;
     use datafusion::sql::parser::DFParser;
 
+    fn statement(sql: &str) -> Statement {
+        match DFParser::parse_sql(sql).unwrap().pop_front().unwrap() {
+            datafusion::sql::parser::Statement::Statement(s) => *s,
+            other => panic!("{other:?}"),
+        }
+    }
+
     async fn planned(sql: &str) -> LogicalPlan {
         let ctx = SessionContext::new();
         ctx.sql("CREATE TABLE costs (team VARCHAR, hour TIMESTAMP WITH TIME ZONE, cost DOUBLE) AS VALUES ('ml', TIMESTAMP '2026-12-01T00:00:00Z', 1.5)").await.unwrap().collect().await.unwrap();
-        let statement = match DFParser::parse_sql(sql).unwrap().pop_front().unwrap() {
-            datafusion::sql::parser::Statement::Statement(s) => *s,
-            other => panic!("{other:?}"),
-        };
+        let statement = statement(sql);
         Queries::plan(&statement, &ctx).await.unwrap()
     }
 
@@ -354,10 +358,7 @@ mod tests {
         ctx.sql("CREATE TABLE pg_sequence (seqrelid INT, seqstart BIGINT)").await.unwrap().collect().await.unwrap();
         ctx.sql("CREATE TABLE pg_class (oid INT, relname VARCHAR)").await.unwrap().collect().await.unwrap();
         let sql = "SELECT (SELECT s.seqstart FROM pg_sequence s WHERE s.seqrelid = CAST($1 AS INTEGER)) AS start, relname FROM pg_class WHERE relname = $2";
-        let statement = match DFParser::parse_sql(sql).unwrap().pop_front().unwrap() {
-            datafusion::sql::parser::Statement::Statement(s) => *s,
-            other => panic!("{other:?}"),
-        };
+        let statement = statement(sql);
         let plan = Queries::plan(&statement, &ctx).await.unwrap();
         assert_eq!(types(&plan), [("$1".into(), DataType::Int32), ("$2".into(), DataType::Utf8View)], "{plan}");
         assert!(!plan.to_string().contains("seqstart"), "the lookup is answered NULL: {plan}");
@@ -373,10 +374,7 @@ mod tests {
         let ctx = SessionContext::new();
         let udf = create_udf("definition", vec![DataType::Int32, DataType::Boolean], DataType::Utf8, Volatility::Immutable, Arc::new(|_: &[ColumnarValue]| Ok(ColumnarValue::Scalar(datafusion::scalar::ScalarValue::Utf8(None)))));
         ctx.register_udf(udf);
-        let statement = match DFParser::parse_sql("SELECT definition(CAST(1 AS INT), $1) AS d").unwrap().pop_front().unwrap() {
-            datafusion::sql::parser::Statement::Statement(s) => *s,
-            other => panic!("{other:?}"),
-        };
+        let statement = statement("SELECT definition(CAST(1 AS INT), $1) AS d");
         let plan = Queries::plan(&statement, &ctx).await.unwrap();
         assert_eq!(types(&plan), [("$1".into(), DataType::Boolean)]);
     }
