@@ -20,7 +20,8 @@
 # one has the same parameters), SKIP_BUILD=1 (use the release binary as it is), BIN (another
 # binary, e.g. target/debug/gpuledger: no build), TEXT=1 (simulate a text capture and ingest it,
 # instead of `simulate --store`), KEEP_CAPTURE=1 (with TEXT=1: keep the simulated text),
-# INGEST_FLUSH_ROWS (with TEXT=1: ingest's --flush-rows, its default 2000000).
+# INGEST_FLUSH_ROWS (with TEXT=1: ingest's --flush-rows, its default 2000000), SERVE_EXTRA
+# (lines added to the server's [serve] section, e.g. SERVE_EXTRA='result_cache = "0"').
 #
 # With TEXT=1 the text must fit on disk before ingest: about 7.4 KB per GPU per scrape plus 1 MB
 # per GPU-day of Kubernetes objects (a month of 256 GPUs: ~24 GB at 5m, ~170 GB at 30 s). At 30 s
@@ -75,6 +76,7 @@ http_listen = "127.0.0.1:0"
 query_timeout = "60s"
 memory_limit = "2GiB"
 max_connections = $MAXCONN
+${SERVE_EXTRA:-}
 
 [[serve.users]]
 name = "grafana"

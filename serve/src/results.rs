@@ -6,7 +6,9 @@
 //! store only changes when an ingest or a ledger run writes files, and those show up through
 //! file listings that are themselves reused for `refresh_interval`. So a statement's rows are
 //! kept for `refresh_interval` after it was computed and handed to whoever sends the same
-//! statement (the same plan, parameters bound) in that time; a statement that is being computed
+//! statement (the same plan, parameters bound, the same text settings such as DateStyle) in
+//! that time, as the rows were encoded for the wire: encoding 177K rows as text cost the
+//! server more than computing them; a statement that is being computed
 //! is waited for rather than computed again. New data is seen within twice `refresh_interval`
 //! instead of once.
 //!
@@ -23,12 +25,11 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use arrow::datatypes::SchemaRef;
-use arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::error::Result;
 use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
-use datafusion::physical_plan::SendableRecordBatchStream;
+use datafusion_postgres::pgwire::api::results::FieldInfo;
+use datafusion_postgres::pgwire::error::PgWireResult;
+use datafusion_postgres::pgwire::messages::data::DataRow;
 use futures::Stream;
 use tokio::sync::watch;
 
@@ -57,12 +58,17 @@ enum Slot {
     TooLarge(Instant),
 }
 
-/// The rows of one statement.
+/// The rows of one statement, encoded for the wire.
 pub struct Answer {
-    pub schema: SchemaRef,
-    pub batches: Vec<RecordBatch>,
+    pub fields: Arc<Vec<FieldInfo>>,
+    pub rows: Vec<DataRow>,
     bytes: u64,
     at: Instant,
+}
+
+/// What one encoded row holds in memory: its bytes and their buffer's bookkeeping.
+fn row_bytes(row: &DataRow) -> u64 {
+    row.data.len() as u64 + 48
 }
 
 /// What a client is to do with a statement.
@@ -96,13 +102,14 @@ impl ResultCache {
         at.elapsed() < self.keep_for
     }
 
-    /// What to do with `plan`: rows computed within the time they are kept, a lease to compute
-    /// them, or nothing to keep. Waits while another client computes the same statement.
-    pub async fn lookup(self: &Arc<Self>, plan: &LogicalPlan) -> Lookup {
+    /// What to do with `plan`, its rows encoded as `encoding` says (the client's text
+    /// settings): rows computed within the time they are kept, a lease to compute them, or
+    /// nothing to keep. Waits while another client computes the same statement.
+    pub async fn lookup(self: &Arc<Self>, plan: &LogicalPlan, encoding: &str) -> Lookup {
         if !cacheable(plan) {
             return Lookup::Uncached;
         }
-        let key = plan.display_indent().to_string();
+        let key = format!("{encoding}\n{}", plan.display_indent());
         loop {
             let mut waiting = {
                 let mut state = self.lock();
@@ -121,7 +128,7 @@ impl ResultCache {
                         let (sender, receiver) = watch::channel(());
                         state.slots.insert(key.clone(), Slot::Running(receiver));
                         self.stats.result_cache_misses.fetch_add(1, Ordering::Relaxed);
-                        return Lookup::Compute(Lease { cache: self.clone(), key, _done: sender, batches: Vec::new(), bytes: 0, whole: false });
+                        return Lookup::Compute(Lease { cache: self.clone(), key, _done: sender, rows: Vec::new(), bytes: 0, whole: false });
                     }
                 }
             };
@@ -130,9 +137,9 @@ impl ResultCache {
         }
     }
 
-    /// Keeps `batches` under `key` in place of its running slot, making room by dropping the
+    /// Keeps `rows` under `key` in place of its running slot, making room by dropping the
     /// oldest answers; or marks the key too large to keep.
-    fn keep(&self, key: &str, schema: SchemaRef, batches: Vec<RecordBatch>, bytes: u64) {
+    fn keep(&self, key: &str, fields: Arc<Vec<FieldInfo>>, rows: Vec<DataRow>, bytes: u64) {
         if bytes > self.budget / 8 {
             return self.too_large(key);
         }
@@ -157,7 +164,7 @@ impl ResultCache {
         }
         state.bytes += bytes;
         self.stats.result_cache_bytes.store(state.bytes, Ordering::Relaxed);
-        state.slots.insert(key.to_owned(), Slot::Ready(Arc::new(Answer { schema, batches, bytes, at: Instant::now() })));
+        state.slots.insert(key.to_owned(), Slot::Ready(Arc::new(Answer { fields, rows, bytes, at: Instant::now() })));
     }
 
     /// Marks `key` too large to keep, for the time an answer would be kept.
@@ -202,24 +209,24 @@ fn cacheable(plan: &LogicalPlan) -> bool {
     walk.is_ok() && immutable
 }
 
-/// The right to compute one statement's answer and keep it. Dropped before the last batch
+/// The right to compute one statement's answer and keep it. Dropped before the last row
 /// (an error, a cancel, a client gone), it keeps nothing and lets the waiting clients go on.
 pub struct Lease {
     cache: Arc<ResultCache>,
     key: String,
     /// Dropped with the lease: wakes the clients waiting for this statement.
     _done: watch::Sender<()>,
-    batches: Vec<RecordBatch>,
+    rows: Vec<DataRow>,
     bytes: u64,
-    /// Every batch arrived.
+    /// Every row arrived, or the answer was found too large.
     whole: bool,
 }
 
 impl Lease {
-    /// `stream`, its batches also gathered for the cache while there is room; kept when the
-    /// stream ends without an error.
-    pub fn gather(self, stream: SendableRecordBatchStream) -> Gathering {
-        Gathering { schema: stream.schema(), stream, lease: Some(self), over: false }
+    /// `rows` (their columns `fields`), also gathered for the cache while there is room; kept
+    /// when they end without an error.
+    pub fn gather<S>(self, fields: Arc<Vec<FieldInfo>>, rows: S) -> Gathering<S> {
+        Gathering { fields, rows, lease: Some(self) }
     }
 }
 
@@ -231,42 +238,40 @@ impl Drop for Lease {
     }
 }
 
-/// A statement's batches on their way out, copied to a [`Lease`].
-pub struct Gathering {
-    schema: SchemaRef,
-    stream: SendableRecordBatchStream,
+/// A statement's rows on their way out, copied to a [`Lease`].
+pub struct Gathering<S> {
+    fields: Arc<Vec<FieldInfo>>,
+    rows: S,
+    /// None once the answer is kept, found too large or failed.
     lease: Option<Lease>,
-    /// More than can be kept: nothing more is gathered.
-    over: bool,
 }
 
-impl Stream for Gathering {
-    type Item = Result<RecordBatch>;
+impl<S: Stream<Item = PgWireResult<DataRow>> + Unpin> Stream for Gathering<S> {
+    type Item = PgWireResult<DataRow>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
-        let next = this.stream.as_mut().poll_next(cx);
+        let next = Pin::new(&mut this.rows).poll_next(cx);
         match &next {
-            Poll::Ready(Some(Ok(batch))) => {
-                if let Some(lease) = this.lease.as_mut().filter(|_| !this.over) {
-                    lease.bytes += batch.get_array_memory_size() as u64;
+            Poll::Ready(Some(Ok(row))) => {
+                if let Some(lease) = this.lease.as_mut() {
+                    lease.bytes += row_bytes(row);
                     if lease.bytes > lease.cache.budget / 8 {
                         // Too large: say so, so the waiting clients compute it themselves.
-                        this.over = true;
-                        lease.batches.clear();
                         lease.whole = true;
                         lease.cache.too_large(&lease.key);
+                        this.lease = None;
                     } else {
-                        lease.batches.push(batch.clone());
+                        lease.rows.push(row.clone());
                     }
                 }
             }
             Poll::Ready(Some(Err(_))) => this.lease = None,
             Poll::Ready(None) => {
-                if let Some(mut lease) = this.lease.take().filter(|_| !this.over) {
+                if let Some(mut lease) = this.lease.take() {
                     lease.whole = true;
-                    let batches = std::mem::take(&mut lease.batches);
-                    lease.cache.keep(&lease.key, this.schema.clone(), batches, lease.bytes);
+                    let rows = std::mem::take(&mut lease.rows);
+                    lease.cache.keep(&lease.key, this.fields.clone(), rows, lease.bytes);
                 }
             }
             Poll::Pending => {}
@@ -285,14 +290,27 @@ mod tests {
         ctx.sql(sql).await.unwrap().logical_plan().clone()
     }
 
+    /// Runs `plan` as the endpoint would, each result row one wire row; what happened and how
+    /// many rows were sent.
     async fn run(ctx: &SessionContext, cache: &Arc<ResultCache>, plan: LogicalPlan) -> (&'static str, usize) {
-        match cache.lookup(&plan).await {
-            Lookup::Hit(answer) => ("hit", answer.batches.iter().map(RecordBatch::num_rows).sum()),
-            Lookup::Uncached => ("uncached", ctx.execute_logical_plan(plan).await.unwrap().collect().await.unwrap().iter().map(RecordBatch::num_rows).sum()),
+        let lookup = cache.lookup(&plan, "text").await;
+        let batches = || async { ctx.execute_logical_plan(plan.clone()).await.unwrap().collect().await.unwrap() };
+        let wire = |n: usize| {
+            (0..n)
+                .map(|i| {
+                    let mut row = DataRow::default();
+                    row.data.extend_from_slice(i.to_string().as_bytes());
+                    Ok(row)
+                })
+                .collect::<Vec<_>>()
+        };
+        match lookup {
+            Lookup::Hit(answer) => ("hit", answer.rows.len()),
+            Lookup::Uncached => ("uncached", batches().await.iter().map(|b| b.num_rows()).sum()),
             Lookup::Compute(lease) => {
-                let stream = ctx.execute_logical_plan(plan).await.unwrap().execute_stream().await.unwrap();
-                let rows: Vec<_> = lease.gather(stream).collect().await;
-                ("computed", rows.into_iter().map(|b| b.unwrap().num_rows()).sum())
+                let n = batches().await.iter().map(|b| b.num_rows()).sum();
+                let sent: Vec<_> = lease.gather(Arc::new(vec![]), futures::stream::iter(wire(n))).collect().await;
+                ("computed", sent.len())
             }
         }
     }
@@ -304,6 +322,8 @@ mod tests {
         let q = "SELECT value FROM generate_series(1, 100) AS t(value) WHERE value > 50";
         assert_eq!(run(&ctx, &cache, plan(&ctx, q).await).await, ("computed", 50));
         assert_eq!(run(&ctx, &cache, plan(&ctx, q).await).await, ("hit", 50));
+        // Another client's text settings are another answer.
+        assert!(matches!(cache.lookup(&plan(&ctx, q).await, "text, DateStyle=German").await, Lookup::Compute(_)));
         // Another literal is another statement; now() and random() are never kept.
         assert_eq!(run(&ctx, &cache, plan(&ctx, &q.replace("50", "90")).await).await, ("computed", 10));
         assert_eq!(run(&ctx, &cache, plan(&ctx, "SELECT now() AS t").await).await, ("uncached", 1));
@@ -318,11 +338,11 @@ mod tests {
         let q = "SELECT value FROM generate_series(1, 10) AS t(value)";
         assert_eq!(run(&ctx, &brief, plan(&ctx, q).await).await, ("computed", 10));
         assert_eq!(run(&ctx, &brief, plan(&ctx, q).await).await, ("computed", 10), "kept for no time at all");
-        // A budget of 8 KiB keeps answers up to 1 KiB: a million rows are computed each time.
-        let small = Arc::new(ResultCache::new(8 << 10, Duration::from_secs(60), Arc::default()));
-        let big = "SELECT value FROM generate_series(1, 1000000) AS t(value)";
-        assert_eq!(run(&ctx, &small, plan(&ctx, big).await).await, ("computed", 1_000_000));
-        assert_eq!(run(&ctx, &small, plan(&ctx, big).await).await, ("uncached", 1_000_000));
+        // A budget of 64 KiB keeps answers up to 8 KiB: 10,000 rows are computed each time.
+        let small = Arc::new(ResultCache::new(64 << 10, Duration::from_secs(60), Arc::default()));
+        let big = "SELECT value FROM generate_series(1, 10000) AS t(value)";
+        assert_eq!(run(&ctx, &small, plan(&ctx, big).await).await, ("computed", 10_000));
+        assert_eq!(run(&ctx, &small, plan(&ctx, big).await).await, ("uncached", 10_000));
         assert_eq!(small.bytes(), 0);
     }
 
@@ -331,11 +351,11 @@ mod tests {
         let ctx = SessionContext::new();
         let cache = Arc::new(ResultCache::new(1 << 20, Duration::from_secs(60), Arc::default()));
         let p = plan(&ctx, "SELECT value FROM generate_series(1, 10) AS t(value)").await;
-        let Lookup::Compute(lease) = cache.lookup(&p).await else { panic!("the first lookup computes") };
+        let Lookup::Compute(lease) = cache.lookup(&p, "text").await else { panic!("the first lookup computes") };
         // A second client waits for the first...
         let waiting = {
             let (cache, p) = (cache.clone(), p.clone());
-            tokio::spawn(async move { matches!(cache.lookup(&p).await, Lookup::Compute(_)) })
+            tokio::spawn(async move { matches!(cache.lookup(&p, "text").await, Lookup::Compute(_)) })
         };
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiting.is_finished(), "the second client should wait while the first computes");

@@ -33,8 +33,6 @@ use datafusion::prelude::lit;
 use datafusion::sql::sqlparser::ast::{self, Statement, visit_expressions};
 use datafusion_postgres::QueryHook;
 use datafusion_postgres::arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch};
-use datafusion::physical_plan::SendableRecordBatchStream;
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::StreamExt;
 use pgwire::messages::data::DataRow;
 
@@ -135,23 +133,20 @@ impl QueryHook for Queries {
 /// With `results`, rows another client's identical statement computed a moment ago are sent
 /// instead (see [`crate::results`]).
 pub(crate) async fn rows(plan: LogicalPlan, ctx: &SessionContext, client: &dyn HookClient, results: Option<&Arc<ResultCache>>) -> PgWireResult<QueryResponse> {
+    let options = FormatOptions::from_client_metadata(client.metadata());
     let lookup = match results {
-        Some(cache) => cache.lookup(&plan).await,
+        Some(cache) => cache.lookup(&plan, &format!("{options:?}")).await,
         None => Lookup::Uncached,
     };
-    let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-    let stream: SendableRecordBatchStream = match lookup {
-        Lookup::Hit(answer) => Box::pin(RecordBatchStreamAdapter::new(answer.schema.clone(), futures::stream::iter(answer.batches.clone().into_iter().map(Ok)))),
-        Lookup::Compute(lease) => {
-            let stream = ctx.execute_logical_plan(plan).await.map_err(api)?.execute_stream().await.map_err(api)?;
-            let schema = stream.schema();
-            Box::pin(RecordBatchStreamAdapter::new(schema, lease.gather(stream)))
-        }
-        Lookup::Uncached => ctx.execute_logical_plan(plan).await.map_err(api)?.execute_stream().await.map_err(api)?,
-    };
-    let fields = Arc::new(arrow_schema_to_pg_fields(stream.schema().as_ref(), &Format::UnifiedText, Some(options))?);
+    if let Lookup::Hit(answer) = lookup {
+        let fields = answer.fields.clone();
+        let sent = (0..answer.rows.len()).map(move |i| Ok(answer.rows[i].clone()));
+        return Ok(QueryResponse::new(fields, futures::stream::iter(sent)));
+    }
+    let stream = ctx.execute_logical_plan(plan).await.map_err(api)?.execute_stream().await.map_err(api)?;
+    let fields = Arc::new(arrow_schema_to_pg_fields(stream.schema().as_ref(), &Format::UnifiedText, Some(Arc::new(options)))?);
     let encoding = fields.clone();
-    let rows = stream
+    let encoded = stream
         .map(move |batch| -> Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send + Sync> {
             match batch {
                 Ok(batch) => encode_recordbatch(encoding.clone(), batch),
@@ -159,7 +154,10 @@ pub(crate) async fn rows(plan: LogicalPlan, ctx: &SessionContext, client: &dyn H
             }
         })
         .flat_map(futures::stream::iter);
-    Ok(QueryResponse::new(fields, rows))
+    Ok(match lookup {
+        Lookup::Compute(lease) => QueryResponse::new(fields.clone(), lease.gather(fields, Box::pin(encoded))),
+        _ => QueryResponse::new(fields, encoded),
+    })
 }
 
 pub(crate) fn api(e: datafusion::error::DataFusionError) -> PgWireError {

@@ -445,6 +445,13 @@ fn identical_statements_share_one_answer_and_clock_readings_never_do() {
     let (a, b) = (server.psql_csv(clock).unwrap(), server.psql_csv(clock).unwrap());
     assert_ne!(a, b, "now() read twice should differ");
     assert_eq!(counters(&server), (1, 1), "statements reading the clock are never kept");
+    // Rows are kept as encoded for the wire: a client with other text settings gets its own.
+    let first_sample = "SELECT min(ts) AS first FROM gpu_samples";
+    let (code, out, err) = server.psql_as(PASSWORD, &["-At", "-c", first_sample, "-c", "SET DateStyle = 'German'", "-c", first_sample, "-c", first_sample]);
+    assert_eq!(code, 0, "{err}");
+    let answers: Vec<&str> = out.lines().filter(|l| *l != "SET").collect();
+    assert!(answers.len() == 3 && answers[1] == answers[2] && answers[1] != answers[0] && answers[1].contains('.'), "ISO, German, German: {answers:?}");
+    assert_eq!(counters(&server), (2, 3), "the German answer is computed, not the ISO one sent, then kept");
     drop(server);
 
     let off = tempfile::tempdir().unwrap();
