@@ -2,7 +2,8 @@
 //! parsed document (the ledger's, the collector's, the server's) so that a run names every
 //! problem of the file, not only those of the section the command reads.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use gpuledger_collector::live::CollectorConfig;
 use gpuledger_config::{ConfigError, Document};
@@ -50,6 +51,52 @@ fn check(text: &str, path: &Path, uses: Uses, env: &dyn Fn(&str) -> Option<Strin
     let serve = if uses.serve { ServeConfig::check(&doc, env) } else { ServeConfig::check(&doc, &unresolved) };
     doc.finish()?;
     Ok(FileConfig { ledger, collector, serve, store })
+}
+
+/// Check a configuration file: every section, every mistake at once, nothing run.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Check FILE the way every command reads it (the ledger's, the collector's and the
+    /// server's sections) and print every mistake, one per line with its line number; exit 1
+    /// when there is any, 0 when there is none. Nothing is run and no store is opened.
+    #[command(after_help = "Examples:\n  gpuledger config check gpuledger.toml\n  gpuledger config check --serve gpuledger.toml   also the server's password variables and TLS files, as `serve` reads them")]
+    Check(CheckArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// The configuration file (gpuledger.toml).
+    file: PathBuf,
+    /// Also look up what only the server reads: the `[[serve.users]]` password variables and
+    /// the bearer token's in this environment, and the TLS files.
+    #[arg(long)]
+    serve: bool,
+    /// Require the ledger's sections (`[prices] default`) even when the file has none, as
+    /// `ledger` and `report` do.
+    #[arg(long)]
+    ledger: bool,
+}
+
+pub fn run(command: Command) -> anyhow::Result<ExitCode> {
+    let Command::Check(args) = command;
+    match load(&args.file, Uses { ledger: args.ledger, serve: args.serve }) {
+        Ok(config) => {
+            let mut read = vec!["collector", "store"];
+            if config.ledger.is_some() {
+                read.insert(0, "ledger");
+            }
+            read.push("serve");
+            outln!("{}: no mistakes (checked: {})", args.file.display(), read.join(", "))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e @ gpuledger_config::ConfigError::Invalid { .. }) => {
+            let count = e.problems().len();
+            outln!("{e}")?;
+            eprintln!("gpuledger: {}: {count} mistake{}", args.file.display(), if count == 1 { "" } else { "s" });
+            Ok(ExitCode::from(super::EXIT_BAD_INPUT))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 #[cfg(test)]

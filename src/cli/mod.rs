@@ -51,6 +51,7 @@ Examples:
   gpuledger ledger --store s3://bucket/fleet --engine ballista --scheduler df://127.0.0.1:50050
   gpuledger report --store ./store --config gpuledger.toml --month 2026-10 --format html --out oct.html
   gpuledger schema gpu_samples
+  gpuledger config check gpuledger.toml             every mistake of a config file, nothing run
   gpuledger collect --config gpuledger.toml --store ./store   live: watches + DCGM scrapes
   gpuledger serve --store ./store --config gpuledger.toml      SQL (PostgreSQL wire) + HTTP API
   gpuledger compact --store ./store                   merge closed days' small files
@@ -85,6 +86,9 @@ enum Command {
     Ballista(ballista::Command),
     Collect(collect::Args),
     Compact(maintain::CompactArgs),
+    /// Check a configuration file: every mistake at once, nothing run
+    #[command(subcommand)]
+    Config(config::Command),
     Ingest(ingest::Args),
     Query(query::Args),
     Ledger(ledger::Args),
@@ -105,6 +109,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ballista(c) => ballista::run(c),
         Command::Collect(a) => collect::run(a),
         Command::Compact(a) => maintain::compact(a),
+        Command::Config(c) => config::run(c),
         Command::Ingest(a) => ingest::run(a),
         Command::Query(a) => query::run(a),
         Command::Ledger(a) => ledger::run(a),

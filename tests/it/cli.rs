@@ -48,6 +48,37 @@ fn errors_are_one_line_with_exit_2() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a gpuledger store"));
 }
 
+/// `config check`: every mistake of every section, with its line, exit 1; the shipped example
+/// has none; the server's secrets only with `--serve`; nothing is created.
+#[test]
+fn config_check_reports_every_mistake_and_runs_nothing() {
+    let dir = TempDir::new().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[accounting]\nidle_policy = \"everyone\"\n\n[collector]\ndcgm_prot = 9400\n\n[serve]\nmemory_limit = \"lots\"\n\n[[serve.users]]\nname = \"grafana\"\npassword_env = \"GPULEDGER_TEST_UNSET_PASSWORD\"\n").unwrap();
+    let before: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let out = run(&["config", "check", &bad.display().to_string()], 1);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    let file = bad.display().to_string();
+    // (A file with ledger sections needs its default price too.)
+    assert_eq!(lines.len(), 4, "{text}");
+    for (line, (at, key)) in lines.iter().zip([(1, "prices.default"), (2, "accounting.idle_policy"), (5, "collector.dcgm_prot"), (8, "serve.memory_limit")]) {
+        assert!(line.starts_with(&format!("{file}:{at}: {key}: ")), "{line}");
+    }
+    assert!(String::from_utf8_lossy(&out.stderr).contains("4 mistakes"));
+    // The server's password variable is unset: a mistake for the server only.
+    let out = run(&["config", "check", "--serve", &file], 1);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("{file}:12: serve.users[0].password_env")), "{}", String::from_utf8_lossy(&out.stdout));
+    let after: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(before, after, "config check created files");
+
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/gpuledger.toml");
+    let out = run(&["config", "check", "--ledger", example], 0);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no mistakes (checked: ledger, collector, store, serve)"), "{}", String::from_utf8_lossy(&out.stdout));
+    let out = run(&["config", "check", &dir.path().join("missing.toml").display().to_string()], 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read"));
+}
+
 #[test]
 fn schema_prints_every_documented_column() {
     let out = run(&["schema", "gpu_samples"], 0);
