@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use crate::diag::{Diagnostics, Position};
 use crate::error::{Error, Result};
-use crate::sources::kubernetes_file::{self, ObjectVersion};
+use crate::object::ObjectVersion;
+use crate::sources::kubernetes_file;
 use crate::sources::{DcgmText, KubernetesFile, Loaded, Origin, PrometheusApi, Source, prometheus_api};
 use crate::store::{Store, StoreOptions, StoreStats};
 use crate::tables::TableBatch;

@@ -19,6 +19,7 @@ pub mod feed;
 pub mod ingest;
 pub mod labels;
 pub mod live;
+pub mod object;
 pub mod sources;
 pub mod store;
 pub mod tables;

@@ -30,7 +30,8 @@ use super::resources::Resource;
 use super::writer::Msg;
 use crate::backoff::Backoff;
 use crate::diag::Diagnostics;
-use crate::sources::kubernetes_file::{EventType, ObjectVersion, received_version};
+use crate::object::ObjectVersion;
+use crate::sources::kubernetes_file::{EventType, received_version};
 use crate::tables::k8s::K8sTables;
 
 /// A watch asks the server to end it after this long (it is then resumed): keeps idle

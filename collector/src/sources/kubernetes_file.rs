@@ -12,23 +12,11 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::diag::{Diagnostics, Position};
+use crate::object::{ObjectVersion, parse_time_ms};
 use crate::sources::{Loaded, Origin, Source};
 use crate::tables::k8s::K8sTables;
 
 pub use gpuledger_schemas::EventType;
-
-/// One version of one object, in the order its stream holds it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ObjectVersion {
-    /// Observation time, UTC milliseconds (see `k8s_objects.observed_at` in the schema).
-    pub observed_at_ms: i64,
-    /// Position in its source stream, 0-based.
-    pub seq: i64,
-    /// ADDED / MODIFIED / DELETED, or SNAPSHOT for List items and plain objects.
-    pub event_type: EventType,
-    /// The object, `metadata.managedFields` removed.
-    pub object: serde_json::Value,
-}
 
 /// Reads every object version in `bytes` (the content of `path`). `fallback_ms` is the time used
 /// for an object that records no time of its own (the file's modification time).
@@ -132,11 +120,6 @@ pub fn received_version(mut object: Value, event_type: EventType, now_ms: i64, l
     }
     *last_ms = Some(observed);
     ObjectVersion { observed_at_ms: observed, seq, event_type, object }
-}
-
-/// Parses an RFC 3339 time (Kubernetes `Time` and `MicroTime`) into UTC milliseconds.
-pub(crate) fn parse_time_ms(s: &str) -> Option<i64> {
-    chrono::DateTime::parse_from_rfc3339(s.trim()).ok().map(|t| t.timestamp_millis())
 }
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";

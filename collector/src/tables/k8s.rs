@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 use crate::diag::{Diagnostics, Position};
 use crate::error::{Error, Result};
 use crate::labels::push_json_string;
-use crate::sources::kubernetes_file::{ObjectVersion, parse_time_ms};
+use crate::object::{ObjectVersion, parse_time_ms};
 use crate::tables::TableBatch;
 
 /// Accumulates object versions and builds one batch per table.
