@@ -49,6 +49,15 @@ struct State {
     bytes: u64,
 }
 
+impl State {
+    /// Removes the slot of `key`, its rows' bytes no longer counted.
+    fn remove(&mut self, key: &str) {
+        if let Some(Slot::Ready(answer)) = self.slots.remove(key) {
+            self.bytes -= answer.bytes;
+        }
+    }
+}
+
 enum Slot {
     /// Computed: the rows, and when.
     Ready(Arc<Answer>),
@@ -121,10 +130,8 @@ impl ResultCache {
                     Some(Slot::TooLarge(at)) if self.fresh(*at) => return Lookup::Uncached,
                     Some(Slot::Running(done)) => done.clone(),
                     _ => {
-                        if let Some(Slot::Ready(stale)) = state.slots.remove(&key) {
-                            state.bytes -= stale.bytes;
-                            self.stats.result_cache_bytes.store(state.bytes, Ordering::Relaxed);
-                        }
+                        state.remove(&key);
+                        self.stats.result_cache_bytes.store(state.bytes, Ordering::Relaxed);
                         let (sender, receiver) = watch::channel(());
                         state.slots.insert(key.clone(), Slot::Running(receiver));
                         self.stats.result_cache_misses.fetch_add(1, Ordering::Relaxed);
@@ -145,12 +152,18 @@ impl ResultCache {
         }
         let mut state = self.lock();
         // Expired answers first, then the oldest until the new one fits.
-        let keep_for = self.keep_for;
-        let expired: Vec<String> = state.slots.iter().filter(|(_, s)| matches!(s, Slot::Ready(a) if a.at.elapsed() >= keep_for) || matches!(s, Slot::TooLarge(at) if at.elapsed() >= keep_for)).map(|(k, _)| k.clone()).collect();
+        let expired: Vec<String> = state
+            .slots
+            .iter()
+            .filter(|(_, s)| match s {
+                Slot::Ready(a) => !self.fresh(a.at),
+                Slot::TooLarge(at) => !self.fresh(*at),
+                Slot::Running(_) => false,
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
         for k in expired {
-            if let Some(Slot::Ready(a)) = state.slots.remove(&k) {
-                state.bytes -= a.bytes;
-            }
+            state.remove(&k);
         }
         while state.bytes + bytes > self.budget {
             let oldest = state.slots.iter().filter_map(|(k, s)| match s {
@@ -158,9 +171,7 @@ impl ResultCache {
                 _ => None,
             });
             let Some((_, k)) = oldest.min() else { break };
-            if let Some(Slot::Ready(a)) = state.slots.remove(&k) {
-                state.bytes -= a.bytes;
-            }
+            state.remove(&k);
         }
         state.bytes += bytes;
         self.stats.result_cache_bytes.store(state.bytes, Ordering::Relaxed);
