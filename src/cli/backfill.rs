@@ -16,7 +16,7 @@ use gpuledger_collector::store::StoreOptions;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
-use super::ingest::SummaryFormat;
+use super::summary::{self, SummaryFormat};
 use super::progress::ProgressMode;
 
 const AFTER_HELP: &str = "\
@@ -119,7 +119,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let summary = super::runtime()?
         .block_on(backfill::backfill_reporting(&options, &progress, &on_failure))
         .with_context(|| format!("backfilling {} into {}", args.prometheus, args.store))?;
-    super::ingest::print_problems(&summary.diagnostics, args.verbose, "rejected samples");
+    summary::print_problems(&summary.diagnostics, args.verbose, "rejected samples");
     match args.format {
         SummaryFormat::Text => out!("{}", summary_text(&summary, &options))?,
         SummaryFormat::Json => outln!("{}", serde_json::to_string_pretty(&summary_json(&summary, &options))?)?,
@@ -159,7 +159,7 @@ fn summary_text(s: &BackfillSummary, o: &BackfillOptions) -> String {
     if s.blank_samples > 0 {
         out.push_str(&format!("  samples with DCGM blank value (stored as null): {}\n", s.blank_samples));
     }
-    super::ingest::push_store_lines(&mut out, &s.store, &s.diagnostics, 8);
+    summary::push_store_lines(&mut out, &s.store, &s.diagnostics, 8);
     out
 }
 
@@ -170,7 +170,7 @@ fn summary_json(s: &BackfillSummary, o: &BackfillOptions) -> serde_json::Value {
         .iter()
         .map(|f| json!({"start": backfill::format_time(f.range.start_ms), "end": backfill::format_time(f.range.end_ms), "attempts": f.attempts, "reason": f.reason}))
         .collect();
-    let mut m = super::ingest::store_json(&s.store, &s.diagnostics);
+    let mut m = summary::store_json(&s.store, &s.diagnostics);
     let fields = json!({
         "from": backfill::format_time(o.from_ms),
         "to": backfill::format_time(o.to_ms),

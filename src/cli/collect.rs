@@ -50,7 +50,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let rt = super::runtime()?;
     let compactor = cfg.compact_interval.map(|every| rt.spawn(compact_closed_days(args.store.clone(), every, retention)));
-    let summary = rt.block_on(live::run(cfg, &args.store, shutdown_signal())).with_context(|| format!("collecting into {}", args.store));
+    let summary = rt.block_on(live::run(cfg, &args.store, super::steps::shutdown_signal())).with_context(|| format!("collecting into {}", args.store));
     if let Some(c) = compactor {
         c.abort();
     }
@@ -103,18 +103,3 @@ async fn compact_closed_days(store: StoreLocation, every: std::time::Duration, r
     }
 }
 
-/// Resolves at the first SIGTERM or SIGINT.
-pub(super) async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-}

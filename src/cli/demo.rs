@@ -12,7 +12,8 @@ use gpuledger_ledger::report::text::{TextFormat, render};
 use gpuledger_ledger::report::{focus, html};
 
 use super::progress::ProgressMode;
-use super::{ingest, ledger, report, simulate};
+use super::summary::{self, SummaryFormat};
+use super::{ingest, simulate, steps};
 
 /// Simulate a small cluster, ingest its capture, run the ledger and report its busiest month:
 /// the chargeback table on stdout, an HTML report and a FOCUS 1.2 dataset in the directory.
@@ -37,7 +38,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let capture = args.dir.join("capture");
     let store = StoreLocation::Local(args.dir.join("store"));
     eprintln!("gpuledger: simulating {} GPUs for {} days into {}", args.gpus, args.days, capture.display());
-    let sim = simulate::Args { out: Some(capture.clone()), store: None, progress: super::progress::ProgressMode::Off, format: super::ingest::SummaryFormat::Text, gpus: args.gpus, days: args.days, seed: 42, scrape_interval: 60, start: "2026-10-30T00:00:00Z".parse()?, emit_from: None, emit_until: None };
+    let sim = simulate::Args { out: Some(capture.clone()), store: None, progress: super::progress::ProgressMode::Off, format: SummaryFormat::Text, gpus: args.gpus, days: args.days, seed: 42, scrape_interval: 60, start: "2026-10-30T00:00:00Z".parse()?, emit_from: None, emit_until: None };
     let s = simulate::simulate_with(&sim)?;
     eprintln!("gpuledger: {} files, {} samples written; ingesting into {store}", s.files, s.samples);
     let ingest_args = ingest::Args {
@@ -45,7 +46,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         store: store.clone(),
         strict: false,
         progress: ProgressMode::Auto,
-        format: ingest::SummaryFormat::Text,
+        format: SummaryFormat::Text,
         threads: None,
         max_line_bytes: gpuledger_collector::ingest::IngestOptions::default().max_line_bytes as u64,
         flush_rows: StoreOptions::default().flush_rows,
@@ -53,22 +54,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         verbose: false,
     };
     let summary = ingest::ingest_with(&ingest_args)?;
-    out!("{}", ingest::summary_text(&summary))?;
+    out!("{}", summary::summary_text(&summary))?;
     let config = args.dir.join("gpuledger.toml");
-    report::write_atomically(&config, DEMO_CONFIG.as_bytes())?;
+    steps::write_atomically(&config, DEMO_CONFIG.as_bytes())?;
     eprintln!("gpuledger: running the ledger over {store} with {}", config.display());
     // One accounting run serves both the derived tables and the report.
-    let loaded = ledger::load_config(Some(&config))?;
+    let loaded = steps::load_config(Some(&config))?;
     let started = std::time::Instant::now();
     let (report, focus) = super::runtime()?.block_on(async {
-        let (accounting, _) = ledger::run_accounting(&store, &loaded, &RunOptions::default(), &Default::default(), ProgressMode::Auto).await?;
-        ledger::write_derived(&accounting, &store, &loaded, started).await?;
-        let report = report::month_report(accounting.context(), &store, &loaded, None, None).await?;
+        let (accounting, _) = steps::run_accounting(&store, &loaded, &RunOptions::default(), &Default::default(), ProgressMode::Auto).await?;
+        steps::write_derived(&accounting, &store, &loaded, started).await?;
+        let report = steps::month_report(accounting.context(), &store, &loaded, None, None).await?;
         let focus = focus::write_focus(accounting.context(), &report.month, &report.currency, &loaded.focus, &args.dir, &format!("focus-{}", report.month)).await?;
         anyhow::Ok((report, focus))
     })?;
     let html_path = args.dir.join(format!("report-{}.html", report.month));
-    report::write_atomically(&html_path, html::render(&report).as_bytes())?;
+    steps::write_atomically(&html_path, html::render(&report).as_bytes())?;
     outln!("\n{}", render(&report, TextFormat::Table))?;
     outln!("Written:")?;
     outln!("  {}  (open in a browser: charts, budgets, failure causes, queue waits)", html_path.display())?;

@@ -1,17 +1,16 @@
 //! `gpuledger ledger`: run the accounting in queries/ and write its derived tables to the store.
 
 use gpuledger_store::StoreLocation;
-use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
-use gpuledger_ledger::accounting::{Accounting, MemoMode, RunOptions};
-use gpuledger_ledger::config::Config;
-use gpuledger_engine::{Engine, MemoryStats};
+use gpuledger_ledger::accounting::{MemoMode, RunOptions};
+use gpuledger_engine::Engine;
 
 use super::progress::ProgressMode;
+use super::steps::{load_config, run_accounting, upgrade_store, write_derived};
 
 /// Run the accounting (queries/*.sql) over the store and write the derived tables to
 /// <STORE>/ledger/<table>.parquet (priced_state_hours, chargeback_monthly, run_failures,
@@ -135,119 +134,4 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Writes the derived tables of a finished run to the store and says on stderr what was written.
-pub async fn write_derived(accounting: &Accounting, store: &StoreLocation, config: &Config, started: Instant) -> anyhow::Result<()> {
-    let written = gpuledger_ledger::run::write_derived(accounting, store, config, None).await?;
-    eprintln!("ledger: {} days of samples accounted in {:.1} s; tables written to {}:", accounting.days.len(), started.elapsed().as_secs_f64(), store.join("ledger/"));
-    if let Some(m) = &accounting.memo {
-        eprintln!(
-            "  day tables: {} days computed, {} reused (first pass: {} computed, {} reused) in {}",
-            m.pass2_computed,
-            m.pass2_read,
-            m.pass1_computed,
-            m.pass1_read,
-            store.join(gpuledger_ledger::days::DAYS_DIR)
-        );
-        print_computed_days(&m.computed);
-    }
-    if accounting.split_days > 0 {
-        eprintln!("  {} days computed in parts of their nodes (more samples than the memory limit takes at once): {} units in the first pass, {} in the second", accounting.split_days, accounting.units.0, accounting.units.1);
-    }
-    for t in written {
-        eprintln!("  {:<24} {:>9} rows {:>10.1} KiB", t.name, t.rows, t.bytes as f64 / 1024.0);
-    }
-    Ok(())
-}
-
-/// Which days a run computed and why (what changed since their day tables were kept); a long list
-/// (a first run, a changed configuration) as counts per reason.
-fn print_computed_days(computed: &[(String, String)]) {
-    const LISTED: usize = 8;
-    if computed.is_empty() {
-        return;
-    }
-    if computed.len() <= LISTED {
-        let days: Vec<String> = computed.iter().map(|(day, why)| format!("{day} ({why})")).collect();
-        eprintln!("  computed: {}", days.join(", "));
-        return;
-    }
-    let mut by_reason: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
-    for (_, why) in computed {
-        *by_reason.entry(why.as_str()).or_default() += 1;
-    }
-    let reasons: Vec<String> = by_reason.iter().map(|(why, n)| format!("{n} x {why}")).collect();
-    eprintln!("  computed: {}", reasons.join("; "));
-}
-
-/// A store an older gpuledger wrote (raw tables without Delta logs) is converted on a writer's
-/// first use, with a line saying so; nothing is rewritten.
-pub async fn upgrade_store(store: &StoreLocation) -> anyhow::Result<()> {
-    for (table, e) in gpuledger_store::delta::upgrade(store).await.with_context(|| format!("upgrading {store}"))? {
-        if e.created && e.converted_files > 0 {
-            eprintln!("gpuledger: {table}: converted to a Delta table (its {} files are its first version)", e.converted_files);
-        }
-    }
-    Ok(())
-}
-
-/// The configuration file, or the defaults (with a note) when none is given.
-pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
-    match path {
-        Some(p) => super::config::load(p, super::config::Uses { ledger: true, serve: false })?.ledger.context("internal error: a checked configuration without its ledger sections (this is a gpuledger bug, please report it)"),
-        None => {
-            eprintln!("gpuledger: no --config: every GPU-hour costs 2.0 USD, no overheads (see examples/gpuledger.toml)");
-            Ok(Config::with_default_price(2.0))
-        }
-    }
-}
-
 const MIB: f64 = (1u64 << 20) as f64;
-
-/// Runs the accounting on `engine` with progress lines on stderr, then names the bad
-/// annotation values it ignored; also returns what the in-process memory pool saw.
-pub async fn run_accounting(store: &StoreLocation, config: &Config, options: &RunOptions, engine: &Engine, progress: ProgressMode) -> anyhow::Result<(Accounting, Option<MemoryStats>)> {
-    let terminal = std::io::stderr().is_terminal();
-    let show = match progress {
-        ProgressMode::Off => false,
-        ProgressMode::On | ProgressMode::Auto => true,
-    };
-    let started = Instant::now();
-    let mut last_line = Instant::now();
-    let mut report = |p: gpuledger_ledger::accounting::Progress<'_>| {
-        if !show {
-            return;
-        }
-        let (pass, done, total, day) = (p.pass, p.done, p.total, p.day);
-        // A terminal gets one line rewritten in place; a log gets a line every few seconds.
-        if terminal {
-            eprint!("\rgpuledger: accounting, {pass}, day {done}/{total} ({day}), {:.0} s", started.elapsed().as_secs_f64());
-            if done == total {
-                eprintln!();
-            }
-        } else if done == total || last_line.elapsed().as_secs() >= 5 {
-            eprintln!("gpuledger: accounting, {pass}, day {done}/{total} ({day}), {:.0} s", started.elapsed().as_secs_f64());
-            last_line = Instant::now();
-        }
-    };
-    let (accounting, memory) = gpuledger_ledger::run::account(store, config, options, engine, &mut report).await.with_context(|| format!("accounting over {store}"))?;
-    print_bad_annotations(&gpuledger_ledger::run::bad_annotations(&accounting).await?);
-    for missing in gpuledger_ledger::run::missing_queue_objects(&accounting).await? {
-        eprintln!("gpuledger: warning: {missing} is not in the capture: GPU Workloads waited for it, but it selects no node, so their waits strand no capacity");
-    }
-    Ok((accounting, memory))
-}
-
-/// Annotations the accounting ignored as bad input: counted, and the first few named, on stderr.
-fn print_bad_annotations(lines: &[String]) {
-    const SHOWN: usize = 10;
-    if lines.is_empty() {
-        return;
-    }
-    eprintln!("gpuledger: {} bad annotation value(s) ignored:", lines.len());
-    for line in lines.iter().take(SHOWN) {
-        eprintln!("  {line}");
-    }
-    if lines.len() > SHOWN {
-        eprintln!("  ... and {} more (SELECT * FROM bad_annotations)", lines.len() - SHOWN);
-    }
-}

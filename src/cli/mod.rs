@@ -31,6 +31,8 @@ mod report;
 mod schema;
 mod serve;
 mod simulate;
+mod steps;
+mod summary;
 
 use std::process::ExitCode;
 

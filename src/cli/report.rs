@@ -9,12 +9,12 @@ use gpuledger_store::StoreLocation;
 use clap::ValueEnum;
 use gpuledger_ledger::accounting::{Accounting, MemoMode, RunOptions};
 use gpuledger_ledger::record::Freshness;
-use gpuledger_ledger::config::{Config, IdlePolicy};
+use gpuledger_ledger::config::IdlePolicy;
 use gpuledger_ledger::report::text::{TextFormat, render};
-use gpuledger_ledger::report::{Report, focus, html};
+use gpuledger_ledger::report::{focus, html};
 use gpuledger_ledger::types::Month;
 
-use super::ledger::{load_config, run_accounting};
+use super::steps::{load_config, month_report, run_accounting, write_atomically};
 use super::progress::ProgressMode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -165,14 +165,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// One month of the ledger in `ctx`, a finished run's session or the stored tables (the
-/// busiest month when none is named).
-pub async fn month_report(ctx: &datafusion::prelude::SessionContext, store: &StoreLocation, config: &Config, month: Option<&Month>, idle_policy: Option<IdlePolicy>) -> anyhow::Result<Report> {
-    let policy = idle_policy.unwrap_or(config.accounting.idle_policy);
-    let month = gpuledger_ledger::run::pick_month(ctx, store, month).await?;
-    Ok(gpuledger_ledger::monthly::stored_report(ctx, &month, &config.accounting.currency, policy).await?)
-}
-
 fn split_stem(path: &Path) -> (PathBuf, String) {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "focus".into());
@@ -180,8 +172,3 @@ fn split_stem(path: &Path) -> (PathBuf, String) {
     (dir, stem)
 }
 
-/// Writes a report so that a reader never sees half of one.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    gpuledger_store::atomic::write_file(path, bytes)?;
-    Ok(())
-}

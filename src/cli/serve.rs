@@ -61,7 +61,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let file = super::config::load(&args.config, super::config::Uses { ledger: true, serve: true })?;
-    let ledger_config = file.ledger.context("internal error: a checked configuration without its ledger sections (this is a gpuledger bug, please report it)")?;
+    let ledger_config = file.ledger.ok_or_else(|| gpuledger_store::Bug::new("a checked configuration without its ledger sections"))?;
     let mut config = file.serve;
     if let Some(a) = args.pg {
         config.pg_listen = a;
@@ -87,7 +87,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let _ = out.flush();
     };
     let shutdown = async {
-        super::collect::shutdown_signal().await;
+        super::steps::shutdown_signal().await;
         // The server drains (open statements and requests finish); a drain that does not end
         // in time, a statement that never yields or clients that keep their connections, ends
         // with the process, so SIGTERM stops the server within DRAIN_LIMIT, before Kubernetes'

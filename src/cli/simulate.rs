@@ -14,7 +14,7 @@ use gpuledger_collector::store::{Store, StoreOptions};
 use gpuledger_simulator::{DcgmSink, SimConfig, SimError, SimSummary, TRUTH_FILE, Window, simulate_to, simulate_window};
 use gpuledger_store::StoreLocation;
 
-use super::ingest::SummaryFormat;
+use super::summary::{self, SummaryFormat};
 use super::progress::{ProgressMode, Reporter};
 
 /// Simulate a GPU cluster (node pools of several GPU models, MIG, teams, Kueue queueing,
@@ -109,7 +109,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             s.objects,
             s.bytes as f64 / 1048576.0
         );
-        super::ingest::print_summary(&summary, args.format, false)?;
+        summary::print_summary(&summary, args.format, false)?;
         return Ok(ExitCode::SUCCESS);
     }
     if args.out.is_none() {
