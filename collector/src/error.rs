@@ -3,49 +3,43 @@
 
 use std::path::PathBuf;
 
+use gpuledger_store::Bug;
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Reading or writing a file or directory failed (environment).
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    /// Parquet encoding or decoding failed.
-    #[error("{}: {source}", path.display())]
-    Parquet {
-        path: PathBuf,
-        #[source]
-        source: parquet::errors::ParquetError,
-    },
     /// Building an Arrow batch failed: a bug in gpuledger (the schema and the builder disagree).
-    #[error("internal error building table {table}: {source} (this is a gpuledger bug, please report it)")]
+    #[error("internal error: building table {table}: {source}. {}", gpuledger_store::BUG_HINT)]
     Arrow {
         table: &'static str,
         #[source]
         source: arrow::error::ArrowError,
     },
-    /// The store directory holds something that is not a gpuledger store.
-    #[error("store {}: {reason}", path.display())]
-    Store { path: PathBuf, reason: String },
     /// An input path cannot be used at all (does not exist, unreadable directory).
     #[error("{}: {reason}", path.display())]
     Input { path: PathBuf, reason: String },
-    /// Reaching the store's files failed (I/O, object storage).
+    /// A file or directory could not be read or written, the store cannot be used, or reaching
+    /// its files failed: the store crate's errors, each naming the path or URL.
     #[error("store {0}")]
-    StoreFiles(#[from] gpuledger_store::Error),
-    /// A broken invariant: gpuledger's own bug, never the input's or the environment's fault.
-    /// Returned instead of panicking, so a long run fails with a message that says what to do.
-    #[error("internal error: {0}. This is a gpuledger bug: please report it with the command that was run")]
-    Internal(String),
+    Store(#[from] gpuledger_store::Error),
+    /// A broken invariant: gpuledger's own bug (see [`Bug`]).
+    #[error(transparent)]
+    Internal(#[from] Bug),
 }
 
 impl Error {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io { path: path.into(), source }
+        Error::Store(gpuledger_store::Error::Io { path: path.into(), source })
+    }
+
+    /// The store holds something the collector cannot use (see [`gpuledger_store::Error::refused`]).
+    pub fn refused(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
+        Error::Store(gpuledger_store::Error::refused(path, reason))
+    }
+
+    pub fn internal(what: impl Into<String>) -> Self {
+        Error::Internal(Bug::new(what))
     }
 }
 
@@ -55,7 +49,7 @@ mod internal_tests {
 
     #[test]
     fn internal_errors_say_they_are_a_bug() {
-        let e = Error::Internal("a table without its schema".into()).to_string();
+        let e = Error::internal("a table without its schema").to_string();
         assert_eq!(e, "internal error: a table without its schema. This is a gpuledger bug: please report it with the command that was run");
     }
 }

@@ -43,7 +43,7 @@ impl Feed {
     /// The writer back, with what was read (files, bytes, samples, diagnostics; no store
     /// figures: the writer has not finished). Fails while a [`TextFeed`] is still alive.
     pub fn into_parts(self: Arc<Self>) -> Result<(Store, IngestSummary)> {
-        let feed = Arc::try_unwrap(self).map_err(|_| Error::Internal("a text feed is still open".to_string()))?;
+        let feed = Arc::try_unwrap(self).map_err(|_| Error::internal("a text feed is still open"))?;
         let store = feed.store.into_inner().unwrap_or_else(|p| p.into_inner());
         let read = feed.read.into_inner().unwrap_or_else(|p| p.into_inner());
         Ok((store, read))

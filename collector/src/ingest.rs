@@ -139,12 +139,12 @@ pub fn list_inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::Input { path: dir.to_path_buf(), reason: format!("cannot list: {e}") })?;
     for e in entries {
-        let e = e.map_err(|e| Error::io(dir, e))?;
+        let e = e.map_err(|e| Error::Input { path: dir.to_path_buf(), reason: format!("cannot list: {e}") })?;
         if e.file_name().to_string_lossy().starts_with('.') {
             continue;
         }
         let path = e.path();
-        let ft = e.file_type().map_err(|e| Error::io(&path, e))?;
+        let ft = e.file_type().map_err(|e| Error::Input { path: path.clone(), reason: format!("cannot read: {e}") })?;
         if ft.is_dir() {
             walk(&path, out)?;
         } else {

@@ -134,7 +134,7 @@ pub async fn compact_day(location: &StoreLocation, day: &DayPlan, target_size: u
     }
     let before_rows: Option<u64> = day.files.iter().map(|f| f.rows).sum();
     if let Some(expected) = before_rows.filter(|r| *r != rows) {
-        return Err(Error::Store { path: location.display(&dir), reason: format!("compaction read {rows} rows where the log lists {expected}; nothing was committed") });
+        return Err(Error::refused(location.display(&dir), format!("compaction read {rows} rows where the log lists {expected}; nothing was committed")));
     }
     let version = location.commit(table.name, day.version, &written, &day.files, CommitKind::Compact { target_size }).await?;
     Ok(DayCompacted {
@@ -150,7 +150,7 @@ pub async fn compact_day(location: &StoreLocation, day: &DayPlan, target_size: u
 }
 
 fn parquet_err(location: &StoreLocation, dir: &str, source: parquet::errors::ParquetError) -> Error {
-    Error::StoreFiles(gpuledger_store::Error::Parquet { path: location.display(dir), source })
+    Error::Store(gpuledger_store::Error::Parquet { path: location.display(dir), source })
 }
 
 /// Closes a compacted file and describes it for the commit.
@@ -162,6 +162,6 @@ async fn finish(location: &StoreLocation, dir: &str, date: &str, name: String, w
         .into_iter()
         .find(|(n, _)| *n == name)
         .map(|(_, s)| s)
-        .ok_or_else(|| Error::Store { path: location.display(dir), reason: format!("the compacted file {name} is not there after writing it") })?;
+        .ok_or_else(|| Error::refused(location.display(dir), format!("the compacted file {name} is not there after writing it")))?;
     Ok(DataFile { path: format!("{PARTITION_KEY}={date}/{name}"), date: Some(date.to_string()), size, rows: Some(rows) })
 }

@@ -5,12 +5,20 @@
 //! column, never a silent empty string or zero: a renamed column in `queries/` fails the
 //! report instead of showing zeros.
 //!
+//! A result of a declared table or view (`gpuledger_schemas::derived`) is read by its
+//! declaration: [`decode_rows!`] fills a row struct whose fields are named as the columns, each
+//! field read by the type the declaration gives its column ([`FromColumn`]), so a report row
+//! names its columns once, in its struct, and an amount of money is read as one because the
+//! schema says it is.
+//!
 //! Money columns are exact decimals (`DECIMAL(38, 6)`, micro-units): [`Columns::money`] reads
 //! them as the nearest float, for formatting only (a report sums nothing itself), and refuses a
 //! float column, which would mean the SQL lost the exact amount on the way.
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Decimal128Type, Float64Type, Int64Type};
+
+use gpuledger_schemas::derived::{DerivedTable, DerivedType};
 
 use crate::error::{Error, Result};
 
@@ -19,11 +27,25 @@ pub struct Columns<'a> {
     batch: &'a RecordBatch,
     /// What the result is, to name it in errors (`chargeback_monthly`).
     what: &'a str,
+    /// The table or view the result is rows of, when it is a declared one.
+    declared: Option<&'static DerivedTable>,
 }
 
 impl<'a> Columns<'a> {
     pub fn new(batch: &'a RecordBatch, what: &'a str) -> Columns<'a> {
-        Columns { batch, what }
+        Columns { batch, what, declared: None }
+    }
+
+    /// Whether `name` is an amount of money by the declaration (`DECIMAL(38, 6)`); a column the
+    /// declaration lacks is an error, a result of no declared table has no amounts.
+    fn is_money(&self, name: &str) -> Result<bool> {
+        match self.declared {
+            None => Ok(false),
+            Some(table) => match table.column(name) {
+                Some(c) => Ok(c.ty == DerivedType::Money),
+                None => Err(Error::internal(format!("{}: {name} is not a declared column of {}", self.what, table.name))),
+            },
+        }
     }
 
     pub fn rows(&self) -> usize {
@@ -113,6 +135,85 @@ pub fn decode<T>(batches: &[RecordBatch], what: &str, mut row: impl FnMut(&Colum
         out.extend(row(&Columns::new(b, what))?);
     }
     Ok(out)
+}
+
+/// [`decode`] for rows of the declared table or view `table`: each column is read as its
+/// declaration says (see [`FromColumn`]).
+pub fn decode_declared<T>(batches: &[RecordBatch], table: &'static DerivedTable, mut row: impl FnMut(&Columns<'_>) -> Result<Vec<T>>) -> Result<Vec<T>> {
+    let mut out = Vec::new();
+    for b in batches {
+        out.extend(row(&Columns { batch: b, what: table.name, declared: Some(table) })?);
+    }
+    Ok(out)
+}
+
+/// A value read from a column, every row of it at once. Numbers are read as amounts of money
+/// where the declaration says the column is one, so a money column the SQL turned into a float
+/// is an error, never a silently rounded figure.
+pub trait FromColumn: Sized {
+    fn read(columns: &Columns<'_>, name: &str) -> Result<Vec<Self>>;
+}
+
+impl FromColumn for String {
+    fn read(c: &Columns<'_>, name: &str) -> Result<Vec<Self>> {
+        c.text(name)
+    }
+}
+
+impl FromColumn for Option<String> {
+    fn read(c: &Columns<'_>, name: &str) -> Result<Vec<Self>> {
+        c.opt_text(name)
+    }
+}
+
+impl FromColumn for f64 {
+    fn read(c: &Columns<'_>, name: &str) -> Result<Vec<Self>> {
+        if c.is_money(name)? { c.money(name) } else { c.f64(name) }
+    }
+}
+
+impl FromColumn for Option<f64> {
+    fn read(c: &Columns<'_>, name: &str) -> Result<Vec<Self>> {
+        if c.is_money(name)? { c.opt_money(name) } else { c.opt_f64(name) }
+    }
+}
+
+impl FromColumn for i64 {
+    fn read(c: &Columns<'_>, name: &str) -> Result<Vec<Self>> {
+        c.i64(name)
+    }
+}
+
+impl FromColumn for bool {
+    fn read(c: &Columns<'_>, name: &str) -> Result<Vec<Self>> {
+        c.bool(name)
+    }
+}
+
+/// The next value of a column being read into rows ([`decode_rows!`]).
+pub fn next<T>(values: &mut std::vec::IntoIter<T>, what: &str, name: &str) -> Result<T> {
+    values.next().ok_or_else(|| Error::internal(format!("{what}: column {name} is shorter than its batch")))
+}
+
+/// Reads the rows of a declared table or view into `Row { field, ... }`, each field from the
+/// column of its name, read as [`FromColumn`] says for the field's type and the column's
+/// declaration:
+///
+/// ```ignore
+/// decode_rows!(&batches, CHARGEBACK_MONTHLY => ChargebackRow { month, team, total })
+/// ```
+#[macro_export]
+macro_rules! decode_rows {
+    ($batches:expr, $table:expr => $row:ident { $($field:ident),+ $(,)? }) => {
+        $crate::decode::decode_declared($batches, &$table, |c| {
+            $( let mut $field = $crate::decode::FromColumn::read(c, stringify!($field))?.into_iter(); )+
+            let mut rows = Vec::with_capacity(c.rows());
+            for _ in 0..c.rows() {
+                rows.push($row { $( $field: $crate::decode::next(&mut $field, $table.name, stringify!($field))? ),+ });
+            }
+            Ok(rows)
+        })
+    };
 }
 
 #[cfg(test)]

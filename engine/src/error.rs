@@ -2,22 +2,27 @@
 
 use std::path::PathBuf;
 
+use gpuledger_store::Bug;
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub fn internal(what: impl Into<String>) -> Error {
-        Error::Internal(what.into())
+        Error::Internal(Bug::new(what))
+    }
+
+    /// The store holds something the ledger cannot use (see [`gpuledger_store::Error::refused`]).
+    pub fn refused(path: impl Into<PathBuf>, reason: impl Into<String>) -> Error {
+        Error::Store(gpuledger_store::Error::refused(path, reason))
     }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The store cannot be used.
-    #[error("store {}: {reason}", path.display())]
-    Store { path: PathBuf, reason: String },
-    /// Reaching the store's files failed (I/O, object storage).
+    /// The store cannot be used, or reaching its files failed (I/O, object storage): the store
+    /// crate's errors, each naming the path or URL.
     #[error("store {0}")]
-    StoreFiles(#[from] gpuledger_store::Error),
+    Store(#[from] gpuledger_store::Error),
     /// The store holds nothing for what was asked (a month without data, an empty store).
     #[error("{0}")]
     NoData(String),
@@ -48,10 +53,9 @@ pub enum Error {
     /// Formatting results failed.
     #[error("formatting results: {0}")]
     Output(#[from] arrow::error::ArrowError),
-    /// A broken invariant: gpuledger's own bug, never the input's or the environment's fault.
-    /// Returned instead of panicking, so a long run fails with a message that says what to do.
-    #[error("internal error: {0}. This is a gpuledger bug: please report it with the command that was run")]
-    Internal(String),
+    /// A broken invariant: gpuledger's own bug (see [`Bug`]).
+    #[error(transparent)]
+    Internal(#[from] Bug),
 }
 
 #[cfg(test)]
@@ -60,7 +64,7 @@ mod internal_tests {
 
     #[test]
     fn internal_errors_say_they_are_a_bug() {
-        let e = Error::Internal("a table without its schema".into()).to_string();
+        let e = Error::internal("a table without its schema").to_string();
         assert_eq!(e, "internal error: a table without its schema. This is a gpuledger bug: please report it with the command that was run");
     }
 }

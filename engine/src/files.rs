@@ -62,7 +62,7 @@ pub struct Written {
 pub async fn write_here(df: DataFrame, location: &StoreLocation, rel: &str, properties: WriterProperties) -> Result<Written> {
     let name = location.display(rel);
     let query_err = |source| Error::Query { sql: format!("writing {}", name.display()), source };
-    let pq = |source| Error::StoreFiles(gpuledger_store::Error::Parquet { path: name.clone(), source });
+    let pq = |source| Error::Store(gpuledger_store::Error::Parquet { path: name.clone(), source });
     // The plan's schema, not the first batch's: a UNION's branches may differ in nullability,
     // and the file must take every row.
     let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());

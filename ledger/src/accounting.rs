@@ -130,7 +130,7 @@ impl Accounting {
                     Err(e) => tracing::warn!(error = %e, "could not remove the scratch directories of killed ledger runs"),
                 }
                 let prefix = format!("{SCRATCH_PREFIX}{}-", std::process::id());
-                let t = tempfile::Builder::new().prefix(&prefix).tempdir_in(&parent).map_err(|e| Error::StoreFiles(gpuledger_store::Error::io(&parent, e)))?;
+                let t = tempfile::Builder::new().prefix(&prefix).tempdir_in(&parent).map_err(|e| Error::Store(gpuledger_store::Error::io(&parent, e)))?;
                 let scratch = Scratch { location: StoreLocation::Local(t.path().to_path_buf()), dir: String::new() };
                 (ScratchDir::Local { _dir: t }, scratch)
             }
@@ -186,7 +186,7 @@ impl Accounting {
         let samples = ctx
             .deregister_table("gpu_samples")
             .map_err(|source| Error::Query { sql: "deregister gpu_samples".into(), source })?
-            .ok_or_else(|| Error::Store { path: store.join("").into(), reason: "table gpu_samples is not registered".into() })?;
+            .ok_or_else(|| Error::refused(store.join(""), "table gpu_samples is not registered"))?;
         let mut tables = DayTables::open(&ctx, store, scratch, options.memo, &snapshot, &days, keeper.on_cluster()).await?;
         let rows_by_day = day_rows(&snapshot);
         let mut driver = Driver { ctx: &ctx, samples: &samples, keeper, tables: &mut tables, carried: HashMap::new(), units: (0, 0), unit_rows: options.unit_rows, parts: HashMap::new() };

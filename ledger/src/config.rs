@@ -432,7 +432,7 @@ impl Config {
                 path: origin.to_path_buf(),
                 line: None,
                 key: String::new(),
-                reason: "internal error: the configuration was refused without a reason (this is a gpuledger bug, please report it)".into(),
+                reason: gpuledger_store::Bug::new("the configuration was refused without a reason").to_string(),
             }],
         })
     }

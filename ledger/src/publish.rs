@@ -46,13 +46,13 @@ pub async fn pending(store: &StoreLocation) -> Result<Option<Publish>> {
         Err(_) if !store.has_file(layout::PUBLISH_RECORD).await? => None,
         Err(e) => return Err(e),
     };
-    read.transpose().map_err(|e| Error::Store { path: store.display(layout::PUBLISH_RECORD), reason: format!("not a publish record: {e}") })
+    read.transpose().map_err(|e| Error::refused(store.display(layout::PUBLISH_RECORD), format!("not a publish record: {e}")))
 }
 
 /// Publishes the tables run `run` has staged (steps 2 to 4).
 pub async fn publish(store: &StoreLocation, run: &str, tables: &[&str]) -> Result<()> {
     let record = Publish { run: run.to_owned(), tables: tables.iter().map(|t| (*t).to_owned()).collect() };
-    let bytes = serde_json::to_vec_pretty(&record).map_err(|e| Error::Internal(format!("writing the publish record: {e}")))?;
+    let bytes = serde_json::to_vec_pretty(&record).map_err(|e| Error::internal(format!("writing the publish record: {e}")))?;
     store.write_whole(layout::PUBLISH_RECORD, bytes).await?;
     crash_point("published-record");
     finish(store, &record).await

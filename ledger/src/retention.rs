@@ -68,7 +68,7 @@ struct Marker {
 /// The horizon of the store's last expiry: no samples are kept before it. `None`: none expired.
 pub async fn expired_before(location: &StoreLocation) -> Result<Option<NaiveDate>> {
     let Some(read) = crate::record::read_json::<Marker>(location, EXPIRED_MARKER).await? else { return Ok(None) };
-    let marker = read.map_err(|e| Error::Store { path: location.display(EXPIRED_MARKER), reason: format!("not a retention marker ({e}); it says which months' samples were removed, restore it from a backup or write {{\"samples_before\":\"YYYY-MM-01\"}}") })?;
+    let marker = read.map_err(|e| Error::refused(location.display(EXPIRED_MARKER), format!("not a retention marker ({e}); it says which months' samples were removed, restore it from a backup or write {{\"samples_before\":\"YYYY-MM-01\"}}")))?;
     Ok(Some(marker.samples_before))
 }
 

@@ -57,9 +57,6 @@ pub enum ServeError {
     Tls { path: PathBuf, reason: String },
     #[error("the SQL endpoint has no users: add a [[serve.users]] entry with name and password_env to the config")]
     NoUsers,
-    /// A broken invariant: the server's own bug, never the client's or the store's fault.
-    #[error("internal error: {0}. This is a gpuledger bug: please report it with the command that was run")]
-    Internal(String),
 }
 
 /// What `gpuledger serve` was asked to do.

@@ -185,7 +185,7 @@ impl QueryParser for StatementParser {
                 return Ok(Some((statement.to_string(), Some((statement, plan?)))));
             }
         }
-        Err(crate::pg::sql_error("XX000", format!("gpuledger bug: no hook planned the statement {statement}")))
+        Err(crate::pg::sql_error("XX000", gpuledger_store::Bug::new(format!("no hook planned the statement {statement}")).to_string()))
     }
 
     fn get_parameter_types(&self, statement: &PlannedStatement) -> PgWireResult<Vec<Type>> {

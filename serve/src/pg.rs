@@ -594,7 +594,7 @@ impl QueryService {
                     continue 'statements;
                 }
             }
-            return Err(sql_error("XX000", format!("gpuledger bug: no hook answered the statement {statement}")));
+            return Err(sql_error("XX000", gpuledger_store::Bug::new(format!("no hook answered the statement {statement}")).to_string()));
         }
         Ok(responses)
     }

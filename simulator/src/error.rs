@@ -27,12 +27,18 @@ pub enum SimError {
     /// The consumer the DCGM text was handed to ([`crate::DcgmSink`]) failed.
     #[error("{0}")]
     Sink(String),
-    /// A broken invariant inside the simulator; please report it.
-    #[error("internal simulator error (this is a bug, please report it): {0}")]
-    Internal(String),
+    /// A broken invariant inside the simulator (see [`gpuledger_store::Bug`]).
+    #[error(transparent)]
+    Internal(#[from] gpuledger_store::Bug),
 }
 
 pub type Result<T, E = SimError> = std::result::Result<T, E>;
+
+impl SimError {
+    pub fn internal(what: impl Into<String>) -> SimError {
+        SimError::Internal(gpuledger_store::Bug::new(what))
+    }
+}
 
 impl SimError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {

@@ -50,7 +50,7 @@ impl DcgmSink for FileSink {
         }
         match self.open.as_mut() {
             Some((_, f)) => std::io::Write::write_all(f, text).map_err(|e| SimError::io(f.path(), e)),
-            None => Err(SimError::Internal("capture file not open".to_string())),
+            None => Err(SimError::internal("capture file not open".to_string())),
         }
     }
 
@@ -59,14 +59,14 @@ impl DcgmSink for FileSink {
             Some((p, f)) if p == rel => f.commit().map(|_| ()).map_err(SimError::from),
             other => {
                 self.open = other;
-                Err(SimError::Internal(format!("close of {} which is not open", rel.display())))
+                Err(SimError::internal(format!("close of {} which is not open", rel.display())))
             }
         }
     }
 
     fn finish(&mut self) -> Result<()> {
         match &self.open {
-            Some((p, _)) => Err(SimError::Internal(format!("{} was never closed", p.display()))),
+            Some((p, _)) => Err(SimError::internal(format!("{} was never closed", p.display()))),
             None => Ok(()),
         }
     }

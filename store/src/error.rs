@@ -44,8 +44,24 @@ pub enum Error {
     #[error(transparent)]
     Location(#[from] crate::location::LocationError),
     /// A broken invariant in gpuledger itself.
-    #[error("internal error: {0}. This is a gpuledger bug: please report it with the command that was run")]
-    Internal(String),
+    #[error(transparent)]
+    Internal(#[from] Bug),
+}
+
+/// What every gpuledger error that is gpuledger's own fault says after what went wrong.
+pub const BUG_HINT: &str = "This is a gpuledger bug: please report it with the command that was run";
+
+/// A broken invariant in gpuledger itself, never the input's or the environment's fault. Every
+/// crate's error type carries it (as its `Internal` variant) rather than panicking, so a long run
+/// fails with one clear line, worded the same wherever the bug shows.
+#[derive(Debug, thiserror::Error)]
+#[error("internal error: {0}. {BUG_HINT}")]
+pub struct Bug(pub String);
+
+impl Bug {
+    pub fn new(what: impl Into<String>) -> Bug {
+        Bug(what.into())
+    }
 }
 
 impl Error {
@@ -54,7 +70,13 @@ impl Error {
     }
 
     pub fn internal(what: impl Into<String>) -> Error {
-        Error::Internal(what.into())
+        Error::Internal(Bug::new(what))
+    }
+
+    /// The place cannot be used as a store, or holds something a store should not: `reason` says
+    /// what.
+    pub fn refused(path: impl Into<PathBuf>, reason: impl Into<String>) -> Error {
+        Error::Refused { path: path.into(), reason: reason.into() }
     }
 
     /// The path or URL the error concerns, where it has one.

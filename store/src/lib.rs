@@ -25,7 +25,7 @@ mod parquet_file;
 
 pub use atomic::AtomicFile;
 pub use delta::{CommitKind, DataFile, Ensured, Snapshot, Vacuumed};
-pub use error::{Error, Result};
+pub use error::{BUG_HINT, Bug, Error, Result};
 pub use files::{BlockingStore, list_local};
 pub use location::{LocationError, RemoteStore, StoreLocation, build_store};
 pub use parquet_file::{derived_properties, write_parquet, write_properties, write_table_file};

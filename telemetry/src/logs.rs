@@ -42,7 +42,8 @@ impl std::str::FromStr for LogFormat {
 pub enum LogError {
     #[error("{FILTER_ENV}={value:?} is not a log filter: {reason}")]
     Filter { value: String, reason: String },
-    #[error("a log subscriber is already installed (this is a gpuledger bug, please report it)")]
+    // Worded as `gpuledger_store::Bug` words every bug (this crate sits below the store).
+    #[error("internal error: a log subscriber is already installed. This is a gpuledger bug: please report it with the command that was run")]
     Internal,
 }
 

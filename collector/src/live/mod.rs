@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 pub use config::CollectorConfig;
+use gpuledger_store::Bug;
 use metrics::Metrics;
 use writer::{Msg, Writer, WriterSummary};
 
@@ -46,8 +47,8 @@ pub enum LiveError {
     Store(#[from] crate::error::Error),
     #[error("no Kubernetes API access: {0} (run in a pod with a service account, set KUBECONFIG, or set [collector] kubernetes = false to only scrape listed endpoints)")]
     Kube(String),
-    #[error("internal error: {0} (this is a gpuledger bug, please report it)")]
-    Internal(String),
+    #[error(transparent)]
+    Internal(#[from] gpuledger_store::Bug),
 }
 
 /// What a collector run did.
@@ -97,7 +98,7 @@ pub async fn run(cfg: CollectorConfig, store: &StoreLocation, shutdown: impl std
         Ok((writer, positions, heads))
     })
     .await
-    .map_err(|e| LiveError::Internal(e.to_string()))??;
+    .map_err(|e| LiveError::Internal(Bug::new(e.to_string())))??;
     tracing::info!(store = %writer.store_root().display(), wal = %cfg.wal_path(store).display(), "store open");
 
     let (tx, rx) = mpsc::channel::<Msg>(1024);
@@ -109,7 +110,7 @@ pub async fn run(cfg: CollectorConfig, store: &StoreLocation, shutdown: impl std
             let _ = done_tx.send(());
             r
         })
-        .map_err(|e| LiveError::Internal(format!("cannot start the writer thread: {e}")))?;
+        .map_err(|e| LiveError::Internal(Bug::new(format!("cannot start the writer thread: {e}"))))?;
 
     let mut tasks = Vec::new();
     // Wakes the writer so flushes happen on time even when nothing arrives.
@@ -127,7 +128,7 @@ pub async fn run(cfg: CollectorConfig, store: &StoreLocation, shutdown: impl std
         }));
     }
 
-    let http = reqwest::Client::builder().user_agent(concat!("gpuledger/", env!("CARGO_PKG_VERSION"))).build().map_err(|e| LiveError::Internal(e.to_string()))?;
+    let http = reqwest::Client::builder().user_agent(concat!("gpuledger/", env!("CARGO_PKG_VERSION"))).build().map_err(|e| LiveError::Internal(Bug::new(e.to_string())))?;
     let scrape_ctx = scrape::ScrapeContext { http, interval: cfg.scrape_interval, timeout: cfg.scrape_timeout, tx: tx.clone(), metrics: Arc::clone(&metrics), stop: stop_rx.clone() };
     let mut scrapers = scrape::Scrapers::new(scrape_ctx, &cfg.dcgm_endpoints);
 
@@ -212,7 +213,7 @@ pub async fn run(cfg: CollectorConfig, store: &StoreLocation, shutdown: impl std
     }
     // Scrape tasks end at the stop signal; with them go the last senders, which ends the writer.
     scrapers.join().await;
-    let summary = tokio::task::spawn_blocking(move || writer_thread.join()).await.map_err(|e| LiveError::Internal(e.to_string()))?.map_err(|_| LiveError::Internal("the writer thread panicked".into()))??;
+    let summary = tokio::task::spawn_blocking(move || writer_thread.join()).await.map_err(|e| LiveError::Internal(Bug::new(e.to_string())))?.map_err(|_| LiveError::Internal(Bug::new("the writer thread panicked")))??;
     let _ = server.await;
     Ok(LiveSummary { writer: summary, elapsed: started.elapsed() })
 }

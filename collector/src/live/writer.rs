@@ -113,7 +113,7 @@ impl Flusher {
             tracing::error!(error = %e, "the last flush to the store failed");
         }
         if !self.pending.is_empty() {
-            return Err(Error::Store { path: self.home.dir().to_path_buf(), reason: format!("{} WAL segment(s) could not be flushed; they stay in the WAL and are replayed at the next start", self.pending.len()) });
+            return Err(Error::refused(self.home.dir().to_path_buf(), format!("{} WAL segment(s) could not be flushed; they stay in the WAL and are replayed at the next start", self.pending.len())));
         }
         Ok(self.summary)
     }
@@ -159,7 +159,7 @@ impl Writer {
     /// Runs until every sender is gone, then flushes everything.
     pub fn run(mut self, mut rx: mpsc::Receiver<Msg>) -> Result<WriterSummary> {
         let (seg_tx, seg_rx) = std_mpsc::channel::<PathBuf>();
-        let flusher = self.flusher.take().ok_or_else(|| Error::Store { path: self.store_root.clone(), reason: "writer started twice (bug)".into() })?;
+        let flusher = self.flusher.take().ok_or_else(|| Error::internal("the writer was started twice"))?;
         let flusher = std::thread::Builder::new().name("gpuledger-flush".into()).spawn(move || flusher.run(seg_rx)).map_err(|e| Error::io("flush thread", e))?;
         let mut result = Ok(());
         while let Some(first) = rx.blocking_recv() {
@@ -184,7 +184,7 @@ impl Writer {
         drop(rx);
         self.rotate(&seg_tx);
         drop(seg_tx);
-        let flushed = flusher.join().map_err(|_| Error::Store { path: self.wal.home().dir().to_path_buf(), reason: "the flush thread panicked".into() })?;
+        let flushed = flusher.join().map_err(|_| Error::refused(self.wal.home().dir().to_path_buf(), "the flush thread panicked"))?;
         result?;
         let mut summary = flushed?;
         self.wal.close()?;

@@ -29,7 +29,7 @@ pub(crate) fn read_heads(source: ParquetSource, out: &mut Heads) -> Result<()> {
     let file = source.name.clone();
     for batch in source.read_columns(&COLS)? {
         let batch = batch.map_err(|source| Error::Arrow { table: "k8s_objects", source })?;
-        let col = |name: &str| batch.column_by_name(name).ok_or_else(|| Error::Store { path: file.clone(), reason: format!("column {name} missing") });
+        let col = |name: &str| batch.column_by_name(name).ok_or_else(|| Error::refused(file.clone(), format!("column {name} missing")));
         let kind = col("kind")?.as_string::<i32>().clone();
         let ns = col("namespace")?.as_string::<i32>().clone();
         let name = col("name")?.as_string::<i32>().clone();

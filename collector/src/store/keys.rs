@@ -1,6 +1,5 @@
 //! Key hashes of stored rows: how the writer recognises a fact it already has.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch};
@@ -39,7 +38,7 @@ impl KeySet {
                 .iter()
                 .map(|k| batch.column_by_name(k).cloned())
                 .collect::<Option<_>>()
-                .ok_or_else(|| Error::Store { path: name.clone(), reason: "key column missing after projection".into() })?;
+                .ok_or_else(|| Error::refused(name.clone(), "key column missing after projection"))?;
             for h in hash_rows(table, &cols)? {
                 self.hashes.insert(h);
             }
@@ -55,7 +54,7 @@ impl KeySet {
             .iter()
             .map(|k| table.index_of(k).map(|i| Arc::clone(batch.column(i))))
             .collect::<Option<_>>()
-            .ok_or_else(|| Error::Store { path: PathBuf::new(), reason: format!("{}: key column not in schema", table.name) })?;
+            .ok_or_else(|| Error::internal(format!("{}: key column not in schema", table.name)))?;
         let fresh: Vec<bool> = hash_rows(table, &cols)?.into_iter().map(|h| self.hashes.insert(h)).collect();
         Ok(BooleanArray::from(fresh))
     }

@@ -112,10 +112,10 @@ impl Store {
             // Objects but no marker: someone else's, unless another writer is creating the store
             // right now (it writes the marker before anything else, so look again after the listing).
             if !files.is_empty()? && !files.has_file(MARKER)? {
-                return Err(Error::Store {
-                    path: location.display(""),
-                    reason: format!("holds objects but no {MARKER} marker: not a gpuledger store, refusing to write into it"),
-                });
+                return Err(Error::refused(
+                    location.display(""),
+                    format!("holds objects but no {MARKER} marker: not a gpuledger store, refusing to write into it"),
+                ));
             }
             files.write_whole(MARKER, layout::marker_contents().into_bytes())?;
         }
@@ -134,10 +134,10 @@ impl Store {
             });
             let is_store = root.join(MARKER).exists();
             if !is_store && !empty {
-                return Err(Error::Store {
-                    path: root.to_path_buf(),
-                    reason: format!("exists, is not empty and has no {MARKER} marker: not a gpuledger store, refusing to write into it"),
-                });
+                return Err(Error::refused(
+                    root.to_path_buf(),
+                    format!("exists, is not empty and has no {MARKER} marker: not a gpuledger store, refusing to write into it"),
+                ));
             }
         }
         fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
@@ -409,7 +409,7 @@ impl Store {
             self.snapshots.insert(table.name, snapshot);
         }
         let path = self.display(table.name);
-        self.snapshots.get(table.name).ok_or_else(|| Error::Store { path, reason: "snapshot vanished (bug)".into() })
+        self.snapshots.get(table.name).ok_or_else(|| Error::internal(format!("{}: snapshot vanished", path.display())))
     }
 
     /// The key hashes of a partition (or a whole table), loaded from the store on first use.
@@ -426,7 +426,7 @@ impl Store {
         }
         self.key_clock += 1;
         let path = self.display("");
-        let (set, used) = self.keys.get_mut(&k).ok_or_else(|| Error::Store { path, reason: "key set vanished (bug)".into() })?;
+        let (set, used) = self.keys.get_mut(&k).ok_or_else(|| Error::internal(format!("{}: key set vanished", path.display())))?;
         *used = self.key_clock;
         Ok(set)
     }
@@ -494,12 +494,12 @@ impl ParquetSource {
         fn build<R: parquet::file::reader::ChunkReader + 'static>(name: &Path, r: R, columns: &[&str]) -> Result<parquet::arrow::arrow_reader::ParquetRecordBatchReader> {
             use parquet::arrow::ProjectionMask;
             use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-            let pq = |source| Error::Parquet { path: name.to_path_buf(), source };
+            let pq = |source| Error::Store(gpuledger_store::Error::Parquet { path: name.to_path_buf(), source });
             let builder = ParquetRecordBatchReaderBuilder::try_new(r).map_err(pq)?;
             let schema = Arc::clone(builder.schema());
             let mut roots = Vec::new();
             for c in columns {
-                roots.push(schema.index_of(c).map_err(|_| Error::Store { path: name.to_path_buf(), reason: format!("file lacks column {c}") })?);
+                roots.push(schema.index_of(c).map_err(|_| Error::refused(name.to_path_buf(), format!("file lacks column {c}")))?);
             }
             let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
             builder.with_projection(mask).build().map_err(pq)
@@ -513,7 +513,7 @@ impl ParquetSource {
 
 /// Row indices per UTC day (days since the epoch) of the table's partition column.
 fn partition_rows(table: &'static Table, batch: &RecordBatch) -> Result<BTreeMap<i64, Vec<u32>>> {
-    let idx = table.index_of(table.partition_column).ok_or_else(|| Error::Store { path: PathBuf::new(), reason: format!("{}: no partition column", table.name) })?;
+    let idx = table.index_of(table.partition_column).ok_or_else(|| Error::internal(format!("{}: no partition column", table.name)))?;
     let ts = batch.column(idx).as_primitive::<TimestampMillisecondType>();
     let mut out: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
     // Runs of one day are the common case (a file holds one scrape or one day): collect a run,
@@ -554,7 +554,7 @@ fn sort_batch(table: &'static Table, batch: &RecordBatch) -> Result<RecordBatch>
         .filter_map(|c| table.index_of(c))
         .map(|i| sort_ranks(batch.column(i)))
         .collect::<Option<_>>()
-        .ok_or_else(|| Error::Store { path: PathBuf::new(), reason: format!("{}: a sort column has an unsortable type", table.name) })?;
+        .ok_or_else(|| Error::internal(format!("{}: a sort column has an unsortable type", table.name)))?;
     let mut order: Vec<u32> = (0..batch.num_rows() as u32).collect();
     order.sort_unstable_by(|a, b| {
         for k in &keys {
