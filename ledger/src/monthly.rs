@@ -2,7 +2,8 @@
 //! derived tables, in a finished accounting run's session or over the ledger a `gpuledger
 //! ledger` run stored (what `gpuledger serve` reads): the same SQL either way.
 //!
-//! The month is a bound parameter; each column is read with its type ([`crate::decode`]): amounts
+//! The month is a bound parameter; each column is read by the type its table's declaration
+//! gives it (`gpuledger_engine::decode_rows!` over `gpuledger_schemas::derived`): amounts
 //! of money from their exact decimals (`DECIMAL(38, 6)`), turned into floats only for the
 //! renderers, which format them (2 decimals in text, 4 in CSV) and never add them up into a
 //! figure of the ledger's.
@@ -13,7 +14,9 @@ use datafusion::prelude::SessionContext;
 use crate::accounting::Accounting;
 use crate::config::IdlePolicy;
 use crate::types::{Month, State};
-use gpuledger_engine::decode::decode;
+use gpuledger_engine::decode::{Columns, FromColumn, decode_declared};
+use gpuledger_engine::decode_rows;
+use gpuledger_schemas::derived::{ACCEPTED_UNITS_MONTHLY, BUDGET_MONTHLY, CHARGEBACK_MONTHLY, FAILURE_CAUSES, IDLE_REASONS_MONTHLY, QUEUE_WAIT_MONTHLY, REPORT_ENERGY, REPORT_MONTHS, REPORT_USAGE, STRANDED_MONTHLY};
 use crate::error::Result;
 use crate::report::{BudgetRow, ChargebackRow, EnergyRow, FailureCauseRow, IdleReason, IdleReasonRow, QueueWaitRow, Report, StrandedRow, UnitsRow, UsageRow};
 
@@ -24,6 +27,19 @@ pub const BUDGETS_SQL: &str = "SELECT * FROM budget_monthly WHERE month = $1 ORD
 pub const QUEUE_WAITS_SQL: &str = "SELECT * FROM queue_wait_monthly WHERE month = $1 ORDER BY team, cluster_queue";
 pub const IDLE_REASONS_SQL: &str = "SELECT * FROM idle_reasons_monthly WHERE month = $1 ORDER BY rank";
 pub const STRANDED_SQL: &str = "SELECT * FROM stranded_monthly WHERE month = $1 ORDER BY pool NULLS LAST, model_name";
+
+/// Report columns whose text names a month, a state or an idle reason: any other text is an
+/// error naming the column.
+macro_rules! from_text_column {
+    ($($t:ty),+) => {
+        $(impl FromColumn for $t {
+            fn read(c: &Columns<'_>, name: &str) -> Result<Vec<Self>> {
+                c.parsed(name)
+            }
+        })+
+    };
+}
+from_text_column!(Month, State, IdleReason);
 
 impl Accounting {
     /// The report of `month` (`YYYY-MM`). Queue waits are those of admissions in that month.
@@ -61,161 +77,44 @@ pub(crate) async fn query(ctx: &SessionContext, sql: &str, month: Option<&str>) 
 /// Months that have GPU time, overheads or units, oldest first.
 pub(crate) async fn months(ctx: &SessionContext) -> Result<Vec<Month>> {
     let batches = query(ctx, "SELECT month FROM report_months ORDER BY month", None).await?;
-    decode(&batches, "report_months", |c| c.parsed::<Month>("month"))
+    decode_declared(&batches, &REPORT_MONTHS, |c| Month::read(c, "month"))
 }
 
 /// The month with the most GPU-hours (all states), the earliest on a tie.
 pub(crate) async fn busiest_month(ctx: &SessionContext) -> Result<Option<Month>> {
     let batches = query(ctx, "SELECT month FROM report_months ORDER BY gpu_hours DESC, month LIMIT 1", None).await?;
-    Ok(decode(&batches, "report_months", |c| c.parsed::<Month>("month"))?.into_iter().next())
+    Ok(decode_declared(&batches, &REPORT_MONTHS, |c| Month::read(c, "month"))?.into_iter().next())
 }
 
+/// Each report row's fields are named as the columns they are read from; the declarations in
+/// `gpuledger_schemas::derived` say which are amounts of money.
 async fn read_report(ctx: &SessionContext, month: &Month, currency: &str, idle_policy: IdlePolicy) -> Result<Report> {
     let rows = async |sql: &str| query(ctx, sql, Some(month.as_str())).await;
-    let chargeback = decode(&rows("SELECT * FROM chargeback_monthly WHERE month = $1 ORDER BY team").await?, "chargeback_monthly", |c| {
-        let (month, team) = (c.text("month")?, c.text("team")?);
-        let n = |name: &str| c.f64(name);
-        let money = |name: &str| c.money(name);
-        let (productive, allocated_idle, failed, preempted, unallocated) =
-            (n("productive_gpu_hours")?, n("allocated_idle_gpu_hours")?, n("failed_gpu_hours")?, n("preempted_gpu_hours")?, n("unallocated_gpu_hours")?);
-        let (compute, network, storage, support, idle, failed_runs, operations, total) = (
-            money("compute")?,
-            money("network")?,
-            money("storage")?,
-            money("support")?,
-            money("idle")?,
-            money("failed_runs")?,
-            money("operations")?,
-            money("total")?,
-        );
-        let (units, per_unit, provisional) = (n("accepted_units")?, c.opt_money("cost_per_accepted_unit")?, n("provisional_gpu_hours")?);
-        let (lost_hours, lost_cost) = (n("lost_gpu_hours_platform_paid")?, money("lost_cost_platform_paid")?);
-        Ok((0..c.rows())
-            .map(|i| ChargebackRow {
-                month: month[i].clone(),
-                team: team[i].clone(),
-                productive_gpu_hours: productive[i],
-                allocated_idle_gpu_hours: allocated_idle[i],
-                failed_gpu_hours: failed[i],
-                preempted_gpu_hours: preempted[i],
-                unallocated_gpu_hours: unallocated[i],
-                compute: compute[i],
-                network: network[i],
-                storage: storage[i],
-                support: support[i],
-                idle: idle[i],
-                failed_runs: failed_runs[i],
-                operations: operations[i],
-                total: total[i],
-                accepted_units: units[i],
-                cost_per_accepted_unit: per_unit[i],
-                provisional_gpu_hours: provisional[i],
-                lost_gpu_hours_platform_paid: lost_hours[i],
-                lost_cost_platform_paid: lost_cost[i],
-            })
-            .collect())
+    let chargeback = decode_rows!(&rows("SELECT * FROM chargeback_monthly WHERE month = $1 ORDER BY team").await?, CHARGEBACK_MONTHLY => ChargebackRow {
+        month, team, productive_gpu_hours, allocated_idle_gpu_hours, failed_gpu_hours, preempted_gpu_hours, unallocated_gpu_hours,
+        compute, network, storage, support, idle, failed_runs, operations, total,
+        accepted_units, cost_per_accepted_unit, provisional_gpu_hours, lost_gpu_hours_platform_paid, lost_cost_platform_paid,
     })?;
-    let units = decode(&rows("SELECT * FROM accepted_units_monthly WHERE month = $1 ORDER BY team, unit").await?, "accepted_units_monthly", |c| {
-        let (month, team, unit, units) = (c.text("month")?, c.text("team")?, c.text("unit")?, c.f64("accepted_units")?);
-        Ok((0..c.rows()).map(|i| UnitsRow { month: month[i].clone(), team: team[i].clone(), unit: unit[i].clone(), accepted_units: units[i] }).collect())
+    let units = decode_rows!(&rows("SELECT * FROM accepted_units_monthly WHERE month = $1 ORDER BY team, unit").await?, ACCEPTED_UNITS_MONTHLY => UnitsRow {
+        month, team, unit, accepted_units,
     })?;
     let usage_sql = "SELECT * FROM report_usage WHERE month = $1 ORDER BY team, state, model_name, platform_paid";
-    let usage = decode(&rows(usage_sql).await?, "report_usage", |c| {
-        let (month, team, state, model) = (c.text("month")?, c.text("team")?, c.parsed::<State>("state")?, c.text("model_name")?);
-        let (hours, provisional, cost, units, paid) = (c.f64("gpu_hours")?, c.f64("provisional_gpu_hours")?, c.money("cost")?, c.f64("accepted_units")?, c.bool("platform_paid")?);
-        Ok((0..c.rows())
-            .map(|i| UsageRow {
-                month: month[i].clone(),
-                team: team[i].clone(),
-                state: state[i],
-                model_name: model[i].clone(),
-                gpu_hours: hours[i],
-                provisional_gpu_hours: provisional[i],
-                cost: cost[i],
-                accepted_units: units[i],
-                platform_paid: paid[i],
-            })
-            .collect())
+    let usage = decode_rows!(&rows(usage_sql).await?, REPORT_USAGE => UsageRow {
+        month, team, state, model_name, gpu_hours, provisional_gpu_hours, cost, accepted_units, platform_paid,
     })?;
-    let failure_causes = decode(&rows(FAILURE_CAUSES_SQL).await?, "failure_causes", |c| {
-        let (outcome, cause, segments, hours, cost) = (c.parsed::<State>("outcome")?, c.text("cause")?, c.i64("segments")?, c.f64("gpu_hours")?, c.money("cost")?);
-        Ok((0..c.rows())
-            .map(|i| FailureCauseRow { outcome: outcome[i], cause: cause[i].clone(), segments: segments[i], gpu_hours: hours[i], cost: cost[i] })
-            .collect())
+    let failure_causes = decode_rows!(&rows(FAILURE_CAUSES_SQL).await?, FAILURE_CAUSES => FailureCauseRow { outcome, cause, segments, gpu_hours, cost })?;
+    let queue_waits = decode_rows!(&rows(QUEUE_WAITS_SQL).await?, QUEUE_WAIT_MONTHLY => QueueWaitRow {
+        team, cluster_queue, admissions, p50_seconds, p95_seconds, max_seconds, evictions, eviction_reasons,
     })?;
-    let queue_waits = decode(&rows(QUEUE_WAITS_SQL).await?, "queue_wait_monthly", |c| {
-        let (team, queue, admissions) = (c.text("team")?, c.text("cluster_queue")?, c.i64("admissions")?);
-        let (p50, p95, max) = (c.f64("p50_seconds")?, c.f64("p95_seconds")?, c.f64("max_seconds")?);
-        let (evictions, reasons) = (c.i64("evictions")?, c.text("eviction_reasons")?);
-        Ok((0..c.rows())
-            .map(|i| QueueWaitRow {
-                team: team[i].clone(),
-                cluster_queue: queue[i].clone(),
-                admissions: admissions[i],
-                p50_seconds: p50[i],
-                p95_seconds: p95[i],
-                max_seconds: max[i],
-                evictions: evictions[i],
-                eviction_reasons: reasons[i].clone(),
-            })
-            .collect())
+    let budgets = decode_rows!(&rows(BUDGETS_SQL).await?, BUDGET_MONTHLY => BudgetRow {
+        month, team, budget, spend, forecast, used_ratio, forecast_ratio, elapsed_days, month_days,
     })?;
-    let budgets = decode(&rows(BUDGETS_SQL).await?, "budget_monthly", |c| {
-        let (month, team) = (c.text("month")?, c.text("team")?);
-        let (budget, spend, forecast) = (c.money("budget")?, c.money("spend")?, c.money("forecast")?);
-        let (used, forecast_ratio, elapsed, days) = (c.f64("used_ratio")?, c.f64("forecast_ratio")?, c.f64("elapsed_days")?, c.f64("month_days")?);
-        Ok((0..c.rows())
-            .map(|i| BudgetRow {
-                month: month[i].clone(),
-                team: team[i].clone(),
-                budget: budget[i],
-                spend: spend[i],
-                forecast: forecast[i],
-                used_ratio: used[i],
-                forecast_ratio: forecast_ratio[i],
-                elapsed_days: elapsed[i],
-                month_days: days[i],
-            })
-            .collect())
+    let energy = decode_rows!(&rows("SELECT * FROM report_energy WHERE month = $1 ORDER BY team").await?, REPORT_ENERGY => EnergyRow {
+        team, kwh, facility_kwh, kg_co2e, kwh_per_accepted_unit, cost_per_accepted_unit, gpu_hours, measured_gpu_hours,
     })?;
-    let energy = decode(&rows("SELECT * FROM report_energy WHERE month = $1 ORDER BY team").await?, "report_energy", |c| {
-        let team = c.text("team")?;
-        let (kwh, facility, co2) = (c.f64("kwh")?, c.f64("facility_kwh")?, c.opt_f64("kg_co2e")?);
-        let (per_unit, cost_per_unit) = (c.opt_f64("kwh_per_accepted_unit")?, c.opt_money("cost_per_accepted_unit")?);
-        let (hours, measured) = (c.f64("gpu_hours")?, c.f64("measured_gpu_hours")?);
-        Ok((0..c.rows())
-            .map(|i| EnergyRow {
-                team: team[i].clone(),
-                kwh: kwh[i],
-                facility_kwh: facility[i],
-                kg_co2e: co2[i],
-                kwh_per_accepted_unit: per_unit[i],
-                cost_per_accepted_unit: cost_per_unit[i],
-                gpu_hours: hours[i],
-                measured_gpu_hours: measured[i],
-            })
-            .collect())
-    })?;
-    let idle_reasons = decode(&rows(IDLE_REASONS_SQL).await?, "idle_reasons_monthly", |c| {
-        let (rank, team, state, reason) = (c.i64("rank")?, c.text("team")?, c.parsed::<State>("state")?, c.parsed::<IdleReason>("reason")?);
-        let (hours, cost) = (c.f64("gpu_hours")?, c.money("cost")?);
-        Ok((0..c.rows())
-            .map(|i| IdleReasonRow { rank: rank[i], team: team[i].clone(), state: state[i], reason: reason[i], gpu_hours: hours[i], cost: cost[i] })
-            .collect())
-    })?;
-    let stranded = decode(&rows(STRANDED_SQL).await?, "stranded_monthly", |c| {
-        let (pool, model) = (c.opt_text("pool")?, c.text("model_name")?);
-        let (unallocated, stranded, cost, cordoned) = (c.f64("unallocated_gpu_hours")?, c.f64("stranded_gpu_hours")?, c.money("stranded_cost")?, c.f64("cordoned_gpu_hours")?);
-        Ok((0..c.rows())
-            .map(|i| StrandedRow {
-                pool: pool[i].clone(),
-                model_name: model[i].clone(),
-                unallocated_gpu_hours: unallocated[i],
-                stranded_gpu_hours: stranded[i],
-                stranded_cost: cost[i],
-                cordoned_gpu_hours: cordoned[i],
-            })
-            .collect())
+    let idle_reasons = decode_rows!(&rows(IDLE_REASONS_SQL).await?, IDLE_REASONS_MONTHLY => IdleReasonRow { rank, team, state, reason, gpu_hours, cost })?;
+    let stranded = decode_rows!(&rows(STRANDED_SQL).await?, STRANDED_MONTHLY => StrandedRow {
+        pool, model_name, unallocated_gpu_hours, stranded_gpu_hours, stranded_cost, cordoned_gpu_hours,
     })?;
     Ok(Report {
         month: month.clone(),

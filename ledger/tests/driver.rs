@@ -184,6 +184,14 @@ async fn every_derived_table_has_its_declared_schema() {
                 wrong.push(format!("{name}:\n  computed: {got:?}\n  declared: {want:?}"));
             }
         }
+        // The report views the month report reads by their declarations.
+        for view in gpuledger_schemas::REPORT_VIEWS {
+            let df = run.context().table(view.name).await.unwrap();
+            let (got, want) = (columns(df.schema().as_arrow(), true), columns(&view.arrow_schema(), true));
+            if got != want {
+                wrong.push(format!("{} (view):\n  computed: {got:?}\n  declared: {want:?}", view.name));
+            }
+        }
     }
     assert!(wrong.is_empty(), "derived tables differ from schemas/src/derived.rs:\n{}", wrong.join("\n"));
 }

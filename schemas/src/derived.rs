@@ -447,6 +447,54 @@ pub const NODE_HOURLY: DerivedTable = DerivedTable {
     ],
 };
 
+/// The report views of `queries/90_reports.sql` that the month report reads beside the derived
+/// tables: views over those tables, never stored, declared so that a report row is read by what
+/// its columns are (an amount of money or a number) rather than by hand.
+pub const REPORT_VIEWS: &[DerivedTable] = &[REPORT_MONTHS, REPORT_USAGE, REPORT_ENERGY];
+
+/// Looks a derived table or report view up by name.
+pub fn declared(name: &str) -> Option<&'static DerivedTable> {
+    DERIVED_TABLES.iter().chain(REPORT_VIEWS).find(|t| t.name == name)
+}
+
+pub const REPORT_MONTHS: DerivedTable = DerivedTable {
+    name: "report_months",
+    doc: "Months with GPU time, overheads or units, and their GPU-hours in every state (90_reports.sql)",
+    columns: &[col("month", Utf8, true, "UTC month (YYYY-MM)"), col("gpu_hours", Float64, true, "GPU-hours of the month, every state")],
+};
+
+pub const REPORT_USAGE: DerivedTable = DerivedTable {
+    name: "report_usage",
+    doc: "GPU-hours and cost per month, team, state and GPU model: the grain of the FOCUS export and the report's usage table (90_reports.sql)",
+    columns: &[
+        col("month", Utf8, true, "UTC month (YYYY-MM)"),
+        col("team", Utf8View, true, "Team; platform holds unallocated time and the lost time it pays for"),
+        col("state", Utf8, false, "productive, allocated_idle, failed, preempted or unallocated"),
+        col("model_name", Utf8, true, "GPU model (unknown where DCGM named none)"),
+        col("gpu_hours", Float64, true, "GPU-hours, summed as nanoseconds"),
+        col("provisional_gpu_hours", Float64, true, "Of those, the hours of segments that have not ended"),
+        col("cost", Money, true, "Price-list cost: the sum of the priced rows"),
+        col("accepted_units", Float64, true, "The team's accepted units, spread over its productive rows by GPU-hours"),
+        col("platform_paid", Boolean, false, "Lost time whose cost the platform pays, on platform's row"),
+    ],
+};
+
+pub const REPORT_ENERGY: DerivedTable = DerivedTable {
+    name: "report_energy",
+    doc: "Energy per month and team beside its cost (90_reports.sql)",
+    columns: &[
+        col("month", Utf8, true, "UTC month (YYYY-MM)"),
+        col("team", Utf8View, true, "Team"),
+        col("kwh", Float64, true, "GPU energy, kWh"),
+        col("facility_kwh", Float64, true, "kwh x [energy] pue"),
+        col("kg_co2e", Float64, true, "Emissions; null without a grid intensity"),
+        col("gpu_hours", Float64, true, "GPU-hours"),
+        col("measured_gpu_hours", Float64, true, "Of those, the hours whose energy was measured"),
+        col("kwh_per_accepted_unit", Float64, true, "kwh per accepted unit; null without units"),
+        col("cost_per_accepted_unit", Money, true, "The chargeback's cost per accepted unit; null without units"),
+    ],
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -455,7 +503,7 @@ mod tests {
     #[test]
     fn derived_tables_are_consistent_and_apart_from_the_raw_ones() {
         let mut names = HashSet::new();
-        for t in DERIVED_TABLES {
+        for t in DERIVED_TABLES.iter().chain(REPORT_VIEWS) {
             assert!(names.insert(t.name), "duplicate derived table {}", t.name);
             assert!(crate::table(t.name).is_none(), "{} is also a raw table", t.name);
             assert!(!t.doc.is_empty(), "{} has no doc", t.name);

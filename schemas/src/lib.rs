@@ -157,7 +157,7 @@ pub fn table(name: &str) -> Option<&'static Table> {
     TABLES.iter().find(|t| t.name == name)
 }
 
-pub use derived::{DERIVED_TABLES, DerivedTable, derived_table};
+pub use derived::{DERIVED_TABLES, DerivedTable, REPORT_VIEWS, declared, derived_table};
 pub use k8s::EventType;
 pub use k8s::{JOBS, K8S_EVENTS, K8S_OBJECTS, KUEUE_QUEUES, NAMESPACES, NODES, PODS, WORKLOAD_CONDITIONS, WORKLOADS};
 pub use samples::{GPU_METRICS, GPU_SAMPLES, GpuMetric, METRIC_SAMPLES};
