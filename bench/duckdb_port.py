@@ -569,12 +569,13 @@ def config_sql(config_path: Path) -> list[str]:
     out += table_sql("settings", [
         ("team_label", "VARCHAR"), ("idle_policy", "VARCHAR"), ("active_threshold_engine", "DOUBLE"), ("active_threshold_util", "DOUBLE"),
         ("max_gap_factor", "DOUBLE"), ("default_price", "DECIMAL(38,6)"), ("currency", "VARCHAR"), ("hardware_failures", "VARCHAR"),
-        ("preemptions", "VARCHAR"), ("pue", "DOUBLE"), ("grid_gco2_per_kwh", "DOUBLE"),
+        ("preemptions", "VARCHAR"), ("pue", "DOUBLE"), ("grid_gco2_per_kwh", "DOUBLE"), ("anomaly_k", "DOUBLE"),
     ], [(
         a.get("team_label", "team"), a.get("idle_policy", "platform"), float(a.get("active_threshold_engine", 0.05)),
         float(a.get("active_threshold_util", 5.0)), float(a.get("max_gap_factor", 2.5)), money(prices["default"]),
         a.get("currency", "USD"), a.get("hardware_failures", "platform"), a.get("preemptions", "team"),
         float(energy.get("pue", 1.0)), None if energy.get("grid_gco2_per_kwh") is None else float(energy["grid_gco2_per_kwh"]),
+        float(cfg.get("anomalies", {}).get("k", 3.0)),
     )])
     # Label keys in file order, each key's values in file order (TOML tables keep it in Python).
     by_label = [(k, v, money(p)) for k, values in prices.get("by_node_label", {}).items() for v, p in values.items()]

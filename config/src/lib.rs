@@ -34,7 +34,7 @@ use toml::de::{DeTable, DeValue};
 
 /// The top-level sections of `gpuledger.toml`, in the order the example file documents them,
 /// with the component that reads each.
-pub const SECTIONS: [(&str, &str); 10] = [
+pub const SECTIONS: [(&str, &str); 11] = [
     ("accounting", "ledger"),
     ("prices", "ledger"),
     ("overheads", "ledger"),
@@ -42,6 +42,7 @@ pub const SECTIONS: [(&str, &str); 10] = [
     ("budgets", "ledger"),
     ("energy", "ledger"),
     ("focus", "ledger"),
+    ("anomalies", "ledger"),
     ("collector", "gpuledger collect"),
     ("serve", "gpuledger serve"),
     ("store", "gpuledger collect and gpuledger store expire"),

@@ -45,6 +45,9 @@
 //! pue = 1.3                           # facility energy per GPU energy (default 1.0)
 //! grid_gco2_per_kwh = 350.0           # grid carbon intensity; without it, no emissions
 //!
+//! [anomalies]                         # spend anomalies (anomalies_daily)
+//! k = 3.0                             # flag a day this many spreads above its baseline (default 3)
+//!
 //! [focus]                             # who bills whom in the FOCUS export; all optional
 //! billing_account_id = "gpu-cluster"
 //! billing_account_name = "GPU cluster"
@@ -275,6 +278,21 @@ pub struct Config {
     pub budgets: Vec<Budget>,
     pub energy: Energy,
     pub focus: FocusAccount,
+    pub anomalies: Anomalies,
+}
+
+/// `[anomalies]`: when a team's day of GPU cost is flagged against its own recent days.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Anomalies {
+    /// A day is flagged when its cost exceeds the median of its baseline days by at least `k`
+    /// spreads (queries/69_anomalies.sql).
+    pub k: f64,
+}
+
+impl Default for Anomalies {
+    fn default() -> Self {
+        Anomalies { k: 3.0 }
+    }
 }
 
 /// `[energy]`: how GPU energy becomes facility energy and emissions.
@@ -469,10 +487,11 @@ impl Config {
         let budgets = budgets(doc, raw_budgets);
         let energy = energy(doc, doc.section::<RawEnergy>("energy"));
         let focus = focus_account(doc, doc.section::<RawFocus>("focus"));
+        let anomalies = anomalies(doc, doc.section::<RawAnomalies>("anomalies"));
         if doc.has_problems() {
             return None;
         }
-        Some(Config { accounting, prices: prices?, overheads, units, unit_files, budgets, energy, focus })
+        Some(Config { accounting, prices: prices?, overheads, units, unit_files, budgets, energy, focus, anomalies })
     }
 
     /// A configuration with every default and one price for every GPU, for runs without a file
@@ -487,6 +506,7 @@ impl Config {
             budgets: Vec::new(),
             energy: Energy::default(),
             focus: FocusAccount::default(),
+            anomalies: Anomalies::default(),
         }
     }
 }
@@ -614,6 +634,26 @@ fn energy(doc: &Document<'_>, raw: Option<RawEnergy>) -> Energy {
             out.grid_gco2_per_kwh = Some(g);
         } else {
             doc.report(v.span(), "energy.grid_gco2_per_kwh", format!("{g} is not a grid carbon intensity in g CO2e per kWh (0 to 5000)"));
+        }
+    }
+    out
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAnomalies {
+    k: Option<Spanned<f64>>,
+}
+
+/// `[anomalies]`: a bad value is reported and its default kept.
+fn anomalies(doc: &Document<'_>, raw: Option<RawAnomalies>) -> Anomalies {
+    let mut out = Anomalies::default();
+    if let Some(v) = raw.and_then(|r| r.k) {
+        let k = *v.get_ref();
+        if k.is_finite() && k > 0.0 && k <= 100.0 {
+            out.k = k;
+        } else {
+            doc.report(v.span(), "anomalies.k", format!("{k} is not a number of spreads above the baseline (more than 0, at most 100)"));
         }
     }
     out
@@ -1131,6 +1171,7 @@ support = 50.0
                 budgets: vec![],
                 energy: Energy::default(),
                 focus: FocusAccount::default(),
+                anomalies: Anomalies::default(),
             }
         );
     }
@@ -1178,6 +1219,15 @@ support = 50.0
         assert_eq!(parse(p).unwrap().energy, Energy { pue: 1.0, grid_gco2_per_kwh: None });
         assert_error(&format!("{p}[energy]\npue = 0.9\n"), 4, "energy.pue", &["0.9", "from 1 to 10"]);
         assert_error(&format!("{p}[energy]\ngrid_gco2_per_kwh = -1.0\n"), 4, "energy.grid_gco2_per_kwh", &["-1"]);
+    }
+
+    #[test]
+    fn the_anomaly_threshold_is_checked() {
+        let p = "[prices]\ndefault = 1.0\n";
+        assert_eq!(parse(p).unwrap().anomalies.k, 3.0);
+        assert_eq!(parse(&format!("{p}[anomalies]\nk = 4.5\n")).unwrap().anomalies.k, 4.5);
+        assert_error(&format!("{p}[anomalies]\nk = 0.0\n"), 4, "anomalies.k", &["0", "more than 0"]);
+        assert_error(&format!("{p}[anomalies]\nk = -2.0\n"), 4, "anomalies.k", &["-2"]);
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub const QUERY_FILES: &[(&str, &str)] = &[
     ("65_budgets.sql", include_str!("../../queries/65_budgets.sql")),
     ("67_energy.sql", include_str!("../../queries/67_energy.sql")),
     ("68_why_idle.sql", include_str!("../../queries/68_why_idle.sql")),
+    ("69_anomalies.sql", include_str!("../../queries/69_anomalies.sql")),
     ("70_queue.sql", include_str!("../../queries/70_queue.sql")),
     ("80_failures.sql", include_str!("../../queries/80_failures.sql")),
     ("90_reports.sql", include_str!("../../queries/90_reports.sql")),

@@ -32,6 +32,7 @@ pub fn config_tables(config: &Config, idle_policy: Option<IdlePolicy>) -> Result
         ("preemptions", text(vec![Some(a.preemptions.as_str().to_string())])),
         ("pue", float(vec![config.energy.pue])),
         ("grid_gco2_per_kwh", Arc::new(Float64Array::from(vec![config.energy.grid_gco2_per_kwh])) as ArrayRef),
+        ("anomaly_k", float(vec![config.anomalies.k])),
     ])?;
     let xids = batch(vec![("xid", Arc::new(Int64Array::from(a.hardware_xids.clone())) as ArrayRef)])?;
     let labels = &config.prices.by_node_label;

@@ -110,6 +110,7 @@ pub const DERIVED_TABLES: &[DerivedTable] = &[
     ENERGY_MONTHLY,
     IDLE_REASONS_MONTHLY,
     STRANDED_MONTHLY,
+    ANOMALIES_DAILY,
     RUN_SEGMENTS,
     RUN_FAILURES,
     FAILURE_CAUSES,
@@ -279,6 +280,22 @@ pub const STRANDED_MONTHLY: DerivedTable = DerivedTable {
         col("stranded_gpu_hours", Float64, true, "Of them, stranded: a Workload asking for nvidia.com/gpu waited in a ClusterQueue whose GPU flavor selects the node"),
         col("stranded_cost", Money, true, "Price-list cost of the stranded hours (reported, not charged)"),
         col("cordoned_gpu_hours", Float64, true, "Of them, cordoned: the node was unschedulable or not Ready"),
+    ],
+};
+
+pub const ANOMALIES_DAILY: DerivedTable = DerivedTable {
+    name: "anomalies_daily",
+    doc: "Each team's day of GPU cost against the median of its previous 14 observed days, flagged at [anomalies] k spreads above it (69_anomalies.sql)",
+    columns: &[
+        col("day", Utf8, true, "UTC day (YYYY-MM-DD); complete days only (the store has later observations)"),
+        col("month", Utf8, true, "UTC month (YYYY-MM) of day"),
+        col("team", Utf8View, true, "Team whose own allocated GPU time it is"),
+        col("cost", Money, false, "Price-list cost of the team's allocated time that day, before any idle policy or who-pays rule"),
+        col("baseline", Money, true, "Median cost of the baseline days (mean of the middle two, half to even); null with fewer than 7"),
+        col("spread", Money, true, "max(1.4826 x MAD, 5% of baseline); null with fewer than 7 baseline days"),
+        col("score", Float64, true, "(cost - baseline) / spread; null without a baseline or with a spread of 0"),
+        col("flagged", Boolean, true, "score >= k, or cost > baseline where the spread is 0; false without a baseline"),
+        col("baseline_days", Int64, false, "Observed days the baseline was taken over (at most 14)"),
     ],
 };
 
@@ -460,7 +477,7 @@ pub fn declared(name: &str) -> Option<&'static DerivedTable> {
 pub const REPORT_MONTHS: DerivedTable = DerivedTable {
     name: "report_months",
     doc: "Months with GPU time, overheads or units, and their GPU-hours in every state (90_reports.sql)",
-    columns: &[col("month", Utf8, true, "UTC month (YYYY-MM)"), col("gpu_hours", Float64, true, "GPU-hours of the month, every state")],
+    columns: &[col("month", Utf8, true, "UTC month (YYYY-MM)"), col("gpu_hours", Float64, false, "GPU-hours of the month, every state")],
 };
 
 pub const REPORT_USAGE: DerivedTable = DerivedTable {
@@ -470,7 +487,7 @@ pub const REPORT_USAGE: DerivedTable = DerivedTable {
         col("month", Utf8, true, "UTC month (YYYY-MM)"),
         col("team", Utf8View, true, "Team; platform holds unallocated time and the lost time it pays for"),
         col("state", Utf8, false, "productive, allocated_idle, failed, preempted or unallocated"),
-        col("model_name", Utf8, true, "GPU model (unknown where DCGM named none)"),
+        col("model_name", Utf8, false, "GPU model (unknown where DCGM named none)"),
         col("gpu_hours", Float64, true, "GPU-hours, summed as nanoseconds"),
         col("provisional_gpu_hours", Float64, true, "Of those, the hours of segments that have not ended"),
         col("cost", Money, true, "Price-list cost: the sum of the priced rows"),

@@ -32,7 +32,7 @@ pub(crate) struct FileConfig {
     pub store: StoreSettings,
 }
 
-const LEDGER_SECTIONS: [&str; 7] = ["accounting", "prices", "overheads", "units", "budgets", "energy", "focus"];
+const LEDGER_SECTIONS: [&str; 8] = ["accounting", "prices", "overheads", "units", "budgets", "energy", "focus", "anomalies"];
 
 /// Reads and checks the file at `path`; the error lists every problem found, one per line.
 pub(crate) fn load(path: &Path, uses: Uses) -> Result<FileConfig, ConfigError> {
