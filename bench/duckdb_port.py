@@ -330,7 +330,9 @@ CREATE OR REPLACE MACRO mig_sevenths(p) AS
 -- The money functions (ledger/src/udf/money.rs): the same integer arithmetic on HUGEINT. Money
 -- is DECIMAL(38,6); __micros is an amount's micro-units, __money the amount of a count of
 -- micro-units. DuckDB's // truncates toward zero and % takes the dividend's sign, as Rust's.
-CREATE OR REPLACE MACRO __micros(x) AS CAST(x * 1000000 AS HUGEINT);
+-- (x is made a DECIMAL first: an integer literal is an INT32 in DuckDB, and 10000 x 1000000
+-- would overflow it.)
+CREATE OR REPLACE MACRO __micros(x) AS CAST(CAST(x AS DECIMAL(38,6)) * 1000000 AS HUGEINT);
 CREATE OR REPLACE MACRO __money(m) AS CAST(m AS DECIMAL(38,0)) * CAST(0.000001 AS DECIMAL(38,6));
 -- n / d rounded half to even (d <> 0).
 CREATE OR REPLACE MACRO __div_half_even(n, d) AS
