@@ -129,20 +129,20 @@ impl<'a> Columns<'a> {
 }
 
 /// Decodes every batch of a result with `row`, which reads one batch's columns into rows.
-pub fn decode<T>(batches: &[RecordBatch], what: &str, mut row: impl FnMut(&Columns<'_>) -> Result<Vec<T>>) -> Result<Vec<T>> {
-    let mut out = Vec::new();
-    for b in batches {
-        out.extend(row(&Columns::new(b, what))?);
-    }
-    Ok(out)
+pub fn decode<T>(batches: &[RecordBatch], what: &str, row: impl FnMut(&Columns<'_>) -> Result<Vec<T>>) -> Result<Vec<T>> {
+    decode_batches(batches, what, None, row)
 }
 
 /// [`decode`] for rows of the declared table or view `table`: each column is read as its
 /// declaration says (see [`FromColumn`]).
-pub fn decode_declared<T>(batches: &[RecordBatch], table: &'static DerivedTable, mut row: impl FnMut(&Columns<'_>) -> Result<Vec<T>>) -> Result<Vec<T>> {
+pub fn decode_declared<T>(batches: &[RecordBatch], table: &'static DerivedTable, row: impl FnMut(&Columns<'_>) -> Result<Vec<T>>) -> Result<Vec<T>> {
+    decode_batches(batches, table.name, Some(table), row)
+}
+
+fn decode_batches<T>(batches: &[RecordBatch], what: &str, declared: Option<&'static DerivedTable>, mut row: impl FnMut(&Columns<'_>) -> Result<Vec<T>>) -> Result<Vec<T>> {
     let mut out = Vec::new();
-    for b in batches {
-        out.extend(row(&Columns { batch: b, what: table.name, declared: Some(table) })?);
+    for batch in batches {
+        out.extend(row(&Columns { batch, what, declared })?);
     }
     Ok(out)
 }

@@ -332,9 +332,7 @@ fn join_writers(
                 first_err.get_or_insert(e);
             }
             Err(_) => {
-                first_err.get_or_insert(SimError::internal(
-                    "a DCGM writer thread panicked".to_string(),
-                ));
+                first_err.get_or_insert(SimError::internal("a DCGM writer thread panicked"));
             }
         }
     }

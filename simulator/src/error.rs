@@ -38,9 +38,7 @@ impl SimError {
     pub fn internal(what: impl Into<String>) -> SimError {
         SimError::Internal(gpuledger_store::Bug::new(what))
     }
-}
 
-impl SimError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         SimError::Io {
             path: path.into(),

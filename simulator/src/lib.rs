@@ -263,7 +263,7 @@ fn simulate_on(
         };
         let written = objects
             .join()
-            .map_err(|_| SimError::internal("the Kubernetes object writer panicked".to_string()))?;
+            .map_err(|_| SimError::internal("the Kubernetes object writer panicked"))?;
         Ok::<_, SimError>((written?, samples?))
     })?;
 

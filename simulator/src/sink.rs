@@ -50,7 +50,7 @@ impl DcgmSink for FileSink {
         }
         match self.open.as_mut() {
             Some((_, f)) => std::io::Write::write_all(f, text).map_err(|e| SimError::io(f.path(), e)),
-            None => Err(SimError::internal("capture file not open".to_string())),
+            None => Err(SimError::internal("capture file not open")),
         }
     }
 

@@ -32,8 +32,6 @@ pub(crate) struct FileConfig {
     pub store: StoreSettings,
 }
 
-const LEDGER_SECTIONS: [&str; 8] = ["accounting", "prices", "overheads", "units", "budgets", "energy", "focus", "anomalies"];
-
 /// Reads and checks the file at `path`; the error lists every problem found, one per line.
 pub(crate) fn load(path: &Path, uses: Uses) -> Result<FileConfig, ConfigError> {
     let text = Document::read(path)?;
@@ -42,7 +40,9 @@ pub(crate) fn load(path: &Path, uses: Uses) -> Result<FileConfig, ConfigError> {
 
 fn check(text: &str, path: &Path, uses: Uses, env: &dyn Fn(&str) -> Option<String>) -> Result<FileConfig, ConfigError> {
     let doc = Document::parse(text, path);
-    let ledger = (uses.ledger || LEDGER_SECTIONS.iter().any(|s| doc.section_span(s).is_some())).then(|| Config::check(&doc)).flatten();
+    // The ledger's sections are those the loader's table names as the ledger's.
+    let has_ledger_section = gpuledger_config::SECTIONS.iter().any(|(s, reader)| *reader == "ledger" && doc.section_span(s).is_some());
+    let ledger = (uses.ledger || has_ledger_section).then(|| Config::check(&doc)).flatten();
     let collector = CollectorConfig::check(&doc);
     let store = StoreSettings::check(&doc);
     // Stands in for every variable when the command does not serve: the names are still

@@ -51,6 +51,12 @@ pub enum LiveError {
     Internal(#[from] gpuledger_store::Bug),
 }
 
+impl LiveError {
+    fn internal(what: impl Into<String>) -> LiveError {
+        LiveError::Internal(Bug::new(what))
+    }
+}
+
 /// What a collector run did.
 #[derive(Debug, Default, Clone)]
 pub struct LiveSummary {
@@ -98,7 +104,7 @@ pub async fn run(cfg: CollectorConfig, store: &StoreLocation, shutdown: impl std
         Ok((writer, positions, heads))
     })
     .await
-    .map_err(|e| LiveError::Internal(Bug::new(e.to_string())))??;
+    .map_err(|e| LiveError::internal(e.to_string()))??;
     tracing::info!(store = %writer.store_root().display(), wal = %cfg.wal_path(store).display(), "store open");
 
     let (tx, rx) = mpsc::channel::<Msg>(1024);
@@ -110,7 +116,7 @@ pub async fn run(cfg: CollectorConfig, store: &StoreLocation, shutdown: impl std
             let _ = done_tx.send(());
             r
         })
-        .map_err(|e| LiveError::Internal(Bug::new(format!("cannot start the writer thread: {e}"))))?;
+        .map_err(|e| LiveError::internal(format!("cannot start the writer thread: {e}")))?;
 
     let mut tasks = Vec::new();
     // Wakes the writer so flushes happen on time even when nothing arrives.
@@ -128,7 +134,7 @@ pub async fn run(cfg: CollectorConfig, store: &StoreLocation, shutdown: impl std
         }));
     }
 
-    let http = reqwest::Client::builder().user_agent(concat!("gpuledger/", env!("CARGO_PKG_VERSION"))).build().map_err(|e| LiveError::Internal(Bug::new(e.to_string())))?;
+    let http = reqwest::Client::builder().user_agent(concat!("gpuledger/", env!("CARGO_PKG_VERSION"))).build().map_err(|e| LiveError::internal(e.to_string()))?;
     let scrape_ctx = scrape::ScrapeContext { http, interval: cfg.scrape_interval, timeout: cfg.scrape_timeout, tx: tx.clone(), metrics: Arc::clone(&metrics), stop: stop_rx.clone() };
     let mut scrapers = scrape::Scrapers::new(scrape_ctx, &cfg.dcgm_endpoints);
 
@@ -213,7 +219,7 @@ pub async fn run(cfg: CollectorConfig, store: &StoreLocation, shutdown: impl std
     }
     // Scrape tasks end at the stop signal; with them go the last senders, which ends the writer.
     scrapers.join().await;
-    let summary = tokio::task::spawn_blocking(move || writer_thread.join()).await.map_err(|e| LiveError::Internal(Bug::new(e.to_string())))?.map_err(|_| LiveError::Internal(Bug::new("the writer thread panicked")))??;
+    let summary = tokio::task::spawn_blocking(move || writer_thread.join()).await.map_err(|e| LiveError::internal(e.to_string()))?.map_err(|_| LiveError::internal("the writer thread panicked"))??;
     let _ = server.await;
     Ok(LiveSummary { writer: summary, elapsed: started.elapsed() })
 }
