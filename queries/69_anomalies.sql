@@ -75,3 +75,60 @@ FROM anomaly_team_days d
 CROSS JOIN settings s
 LEFT JOIN anomaly_spreads a ON a.team = d.team AND a.day = d.day
 WHERE d.complete;
+
+-- What drove a flagged day: per GPU and run of the team, that day's cost against the median of
+-- the same GPU and run over the team's baseline days (zero where it held nothing), the largest
+-- increases first. A notebook left holding four GPUs shows as four rows whose baseline is 0.
+-- Keys: node, GPU (uuid), namespace, run; `pod` names a pod of the run on that node (the first
+-- by name where several). At most 10 rows per flagged day, increases above zero only.
+CREATE OR REPLACE VIEW anomaly_driver_costs AS
+SELECT team, day, node, uuid, namespace, run, SUM(cost) AS cost
+FROM priced_state_hours
+WHERE state <> 'unallocated'
+GROUP BY team, day, node, uuid, namespace, run;
+
+CREATE OR REPLACE VIEW anomaly_drivers AS
+WITH flagged AS (
+    SELECT a.team, a.day, t.n FROM anomalies_daily a
+    JOIN anomaly_team_days t ON t.team = a.team AND t.day = a.day
+    WHERE a.flagged
+),
+keys AS (
+    SELECT f.team, f.day, f.n, c.node, c.uuid, c.namespace, c.run, c.cost
+    FROM flagged f JOIN anomaly_driver_costs c ON c.team = f.team AND c.day = f.day
+),
+-- Each key's cost on each of its flagged day's baseline days, zero where it had none, ranked.
+history AS (
+    SELECT k.team, k.day, k.node, k.uuid, k.namespace, k.run,
+           ROW_NUMBER() OVER (PARTITION BY k.team, k.day, k.node, k.uuid, k.namespace, k.run
+                              ORDER BY COALESCE(c.cost, CAST(0 AS DECIMAL(38, 6)))) AS pos,
+           COUNT(*) OVER (PARTITION BY k.team, k.day, k.node, k.uuid, k.namespace, k.run) AS days,
+           COALESCE(c.cost, CAST(0 AS DECIMAL(38, 6))) AS cost
+    FROM keys k
+    JOIN anomaly_observed_days d ON d.n >= k.n - 14 AND d.n < k.n
+    LEFT JOIN anomaly_driver_costs c
+           ON c.team = k.team AND c.day = d.day AND (c.node IS NOT DISTINCT FROM k.node) AND (c.uuid IS NOT DISTINCT FROM k.uuid)
+          AND (c.namespace IS NOT DISTINCT FROM k.namespace) AND (c.run IS NOT DISTINCT FROM k.run)
+),
+medians AS (
+    SELECT team, day, node, uuid, namespace, run, money_ratio(SUM(cost), 1, COUNT(*)) AS baseline
+    FROM history WHERE 2 * pos BETWEEN days AND days + 2
+    GROUP BY team, day, node, uuid, namespace, run
+),
+ranked AS (
+    SELECT k.day, k.team, k.node, k.uuid, k.namespace, k.run, k.cost, m.baseline, k.cost - m.baseline AS increase,
+           ROW_NUMBER() OVER (PARTITION BY k.team, k.day
+                              ORDER BY k.cost - m.baseline DESC, k.node, k.uuid, k.namespace, k.run) AS rank
+    FROM keys k
+    JOIN medians m ON m.team = k.team AND m.day = k.day AND (m.node IS NOT DISTINCT FROM k.node) AND (m.uuid IS NOT DISTINCT FROM k.uuid)
+                  AND (m.namespace IS NOT DISTINCT FROM k.namespace) AND (m.run IS NOT DISTINCT FROM k.run)
+    WHERE k.cost > m.baseline
+),
+run_pods AS (
+    SELECT namespace, run, node_name, MIN(pod) AS pod FROM pod_runs GROUP BY namespace, run, node_name
+)
+SELECT r.day, substr(r.day, 1, 7) AS month, r.team, r.rank, r.node, r.uuid, r.namespace, r.run, p.pod,
+       r.cost, r.baseline, r.increase
+FROM ranked r
+LEFT JOIN run_pods p ON p.namespace = r.namespace AND p.run = r.run AND (p.node_name IS NOT DISTINCT FROM r.node)
+WHERE r.rank <= 10;

@@ -112,7 +112,15 @@ SELECT 11, 'gpuledger_idle_gpu_hours', month, team,
        CASE reason WHEN 'startup' THEN 1 WHEN 'stall' THEN 2 WHEN 'teardown' THEN 3
                    WHEN 'cordoned' THEN 4 WHEN 'stranded' THEN 5 ELSE 6 END,
        'reason', reason, CAST(gpu_hours AS DOUBLE)
-FROM idle_reasons_monthly;
+FROM idle_reasons_monthly
+UNION ALL
+-- Spend anomalies (69_anomalies.sql): each team's latest complete day, what an alert rule
+-- watches (flagged == 1); the score is absent until the team has 7 baseline days.
+SELECT 12, 'gpuledger_anomaly_score', a.month, a.team, 0, 'day', a.day, a.score
+FROM anomalies_daily a JOIN (SELECT MAX(day) AS day FROM anomalies_daily) l ON l.day = a.day
+UNION ALL
+SELECT 13, 'gpuledger_anomaly_flagged', a.month, a.team, 0, 'day', a.day, CASE WHEN a.flagged THEN 1.0 ELSE 0.0 END
+FROM anomalies_daily a JOIN (SELECT MAX(day) AS day FROM anomalies_daily) l ON l.day = a.day;
 
 -- Energy per month and team beside its cost: GPU kWh, facility kWh and emissions, and GPU kWh
 -- per accepted unit next to cost per accepted unit (null without units). The GPU-hours are

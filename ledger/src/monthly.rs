@@ -16,9 +16,9 @@ use crate::config::IdlePolicy;
 use crate::types::{Month, State};
 use gpuledger_engine::decode::{Columns, FromColumn, decode_declared};
 use gpuledger_engine::decode_rows;
-use gpuledger_schemas::derived::{ACCEPTED_UNITS_MONTHLY, BUDGET_MONTHLY, CHARGEBACK_MONTHLY, FAILURE_CAUSES, IDLE_REASONS_MONTHLY, QUEUE_WAIT_MONTHLY, REPORT_ENERGY, REPORT_MONTHS, REPORT_USAGE, STRANDED_MONTHLY};
+use gpuledger_schemas::derived::{ACCEPTED_UNITS_MONTHLY, ANOMALIES_DAILY, ANOMALY_DRIVERS, BUDGET_MONTHLY, CHARGEBACK_MONTHLY, FAILURE_CAUSES, IDLE_REASONS_MONTHLY, QUEUE_WAIT_MONTHLY, REPORT_ENERGY, REPORT_MONTHS, REPORT_USAGE, STRANDED_MONTHLY};
 use crate::error::Result;
-use crate::report::{BudgetRow, ChargebackRow, EnergyRow, FailureCauseRow, IdleReason, IdleReasonRow, QueueWaitRow, Report, StrandedRow, UnitsRow, UsageRow};
+use crate::report::{AnomalyDriverRow, AnomalyRow, BudgetRow, ChargebackRow, EnergyRow, FailureCauseRow, IdleReason, IdleReasonRow, QueueWaitRow, Report, StrandedRow, UnitsRow, UsageRow};
 
 /// A month's failure causes, budgets and queue waits, each in the order the report lists them
 /// (`$1` binds the month); the HTTP API lists them the same way.
@@ -27,6 +27,8 @@ pub const BUDGETS_SQL: &str = "SELECT * FROM budget_monthly WHERE month = $1 ORD
 pub const QUEUE_WAITS_SQL: &str = "SELECT * FROM queue_wait_monthly WHERE month = $1 ORDER BY team, cluster_queue";
 pub const IDLE_REASONS_SQL: &str = "SELECT * FROM idle_reasons_monthly WHERE month = $1 ORDER BY rank";
 pub const STRANDED_SQL: &str = "SELECT * FROM stranded_monthly WHERE month = $1 ORDER BY pool NULLS LAST, model_name";
+pub const ANOMALIES_SQL: &str = "SELECT * FROM anomalies_daily WHERE month = $1 ORDER BY day, team";
+pub const ANOMALY_DRIVERS_SQL: &str = "SELECT * FROM anomaly_drivers WHERE month = $1 ORDER BY day, team, rank";
 
 /// Report columns whose text names a month, a state or an idle reason: any other text is an
 /// error naming the column.
@@ -116,6 +118,12 @@ async fn read_report(ctx: &SessionContext, month: &Month, currency: &str, idle_p
     let stranded = decode_rows!(&rows(STRANDED_SQL).await?, STRANDED_MONTHLY => StrandedRow {
         pool, model_name, unallocated_gpu_hours, stranded_gpu_hours, stranded_cost, cordoned_gpu_hours,
     })?;
+    let anomalies = decode_rows!(&rows(ANOMALIES_SQL).await?, ANOMALIES_DAILY => AnomalyRow {
+        day, team, cost, baseline, spread, score, flagged, baseline_days,
+    })?;
+    let anomaly_drivers = decode_rows!(&rows(ANOMALY_DRIVERS_SQL).await?, ANOMALY_DRIVERS => AnomalyDriverRow {
+        day, team, rank, node, uuid, namespace, run, pod, cost, baseline, increase,
+    })?;
     Ok(Report {
         month: month.clone(),
         currency: currency.to_string(),
@@ -129,5 +137,7 @@ async fn read_report(ctx: &SessionContext, month: &Month, currency: &str, idle_p
         energy,
         idle_reasons,
         stranded,
+        anomalies,
+        anomaly_drivers,
     })
 }

@@ -169,11 +169,12 @@ pub const MONTHLY_KEEPS: &[&str] = &[
     "energy_monthly",
     "idle_reasons_monthly",
     "stranded_monthly",
+    "anomalies_daily",
 ];
 
 /// The derived tables the report views (`90_reports.sql`) read.
-pub const REPORTED_TABLES: [&str; 7] =
-    ["priced_state_hours", "chargeback_monthly", "accepted_units_monthly", "budget_monthly", "energy_monthly", "idle_reasons_monthly", "stranded_monthly"];
+pub const REPORTED_TABLES: [&str; 8] =
+    ["priced_state_hours", "chargeback_monthly", "accepted_units_monthly", "budget_monthly", "energy_monthly", "idle_reasons_monthly", "stranded_monthly", "anomalies_daily"];
 
 /// The derived tables `gpuledger ledger` writes to the store, each stored under the name of
 /// the view it comes from (`gpuledger_schemas::derived` declares their columns).
@@ -188,6 +189,7 @@ pub const DERIVED_TABLES: &[&str] = &[
     "idle_reasons_monthly",
     "stranded_monthly",
     "anomalies_daily",
+    "anomaly_drivers",
     "run_segments",
     "run_failures",
     "failure_causes",

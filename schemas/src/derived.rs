@@ -111,6 +111,7 @@ pub const DERIVED_TABLES: &[DerivedTable] = &[
     IDLE_REASONS_MONTHLY,
     STRANDED_MONTHLY,
     ANOMALIES_DAILY,
+    ANOMALY_DRIVERS,
     RUN_SEGMENTS,
     RUN_FAILURES,
     FAILURE_CAUSES,
@@ -296,6 +297,25 @@ pub const ANOMALIES_DAILY: DerivedTable = DerivedTable {
         col("score", Float64, true, "(cost - baseline) / spread; null without a baseline or with a spread of 0"),
         col("flagged", Boolean, true, "score >= k, or cost > baseline where the spread is 0; false without a baseline"),
         col("baseline_days", Int64, false, "Observed days the baseline was taken over (at most 14)"),
+    ],
+};
+
+pub const ANOMALY_DRIVERS: DerivedTable = DerivedTable {
+    name: "anomaly_drivers",
+    doc: "What drove each flagged day of anomalies_daily: the team's GPUs and runs whose cost that day rose most over their own median of the baseline days, at most 10 per day (69_anomalies.sql)",
+    columns: &[
+        col("day", Utf8, true, "UTC day (YYYY-MM-DD) flagged in anomalies_daily"),
+        col("month", Utf8, true, "UTC month (YYYY-MM) of day"),
+        col("team", Utf8View, true, "Team whose day was flagged"),
+        col("rank", UInt64, false, "1 for the largest increase of the day"),
+        col("node", Utf8, true, "Kubernetes node (the DCGM hostname where no node matches it)"),
+        col("uuid", Utf8, true, "GPU UUID (a MIG instance's time is its parent GPU's)"),
+        col("namespace", Utf8, true, "Namespace of the run"),
+        col("run", Utf8, true, "Run: the Workload, or pod/<name> for a pod without one"),
+        col("pod", Utf8, true, "A pod of the run on that node (the first by name where several); null where the capture has no such pod object"),
+        col("cost", Money, true, "Price-list cost of the run on that GPU that day"),
+        col("baseline", Money, true, "Median of the same GPU and run's cost over the team's baseline days, zero where it held nothing"),
+        col("increase", Money, true, "cost - baseline (above zero)"),
     ],
 };
 

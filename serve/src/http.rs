@@ -26,7 +26,7 @@ use datafusion::scalar::ScalarValue;
 use gpuledger_ledger::Ledger;
 use gpuledger_ledger::config::IdlePolicy;
 use gpuledger_engine::exec::rows;
-use gpuledger_ledger::monthly::{BUDGETS_SQL, FAILURE_CAUSES_SQL, IDLE_REASONS_SQL, QUEUE_WAITS_SQL, STRANDED_SQL, stored_months, stored_report};
+use gpuledger_ledger::monthly::{ANOMALIES_SQL, ANOMALY_DRIVERS_SQL, BUDGETS_SQL, FAILURE_CAUSES_SQL, IDLE_REASONS_SQL, QUEUE_WAITS_SQL, STRANDED_SQL, stored_months, stored_report};
 use gpuledger_ledger::types::Month;
 use gpuledger_ledger::report::html;
 use gpuledger_ledger::report::text::{TextFormat, render};
@@ -113,6 +113,7 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/api/v1/failures", get(failures))
         .route("/api/v1/budgets", get(budgets))
         .route("/api/v1/idle", get(idle))
+        .route("/api/v1/anomalies", get(anomalies))
         .route("/api/v1/report.html", get(report_html))
         .route("/api/v1/months", get(months))
         .route("/metrics", get(prometheus))
@@ -542,6 +543,16 @@ async fn idle(State(api): State<Arc<Api>>, Params(p): Params<MonthParams>) -> Re
     let idle_reasons = rows(&api.run(IDLE_REASONS_SQL, params()).await?)?;
     let stranded = rows(&api.run(STRANDED_SQL, params()).await?)?;
     Ok(axum::Json(json!({ "month": month, "currency": api.currency, "idle_reasons": idle_reasons, "stranded": stranded })).into_response())
+}
+
+/// `GET /api/v1/anomalies?month=`: each team's complete days of the month against its own
+/// recent days (`anomalies_daily`), and the GPUs and runs behind the flagged ones.
+async fn anomalies(State(api): State<Arc<Api>>, Params(p): Params<MonthParams>) -> Result<Response, ApiError> {
+    let month = api.month(p.month.as_deref()).await?;
+    let params = || vec![ScalarValue::Utf8(Some(month.to_string()))];
+    let days = rows(&api.run(ANOMALIES_SQL, params()).await?)?;
+    let drivers = rows(&api.run(ANOMALY_DRIVERS_SQL, params()).await?)?;
+    Ok(axum::Json(json!({ "month": month, "currency": api.currency, "days": days, "drivers": drivers })).into_response())
 }
 
 /// `GET /metrics`: the ledger as gauges, plus the server's counters.

@@ -41,7 +41,7 @@ pub const GAUGES_SQL: &str = "SELECT gauge, month, team, label, label_value, val
 
 /// Each ledger gauge: its name, HELP text (`{currency}` stands for the currency) and whether its
 /// samples carry the currency label. Every one is written, with or without samples.
-const GAUGES: [(&str, &str, bool); 11] = [
+const GAUGES: [(&str, &str, bool); 13] = [
     ("gpuledger_gpu_hours", "GPU-hours in the month by team and state (from the stored ledger).", false),
     ("gpuledger_cost", "Cost in {currency} in the month by team and component; component=\"total\" is their sum.", true),
     ("gpuledger_lost_gpu_hours_platform_paid", "Failed and preempted GPU-hours of the team whose cost the platform paid (hardware faults); inside gpuledger_gpu_hours.", false),
@@ -53,6 +53,8 @@ const GAUGES: [(&str, &str, bool); 11] = [
     ("gpuledger_budget_forecast_ratio", "Month-end spend at the rate so far over the month's budget; alert on > 1.", false),
     ("gpuledger_energy_kwh", "GPU energy in the month by team, kWh (beside the cost, not in it).", false),
     ("gpuledger_idle_gpu_hours", "Idle GPU-hours in the month by team and reason: startup, stall, teardown (allocated idle); cordoned, stranded, no_demand (unallocated, team platform).", false),
+    ("gpuledger_anomaly_score", "Spreads the team's cost on the latest complete day (label day) lies above the median of its previous 14 observed days; absent before 7.", false),
+    ("gpuledger_anomaly_flagged", "1 when the team's latest complete day is a spend anomaly (score >= [anomalies] k), else 0; alert on == 1.", false),
 ];
 
 /// One sample of a ledger gauge, as `report_gauges` gives it.
@@ -173,6 +175,14 @@ mod tests {
         let idle = "CREATE TABLE idle_reasons_monthly AS SELECT * FROM (VALUES ('2026-10', 'platform', 'unallocated', 'stranded', 6.0, 12.0, 1), \
                     ('2026-10', 'web', 'allocated_idle', 'startup', 1.5, 3.0, 2)) AS i(month, team, state, reason, gpu_hours, cost, rank)";
         ctx.sql(idle).await.unwrap().collect().await.unwrap();
+        // web's 10-30 was 4 spreads above its baseline (flagged); the gauges show only the
+        // latest day, 10-31, where ml"a has no baseline yet (no score) and web is back to normal.
+        let anomalies = "CREATE TABLE anomalies_daily AS SELECT * FROM (VALUES \
+                         ('2026-10-30', '2026-10', 'web', 40.0, 10.0, 7.5, 4.0, true, 9), \
+                         ('2026-10-31', '2026-10', 'web', 11.0, 10.0, 7.5, 0.133, false, 10), \
+                         ('2026-10-31', '2026-10', 'ml\"a', 5.0, NULL, NULL, NULL, false, 3)) \
+                         AS a(day, month, team, cost, baseline, spread, score, flagged, baseline_days)";
+        ctx.sql(anomalies).await.unwrap().collect().await.unwrap();
         gpuledger_ledger::accounting::create_report_views(&ctx).await.unwrap();
         let gauges = decode_gauges(&ctx.sql(GAUGES_SQL).await.unwrap().collect().await.unwrap()).unwrap();
         let text = render(Some(&gauges), "USD", &Stats::default());
@@ -201,5 +211,10 @@ mod tests {
         assert_eq!(find("gpuledger_idle_gpu_hours", &[("team", "platform"), ("reason", "stranded")]), Some(6.0));
         assert_eq!(find("gpuledger_idle_gpu_hours", &[("team", "web"), ("reason", "startup")]), Some(1.5));
         assert_eq!(find("gpuledger_idle_gpu_hours", &[("team", "web"), ("reason", "stall")]), None, "no such hours, no sample");
+        assert_eq!(find("gpuledger_anomaly_score", &[("team", "web"), ("day", "2026-10-31")]), Some(0.133));
+        assert_eq!(find("gpuledger_anomaly_flagged", &[("team", "web"), ("day", "2026-10-31")]), Some(0.0));
+        assert_eq!(find("gpuledger_anomaly_flagged", &[("team", "web"), ("day", "2026-10-30")]), None, "only the latest day");
+        assert_eq!(find("gpuledger_anomaly_flagged", &[("team", "ml\"a")]), Some(0.0));
+        assert_eq!(find("gpuledger_anomaly_score", &[("team", "ml\"a")]), None, "no baseline, no score");
     }
 }

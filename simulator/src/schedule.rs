@@ -616,9 +616,53 @@ fn generate_jobs(seed: u64, cl: &Cluster, tl: &Timeline) -> Vec<Job> {
         jobs.push(make_job(seed, created, ti, n, multi_node_ok, nth));
     }
     mark_special_jobs(&mut jobs, tl.start_s);
-    // After every other job, so that their indices and shapes do not depend on it.
+    // After every other job, so that their indices and shapes do not depend on them.
     jobs.extend(oversized_job(seed, cl, tl));
+    jobs.extend(runaway_notebook(seed, cl, tl));
     jobs
+}
+
+/// The name prefix of [`runaway_notebook`]'s job: the truth finds it by this.
+pub const RUNAWAY_NOTEBOOK: &str = "notebook-l4-forgotten";
+
+/// The UTC day a capture's runaway notebook holds whole: the second-to-last day (the last is
+/// not complete, so not scored), when the capture has at least 7 days before it.
+pub fn runaway_day(tl: &Timeline) -> Option<i64> {
+    let first = tl.start_s.div_euclid(86_400) * 86_400;
+    let days = (tl.end_s - first) / 86_400;
+    (days >= 9).then(|| first + (days - 2) * 86_400)
+}
+
+/// A notebook someone started at noon and left holding every GPU of an L4 node until the
+/// morning after next (docs/accounting.md "Spend anomalies"): its team's cost on the day it holds
+/// whole is far above the team's usual days, so the ledger flags that day and names the
+/// notebook's GPUs. High priority, so Kueue admits it within hours however busy the pool is.
+fn runaway_notebook(seed: u64, cl: &Cluster, tl: &Timeline) -> Option<Job> {
+    let day = runaway_day(tl)?;
+    let ti = TEMPLATES.iter().position(|t| t.prefixes == ["notebook-l4"])?;
+    let gpus = PoolId::L4.spec().gpus_per_node;
+    if cl.pool_nodes[PoolId::L4 as usize].is_empty() {
+        return None;
+    }
+    let created = day - 12 * 3600;
+    // Its own stream index, and a shape-deciding count that gives a batch/v1 Job.
+    let mut job = make_job(seed, created, ti, u64::from(u32::MAX) - 1, false, 1);
+    let t = &TEMPLATES[ti];
+    let mut rng = Rng::stream(seed, tag::JOB, u64::MAX - 1);
+    job.shape = Shape::Batch;
+    job.plan = Plan::Succeed;
+    job.per_pod = gpus;
+    job.pods = 1;
+    job.priority = HIGH.0;
+    job.priority_class = HIGH.1;
+    job.cpu = t.cpu_per_unit * gpus;
+    job.mem_gi = t.mem_gi_per_unit * gpus;
+    job.name = format!("{RUNAWAY_NOTEBOOK}-{}", rng.name_suffix(5));
+    job.wl_name = format!("job-{}-{}", job.name, rng.hex(5));
+    job.ttl_s = None;
+    // Until 09:00 the day after the day it holds.
+    job.remaining_s = day + 86_400 + 9 * 3600 - created;
+    Some(job)
 }
 
 /// The `n`-th job of template `ti`, submitted at `created`; `nth` is how many jobs of its kind
@@ -1473,7 +1517,8 @@ fn finish(seed: u64, cl: &Cluster, tl: &Timeline, sim: &mut Sim) {
     let mut plain = 0;
     for j in 0..sim.jobs.len() {
         let job = &sim.jobs[j];
-        if !matches!(job.kind, Kind::Debug | Kind::Notebook) || job.segments.len() != 1 || job.shape != Shape::Batch {
+        // The runaway notebook stays a batch/v1 Job: the truth names its Workload.
+        if !matches!(job.kind, Kind::Debug | Kind::Notebook) || job.segments.len() != 1 || job.shape != Shape::Batch || job.name.starts_with(RUNAWAY_NOTEBOOK) {
             continue;
         }
         let pods: Vec<u32> = sim.segs[job.segments[0] as usize].pods.iter().copied().filter(|&p| !sim.pods[p as usize].cancelled).collect();

@@ -295,6 +295,25 @@ pub struct Expected {
     /// a reset counted from the new value; else the power reading) times the span and the
     /// share its time is filed with. Only rows with kwh > 0, sorted by month, team, state.
     pub energy: Vec<EnergyRow>,
+    /// Planted spend anomalies (captures of 9 days or more have one), docs/accounting.md
+    /// "Spend anomalies".
+    pub anomaly_spikes: Vec<SpikeRow>,
+}
+
+/// A planted spend anomaly: a pod holding GPUs over the whole of `day` that its team does not
+/// usually hold. The ledger should flag (team, day) and name these GPUs and this run.
+#[derive(Serialize)]
+pub struct SpikeRow {
+    pub day: String,
+    pub team: String,
+    pub namespace: String,
+    pub run: String,
+    pub pod: String,
+    pub node: String,
+    /// UUIDs of the GPUs it holds.
+    pub gpus: Vec<String>,
+    pub started: String,
+    pub ended: String,
 }
 
 #[derive(Serialize)]
@@ -615,7 +634,38 @@ pub fn build_expected(
         idle_reasons,
         stranded,
         energy,
+        anomaly_spikes: spikes(cl, tl, sim),
     }
+}
+
+/// The runaway notebook's day ([`crate::schedule::runaway_notebook`]), where the capture has one.
+fn spikes(cl: &Cluster, tl: &Timeline, sim: &Sim) -> Vec<SpikeRow> {
+    let Some(day) = crate::schedule::runaway_day(tl) else { return Vec::new() };
+    let mut out = Vec::new();
+    for job in sim.jobs.iter().filter(|j| j.name.starts_with(crate::schedule::RUNAWAY_NOTEBOOK)) {
+        for &s in &job.segments {
+            for &p in &sim.segs[s as usize].pods {
+                let pod = &sim.pods[p as usize];
+                if pod.cancelled || pod.started_s == i64::MAX {
+                    continue;
+                }
+                let node = &cl.nodes[pod.node as usize];
+                let gpus = pod.slots.iter().map(|&x| node.gpus[cl.slots[x as usize].gpu as usize].uuid.clone()).collect();
+                out.push(SpikeRow {
+                    day: rfc3339(day)[..10].to_string(),
+                    team: run_team(job).to_string(),
+                    namespace: NAMESPACES[job.ns].name.to_string(),
+                    run: job.wl_name.clone(),
+                    pod: pod.name.clone(),
+                    node: node.name.clone(),
+                    gpus,
+                    started: rfc3339(pod.started_s),
+                    ended: rfc3339(pod.end_s),
+                });
+            }
+        }
+    }
+    out
 }
 
 /// The `idle_reasons` and `stranded` rows of `expected.json`.

@@ -37,6 +37,8 @@ pub enum Format {
     IdleCsv,
     /// Unallocated, stranded and cordoned GPU-hours per node pool (see below).
     StrandedCsv,
+    /// Each team's day of GPU cost against its own recent days (see below).
+    AnomaliesCsv,
 }
 
 /// One month's GPU chargeback per team: GPU-hours by state, cost by component, accepted units
@@ -71,6 +73,13 @@ served; nothing waited). cost is the price-list cost of the hours, before the id
 The stranded-csv format has one row per node pool and GPU model (pool empty where no price
 label matched):
   month,pool,model_name,unallocated_gpu_hours,stranded_gpu_hours,stranded_cost,cordoned_gpu_hours
+
+The anomalies-csv format has one row per team and complete UTC day of the month:
+  day,team,cost,baseline,spread,score,flagged
+cost is the price-list cost of the team's own allocated GPU time that day; baseline the median
+of its previous 14 observed days (empty before 7 of them); spread max(1.4826 x MAD, 5% of the
+baseline); score (cost - baseline) / spread; flagged when score >= [anomalies] k (default 3).
+Table, markdown, json and html name the GPUs and runs behind each flagged day.
 
 GPU-hours of runs still running at the end of the data are provisional: table, markdown, json
 and html mark them; a later report restates the month once the runs end.
@@ -143,6 +152,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Format::BudgetsCsv => render(&report, TextFormat::BudgetsCsv),
         Format::IdleCsv => render(&report, TextFormat::IdleCsv),
         Format::StrandedCsv => render(&report, TextFormat::StrandedCsv),
+        Format::AnomaliesCsv => render(&report, TextFormat::AnomaliesCsv),
         Format::Json => render(&report, TextFormat::Json),
         Format::Markdown => render(&report, TextFormat::Markdown),
         Format::Html => html::render(&report),

@@ -1,13 +1,13 @@
 //! The ledger: hand-built captures with figures worked out by hand, simulated clusters against
 //! the simulator's own truth (`expected.json`), and the derived tables read back by DuckDB.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
 use serde_json::{Value, json};
 
-use crate::util::{ingest, run};
+use crate::util::{ingest, query, run};
 
 // ---------------------------------------------------------------------------------------------
 // Hand-built capture: a few samples per rule of docs/accounting.md "Accounting rules".
@@ -831,6 +831,64 @@ fn simulated_cluster_matches_simulator_truth_across_a_month_boundary() {
 #[test]
 fn simulated_cluster_matches_simulator_truth_other_seed() {
     check_simulated(16, 2, 1234, 60, "2026-10-31T06:00:00Z");
+}
+
+/// The simulator leaves a notebook holding a whole L4 node over one day of a 10-day capture
+/// (expected.json `anomaly_spikes`): the ledger flags its team's day and names the notebook's
+/// GPUs, run and pod as what drove it, each GPU's cost that day being a whole day at the L4 price.
+#[test]
+fn a_notebook_left_holding_gpus_is_flagged_and_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let capture = tmp.path().join("capture");
+    let store = tmp.path().join("store");
+    let (c, s) = (capture.display().to_string(), store.display().to_string());
+    run(&["simulate", "--out", &c, "--gpus", "8", "--days", "10", "--seed", "5", "--scrape-interval", "300s", "--start", "2026-11-01T00:00:00Z"], 0);
+    ingest(&[&capture], &store);
+    let config = tmp.path().join("gpuledger.toml");
+    std::fs::write(tmp.path().join("units.csv"), SIM_UNITS).unwrap();
+    std::fs::write(&config, SIM_CONFIG).unwrap();
+    let cf = config.display().to_string();
+    run(&["ledger", "--store", &s, "--config", &cf, "--progress", "off"], 0);
+    let expected: Value = serde_json::from_slice(&std::fs::read(capture.join("expected.json")).unwrap()).unwrap();
+    let spikes = expected["anomaly_spikes"].as_array().unwrap();
+    assert_eq!(spikes.len(), 1, "{spikes:?}");
+    let spike = &spikes[0];
+    let (day, team) = (spike["day"].as_str().unwrap(), spike["team"].as_str().unwrap());
+    assert_eq!((day, team), ("2026-11-09", "sandbox"), "the second-to-last day, the sandbox namespace's team");
+    let gpus: BTreeSet<&str> = spike["gpus"].as_array().unwrap().iter().map(|g| g.as_str().unwrap()).collect();
+    assert_eq!(gpus.len(), 4, "every GPU of an L4 node");
+
+    let csv = String::from_utf8(run(&["report", "--store", &s, "--config", &cf, "--month", "2026-11", "--format", "anomalies-csv"], 0).stdout).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("day,team,cost,baseline,spread,score,flagged"));
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let row = rows.iter().find(|r| r[0] == day && r[1] == team).unwrap_or_else(|| panic!("no {day} {team} row:\n{csv}"));
+    let score: f64 = row[5].parse().unwrap();
+    assert!(score >= 3.0 && row[6] == "true", "{row:?}");
+    // Ten complete days (the capture's last scrape, 11-11 00:00, is an observation after
+    // 11-10): every team that held GPUs has a row for each, scored from the eighth.
+    assert_eq!(rows.iter().filter(|r| r[1] == team).count(), 10, "{csv}");
+    assert!(rows.iter().all(|r| (r[0] >= "2026-11-08") == !r[5].is_empty() || r[3] == "0.0000"), "{csv}");
+
+    let sql = format!("SELECT rank, node, uuid, run, pod, CAST(cost AS DOUBLE) AS cost, CAST(increase AS DOUBLE) AS increase FROM anomaly_drivers WHERE day = '{day}' AND team = '{team}' ORDER BY rank");
+    let drivers = query(&store, &sql);
+    assert!(drivers.len() >= 4, "{drivers:?}");
+    let top: BTreeSet<&str> = drivers[..4].iter().map(|d| d["uuid"].as_str().unwrap()).collect();
+    assert_eq!(top, gpus, "the notebook's GPUs drove the day: {drivers:?}");
+    for d in &drivers[..4] {
+        assert_eq!(d["node"], spike["node"], "{d}");
+        assert_eq!(d["run"], spike["run"], "{d}");
+        assert_eq!(d["pod"], spike["pod"], "{d}");
+        // The whole day at l4 = 0.80 an hour (within one 300 s scrape of it; each hour's
+        // productive and idle rows are rounded to the micro-unit apart), none of it usual.
+        let cost = d["cost"].as_f64().unwrap();
+        assert!((24.0 * 0.80 - 300.0 / 3600.0 * 0.80..=24.0 * 0.80 + 48e-6).contains(&cost), "{d}");
+        assert_eq!(d["increase"].as_f64().unwrap(), cost, "{d}");
+    }
+    // The table report names them too.
+    let table = String::from_utf8(run(&["report", "--store", &s, "--config", &cf, "--month", "2026-11"], 0).stdout).unwrap();
+    let section = table.split("What drove them").nth(1).unwrap_or_else(|| panic!("{table}"));
+    assert!(gpus.iter().all(|g| section.contains(g)) && section.contains(spike["pod"].as_str().unwrap()), "{section}");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::text::{duration_fmt, grouped, hours_fmt, kwh_fmt, money_fmt, or_dash, per_unit_fmt, percent_fmt, provisional_note, units_fmt};
+use super::text::{duration_fmt, grouped, hours_fmt, kwh_fmt, money_fmt, or_dash, per_unit_fmt, percent_fmt, provisional_note, score_fmt, units_fmt};
 use super::{BudgetStatus, CSV_COLUMNS, ChargebackRow, Report, State};
 
 /// GPU states in chart order, with their fixed colours.
@@ -80,6 +80,9 @@ pub fn render(report: &Report) -> String {
     section(&mut h, "Chargeback", &chargeback_table(report));
     if !report.budgets.is_empty() {
         section(&mut h, &format!("Budgets ({})", report.currency), &budget_table(report));
+    }
+    if report.flagged_days().next().is_some() {
+        section(&mut h, &format!("Spend anomalies ({})", report.currency), &anomaly_tables(report));
     }
     section(&mut h, "GPU-hours by state", &hours_chart(report));
     section(&mut h, &format!("Cost by component ({})", report.currency), &cost_chart(report));
@@ -324,6 +327,50 @@ fn idle_section(report: &Report) -> String {
                 esc(&or_dash(r.stranded_share(), percent_fmt)),
                 esc(&money_fmt(r.stranded_cost)),
                 esc(&hours_fmt(r.cordoned_gpu_hours)),
+            ));
+        }
+        t.push_str("</tbody>\n</table>\n");
+    }
+    t
+}
+
+/// The flagged days (the day's cost against the team's baseline and how many spreads above it),
+/// then the GPUs and runs behind each, largest increase first.
+fn anomaly_tables(report: &Report) -> String {
+    let mut t = String::from("<p>Days whose cost is at least <code>[anomalies] k</code> spreads above the median of the team's previous 14 observed days.</p>\n");
+    t.push_str("<table>\n<thead><tr><th>day</th><th>team</th><th class=\"n\">cost</th><th class=\"n\">baseline</th><th class=\"n\">spread</th>");
+    t.push_str("<th class=\"n\">score</th><th class=\"n\">baseline days</th></tr></thead>\n<tbody>\n");
+    for a in report.flagged_days() {
+        t.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\"><span class=\"over\">{}</span></td><td class=\"n\">{}</td></tr>\n",
+            esc(&a.day),
+            esc(&a.team),
+            esc(&money_fmt(a.cost)),
+            esc(&or_dash(a.baseline, money_fmt)),
+            esc(&or_dash(a.spread, money_fmt)),
+            esc(&or_dash(a.score, score_fmt)),
+            a.baseline_days,
+        ));
+    }
+    t.push_str("</tbody>\n</table>\n");
+    if !report.anomaly_drivers.is_empty() {
+        t.push_str("<table>\n<thead><tr><th>day</th><th>team</th><th class=\"n\">#</th><th>node</th><th>GPU</th><th>run</th><th>pod</th>");
+        t.push_str("<th class=\"n\">cost</th><th class=\"n\">its baseline</th><th class=\"n\">increase</th></tr></thead>\n<tbody>\n");
+        let dash = |v: &Option<String>| esc(v.as_deref().unwrap_or("-"));
+        for d in &report.anomaly_drivers {
+            t.push_str(&format!(
+                "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
+                esc(&d.day),
+                esc(&d.team),
+                d.rank,
+                dash(&d.node),
+                dash(&d.uuid),
+                dash(&d.namespace),
+                dash(&d.run),
+                dash(&d.pod),
+                esc(&money_fmt(d.cost)),
+                esc(&money_fmt(d.baseline)),
+                esc(&money_fmt(d.increase)),
             ));
         }
         t.push_str("</tbody>\n</table>\n");
@@ -578,6 +625,12 @@ mod tests {
         assert!(html.find("<h2>Budgets").unwrap() < html.find("<h2>GPU-hours by state").unwrap());
         assert!(budgets.contains("<td>vision</td><td class=\"n\">30.00</td><td class=\"n\">36.00</td><td class=\"n\">120%</td>"), "{budgets}");
         assert!(budgets.contains("<span class=\"over\">over budget</span>") && budgets.contains("120% / 240%"));
+        // Spend anomalies after the budgets: the flagged day, then the GPUs behind it.
+        let anomalies = html.split("<h2>Spend anomalies (EUR)</h2>").nth(1).unwrap().split("</section>").next().unwrap();
+        assert!(html.find("<h2>Budgets").unwrap() < html.find("<h2>Spend anomalies").unwrap());
+        assert!(anomalies.contains("<tr><td>2026-10-11</td><td>ml-research</td><td class=\"n\">150.00</td><td class=\"n\">30.00</td><td class=\"n\">6.00</td><td class=\"n\"><span class=\"over\">20.0</span></td>"), "{anomalies}");
+        assert!(!anomalies.contains("2026-10-10"), "unflagged days are not listed: {anomalies}");
+        assert!(anomalies.contains("<td>gpu-h100-0</td><td>GPU-bb</td><td>ml-research/pod/notebook-x</td><td>notebook-x</td><td class=\"n\">60.00</td>"), "{anomalies}");
         assert_eq!(opened, html.matches("</svg>").count());
         for tag in ["table", "section", "tr", "text", "title"] {
             assert_eq!(
@@ -627,6 +680,8 @@ mod tests {
         empty.energy.clear();
         empty.idle_reasons.clear();
         empty.stranded.clear();
+        empty.anomalies.clear();
+        empty.anomaly_drivers.clear();
         let html = render(&empty);
         assert_eq!(html.matches("<svg").count(), 0);
         assert!(html.contains("No data."));

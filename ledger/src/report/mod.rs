@@ -60,6 +60,46 @@ pub struct Report {
     pub idle_reasons: Vec<IdleReasonRow>,
     /// Unallocated, stranded and cordoned hours per node pool, by pool.
     pub stranded: Vec<StrandedRow>,
+    /// Each team's complete days of the month against its own recent days, by day and team.
+    pub anomalies: Vec<AnomalyRow>,
+    /// What drove the flagged days: by day, team and rank.
+    pub anomaly_drivers: Vec<AnomalyDriverRow>,
+}
+
+/// One team's complete UTC day of GPU cost against the median of its previous observed days
+/// (`anomalies_daily`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct AnomalyRow {
+    pub day: String,
+    pub team: String,
+    /// Price-list cost of the team's own allocated time that day.
+    pub cost: f64,
+    /// Median of the baseline days; `None` with fewer than 7 of them.
+    pub baseline: Option<f64>,
+    pub spread: Option<f64>,
+    /// (cost - baseline) / spread; `None` without a baseline or with a spread of 0.
+    pub score: Option<f64>,
+    pub flagged: bool,
+    pub baseline_days: i64,
+}
+
+/// One GPU and run behind a flagged day (`anomaly_drivers`): its cost that day against its own
+/// median over the team's baseline days.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct AnomalyDriverRow {
+    pub day: String,
+    pub team: String,
+    /// 1 for the day's largest increase.
+    pub rank: i64,
+    pub node: Option<String>,
+    pub uuid: Option<String>,
+    pub namespace: Option<String>,
+    pub run: Option<String>,
+    /// A pod of the run on that node; `None` where the capture has no Pod object for it.
+    pub pod: Option<String>,
+    pub cost: f64,
+    pub baseline: f64,
+    pub increase: f64,
 }
 
 /// One team's idle hours of one reason in the month (`idle_reasons_monthly`).
@@ -253,6 +293,16 @@ impl StrandedRow {
 }
 
 impl Report {
+    /// The month's flagged days, by day and team.
+    pub fn flagged_days(&self) -> impl Iterator<Item = &AnomalyRow> {
+        self.anomalies.iter().filter(|a| a.flagged)
+    }
+
+    /// What drove one flagged day, largest increase first.
+    pub fn drivers_of<'a>(&'a self, day: &'a AnomalyRow) -> impl Iterator<Item = &'a AnomalyDriverRow> {
+        self.anomaly_drivers.iter().filter(move |d| d.day == day.day && d.team == day.team)
+    }
+
     /// The month's idle cost, every team and reason: what each idle row is a share of.
     pub fn idle_cost(&self) -> f64 {
         self.idle_reasons.iter().map(|r| r.cost).sum()
@@ -527,6 +577,18 @@ pub(crate) mod fixture {
                 StrandedRow { pool: Some("h100".into()), model_name: "NVIDIA H100 80GB HBM3".into(), unallocated_gpu_hours: 6.0, stranded_gpu_hours: 5.0, stranded_cost: 10.0, cordoned_gpu_hours: 0.0 },
                 StrandedRow { pool: None, model_name: "Tesla T4".into(), unallocated_gpu_hours: 2.0, stranded_gpu_hours: 0.0, stranded_cost: 0.0, cordoned_gpu_hours: 0.0 },
             ],
+            // ml-research's 10-11: a notebook held two GPUs all day (2 x 24 h x 2.50 = 120 over
+            // a baseline of 30): (150 - 30) / 6 = 20 spreads above it. vision's days are not
+            // scored yet (5 baseline days).
+            anomalies: vec![
+                AnomalyRow { day: "2026-10-10".into(), team: "ml-research".into(), cost: 31.5, baseline: Some(30.0), spread: Some(6.0), score: Some(0.25), flagged: false, baseline_days: 9 },
+                AnomalyRow { day: "2026-10-10".into(), team: "vision".into(), cost: 12.0, baseline: None, spread: None, score: None, flagged: false, baseline_days: 5 },
+                AnomalyRow { day: "2026-10-11".into(), team: "ml-research".into(), cost: 150.0, baseline: Some(30.0), spread: Some(6.0), score: Some(20.0), flagged: true, baseline_days: 10 },
+            ],
+            anomaly_drivers: vec![
+                AnomalyDriverRow { day: "2026-10-11".into(), team: "ml-research".into(), rank: 1, node: Some("gpu-h100-0".into()), uuid: Some("GPU-aa".into()), namespace: Some("ml-research".into()), run: Some("pod/notebook-x".into()), pod: Some("notebook-x".into()), cost: 60.0, baseline: 0.0, increase: 60.0 },
+                AnomalyDriverRow { day: "2026-10-11".into(), team: "ml-research".into(), rank: 2, node: Some("gpu-h100-0".into()), uuid: Some("GPU-bb".into()), namespace: Some("ml-research".into()), run: Some("pod/notebook-x".into()), pod: Some("notebook-x".into()), cost: 60.0, baseline: 0.0, increase: 60.0 },
+            ],
         }
     }
 
@@ -601,7 +663,7 @@ pub(crate) mod fixture {
         ctx.register_table("budget_monthly", table(&report.budgets, budget_fields)).unwrap();
         let energy_schema = gpuledger_schemas::derived_table("energy_monthly").unwrap().arrow_schema();
         ctx.register_batch("energy_monthly", arrow::array::RecordBatch::new_empty(energy_schema)).unwrap();
-        for name in ["idle_reasons_monthly", "stranded_monthly"] {
+        for name in ["idle_reasons_monthly", "stranded_monthly", "anomalies_daily", "anomaly_drivers"] {
             let schema = gpuledger_schemas::derived_table(name).unwrap().arrow_schema();
             ctx.register_batch(name, arrow::array::RecordBatch::new_empty(schema)).unwrap();
         }

@@ -20,6 +20,8 @@ pub enum TextFormat {
     IdleCsv,
     /// Stranded capacity per node pool, as CSV ([`STRANDED_CSV_COLUMNS`]).
     StrandedCsv,
+    /// Each team's days against its own recent days, as CSV ([`ANOMALY_CSV_COLUMNS`]).
+    AnomaliesCsv,
 }
 
 /// The columns of the budgets CSV, in order.
@@ -31,6 +33,10 @@ pub const IDLE_CSV_COLUMNS: [&str; 7] = ["month", "team", "state", "reason", "gp
 /// The columns of the stranded-capacity CSV, in order (an empty pool: no label rule matched).
 pub const STRANDED_CSV_COLUMNS: [&str; 7] = ["month", "pool", "model_name", "unallocated_gpu_hours", "stranded_gpu_hours", "stranded_cost", "cordoned_gpu_hours"];
 
+/// The columns of the spend-anomalies CSV, in order: one row per team and complete day of the
+/// month; baseline, spread and score are empty before the team has 7 baseline days.
+pub const ANOMALY_CSV_COLUMNS: [&str; 7] = ["day", "team", "cost", "baseline", "spread", "score", "flagged"];
+
 /// Renders `report` in `format`; the result ends with a newline.
 pub fn render(report: &Report, format: TextFormat) -> String {
     match format {
@@ -38,6 +44,7 @@ pub fn render(report: &Report, format: TextFormat) -> String {
         TextFormat::BudgetsCsv => budgets_csv(report),
         TextFormat::IdleCsv => idle_csv(report),
         TextFormat::StrandedCsv => stranded_csv(report),
+        TextFormat::AnomaliesCsv => anomalies_csv(report),
         TextFormat::Json => json(report),
         TextFormat::Table => document(report, Style::Terminal),
         TextFormat::Markdown => document(report, Style::Markdown),
@@ -104,6 +111,18 @@ fn stranded_csv(report: &Report) -> String {
         let mut fields = vec![csv_field(report.month.as_str()), r.pool.as_deref().map(csv_field).unwrap_or_default(), csv_field(&r.model_name)];
         let numbers = [r.unallocated_gpu_hours, r.stranded_gpu_hours, r.stranded_cost, r.cordoned_gpu_hours];
         fields.extend(numbers.iter().map(|v| format!("{v:.CSV_DECIMALS$}")));
+        out.push_str(&fields.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+fn anomalies_csv(report: &Report) -> String {
+    let mut out = ANOMALY_CSV_COLUMNS.join(",");
+    out.push('\n');
+    let number = |v: Option<f64>| v.map(|v| format!("{v:.CSV_DECIMALS$}")).unwrap_or_default();
+    for a in &report.anomalies {
+        let fields = [csv_field(&a.day), csv_field(&a.team), number(Some(a.cost)), number(a.baseline), number(a.spread), number(a.score), a.flagged.to_string()];
         out.push_str(&fields.join(","));
         out.push('\n');
     }
@@ -182,6 +201,14 @@ fn document(report: &Report, style: Style) -> String {
     if report.stranded.iter().any(|r| r.stranded_gpu_hours > 0.0 || r.cordoned_gpu_hours > 0.0) {
         out.push_str(&heading("Unallocated capacity by node pool", style));
         out.push_str(&stranded_grid(report).render(style));
+    }
+    if report.flagged_days().next().is_some() {
+        out.push_str(&heading(&format!("Spend anomalies ({}, days far above the team's recent days)", report.currency), style));
+        out.push_str(&anomaly_grid(report).render(style));
+        if !report.anomaly_drivers.is_empty() {
+            out.push_str(&heading("What drove them (GPU and run against its own recent days)", style));
+            out.push_str(&driver_grid(report).render(style));
+        }
     }
     if !report.budgets.is_empty() {
         out.push_str(&heading(&format!("Budgets ({})", report.currency), style));
@@ -275,6 +302,56 @@ fn energy_grid(report: &Report) -> Grid {
         })
         .collect();
     Grid::new(&["team", "GPU kWh", "facility kWh", "kg CO2e", "kWh per unit", "cost per unit"], 1, rows, None)
+}
+
+/// The month's flagged days: the day's cost, the baseline and how many spreads above it.
+fn anomaly_grid(report: &Report) -> Grid {
+    let rows = report
+        .flagged_days()
+        .map(|a| {
+            vec![
+                a.day.clone(),
+                a.team.clone(),
+                money_fmt(a.cost),
+                or_dash(a.baseline, money_fmt),
+                or_dash(a.spread, money_fmt),
+                or_dash(a.score, score_fmt),
+                a.baseline_days.to_string(),
+            ]
+        })
+        .collect();
+    Grid::new(&["day", "team", "cost", "baseline", "spread", "score", "baseline days"], 2, rows, None)
+}
+
+/// The GPUs and runs behind each flagged day, largest increase first.
+fn driver_grid(report: &Report) -> Grid {
+    let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let rows = report
+        .anomaly_drivers
+        .iter()
+        .map(|d| {
+            vec![
+                d.day.clone(),
+                d.team.clone(),
+                d.rank.to_string(),
+                dash(&d.node),
+                dash(&d.uuid),
+                format!("{}/{}", dash(&d.namespace), dash(&d.run)),
+                dash(&d.pod),
+                money_fmt(d.cost),
+                money_fmt(d.baseline),
+                money_fmt(d.increase),
+            ]
+        })
+        .collect();
+    let mut grid = Grid::new(&["day", "team", "#", "node", "GPU", "run", "pod", "cost", "baseline", "increase"], 7, rows, None);
+    grid.right[2] = true;
+    grid
+}
+
+/// A score in spreads: one decimal.
+pub(crate) fn score_fmt(v: f64) -> String {
+    grouped(v, 1)
 }
 
 /// Budgets, the team heading furthest over first.
@@ -782,6 +859,39 @@ mod tests {
             out.lines().collect::<Vec<_>>(),
             [STRANDED_CSV_COLUMNS.join(",").as_str(), "2026-10,h100,NVIDIA H100 80GB HBM3,6.0000,5.0000,10.0000,0.0000", "2026-10,,Tesla T4,2.0000,0.0000,0.0000,0.0000"]
         );
+    }
+
+    #[test]
+    fn anomalies_csv_has_every_day_and_the_table_names_what_drove_a_flagged_one() {
+        let report = fixture::report();
+        let out = render(&report, TextFormat::AnomaliesCsv);
+        assert_eq!(
+            out.lines().collect::<Vec<_>>(),
+            [
+                ANOMALY_CSV_COLUMNS.join(",").as_str(),
+                "2026-10-10,ml-research,31.5000,30.0000,6.0000,0.2500,false",
+                "2026-10-10,vision,12.0000,,,,false",
+                "2026-10-11,ml-research,150.0000,30.0000,6.0000,20.0000,true",
+            ]
+        );
+        let table = render(&report, TextFormat::Table);
+        let section = table.split("Spend anomalies (EUR, days far above the team's recent days)\n\n").nth(1).expect(&table);
+        let rows: Vec<Vec<&str>> = section.lines().skip(2).take_while(|l| !l.is_empty()).map(|l| l.split_whitespace().collect()).collect();
+        // Only the flagged day: 150 against 30, 20 spreads of 6 above it.
+        assert_eq!(rows, [["2026-10-11", "ml-research", "150.00", "30.00", "6.00", "20.0", "10"]], "{section}");
+        let drivers = table.split("What drove them (GPU and run against its own recent days)\n\n").nth(1).expect(&table);
+        let rows: Vec<Vec<&str>> = drivers.lines().skip(2).take_while(|l| !l.is_empty()).map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(rows[0], ["2026-10-11", "ml-research", "1", "gpu-h100-0", "GPU-aa", "ml-research/pod/notebook-x", "notebook-x", "60.00", "0.00", "60.00"], "{drivers}");
+        assert_eq!(rows.len(), 2);
+        // Stranded capacity comes before the anomalies, budgets after.
+        let (pools, anomalies, budgets) = (table.find("Unallocated capacity").unwrap(), table.find("Spend anomalies").unwrap(), table.find("Budgets (EUR)").unwrap());
+        assert!(pools < anomalies && anomalies < budgets);
+        // Without a flagged day there is no section.
+        let mut calm = fixture::report();
+        calm.anomalies.retain(|a| !a.flagged);
+        calm.anomaly_drivers.clear();
+        assert!(!render(&calm, TextFormat::Markdown).contains("Spend anomalies"));
+        assert!(render(&report, TextFormat::Markdown).contains("## Spend anomalies"));
     }
 
     #[test]
