@@ -623,44 +623,49 @@ fn generate_jobs(seed: u64, cl: &Cluster, tl: &Timeline) -> Vec<Job> {
 }
 
 /// The name prefix of [`runaway_notebook`]'s job: the truth finds it by this.
-pub const RUNAWAY_NOTEBOOK: &str = "notebook-l4-forgotten";
+pub const RUNAWAY_NOTEBOOK: &str = "notebook-h100-forgotten";
 
-/// The UTC day a capture's runaway notebook holds whole: the second-to-last day (the last is
-/// not complete, so not scored), when the capture has at least 7 days before it.
+/// The UTC day a capture's runaway notebook holds whole: the second-to-last day, when the
+/// capture has at least 7 days before it (the baseline's minimum).
 pub fn runaway_day(tl: &Timeline) -> Option<i64> {
     let first = tl.start_s.div_euclid(86_400) * 86_400;
     let days = (tl.end_s - first) / 86_400;
     (days >= 9).then(|| first + (days - 2) * 86_400)
 }
 
-/// A notebook someone started at noon and left holding every GPU of an L4 node until the
-/// morning after next (docs/accounting.md "Spend anomalies"): its team's cost on the day it holds
-/// whole is far above the team's usual days, so the ledger flags that day and names the
-/// notebook's GPUs. High priority, so Kueue admits it within hours however busy the pool is.
+/// A notebook a researcher started at noon and left holding a whole H100 node until the morning
+/// after next (docs/accounting.md "Spend anomalies"): the team's cost on the day it holds whole
+/// is far above its usual days, so the ledger flags that day and names the notebook's GPUs.
+/// High priority, so Kueue admits it at once, preempting a run if the pool is full.
 fn runaway_notebook(seed: u64, cl: &Cluster, tl: &Timeline) -> Option<Job> {
     let day = runaway_day(tl)?;
-    let ti = TEMPLATES.iter().position(|t| t.prefixes == ["notebook-l4"])?;
-    let gpus = PoolId::L4.spec().gpus_per_node;
-    if cl.pool_nodes[PoolId::L4 as usize].is_empty() {
+    let ti = TEMPLATES.iter().position(|t| t.ns == "ml-research" && t.pool == PoolId::H100)?;
+    let like = TEMPLATES.iter().find(|t| t.kind == Kind::Notebook)?;
+    if cl.pool_nodes[PoolId::H100 as usize].is_empty() {
         return None;
     }
+    let gpus = PoolId::H100.spec().gpus_per_node;
     let created = day - 12 * 3600;
     // Its own stream index, and a shape-deciding count that gives a batch/v1 Job.
-    let mut job = make_job(seed, created, ti, u64::from(u32::MAX) - 1, false, 1);
-    let t = &TEMPLATES[ti];
+    let mut job = make_job(seed, created, ti, u64::from(u32::MAX) - 1, false, 0);
     let mut rng = Rng::stream(seed, tag::JOB, u64::MAX - 1);
+    job.kind = Kind::Notebook;
+    job.image = like.image;
     job.shape = Shape::Batch;
     job.plan = Plan::Succeed;
     job.per_pod = gpus;
     job.pods = 1;
     job.priority = HIGH.0;
     job.priority_class = HIGH.1;
-    job.cpu = t.cpu_per_unit * gpus;
-    job.mem_gi = t.mem_gi_per_unit * gpus;
+    job.cpu = like.cpu_per_unit * gpus;
+    job.mem_gi = like.mem_gi_per_unit * gpus;
     job.name = format!("{RUNAWAY_NOTEBOOK}-{}", rng.name_suffix(5));
     job.wl_name = format!("job-{}-{}", job.name, rng.hex(5));
     job.ttl_s = None;
-    // Until 09:00 the day after the day it holds.
+    job.job_annotations.clear();
+    job.job_end_annotations.clear();
+    job.wl_annotations.clear();
+    // Until 09:00 the day after the day it holds, had it started at once.
     job.remaining_s = day + 86_400 + 9 * 3600 - created;
     Some(job)
 }

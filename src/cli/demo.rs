@@ -23,12 +23,17 @@ pub struct Args {
     /// configuration used and the reports.
     #[arg(long = "out", alias = "dir", value_name = "DIR", default_value = "gpuledger-demo")]
     dir: PathBuf,
-    /// GPUs in the simulated cluster.
-    #[arg(long, default_value_t = 32)]
+    /// GPUs in the simulated cluster (rounded up to whole nodes, at least one per node pool).
+    #[arg(long, default_value_t = 16)]
     gpus: u32,
-    /// Days of history.
-    #[arg(long, default_value_t = 3)]
+    /// Days of history, from 2026-10-30. With 9 or more, spend anomalies are scored (a team's
+    /// day against its previous 7 to 14) and the simulator leaves a notebook holding a whole
+    /// H100 node over the second-to-last day, which the report flags.
+    #[arg(long, default_value_t = 10)]
     days: u32,
+    /// Seconds between the simulated Prometheus scrapes of each DCGM exporter.
+    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+    scrape_interval: u32,
 }
 
 /// The demo's configuration: the example file, which prices the simulator's node pools.
@@ -38,7 +43,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let capture = args.dir.join("capture");
     let store = StoreLocation::Local(args.dir.join("store"));
     eprintln!("gpuledger: simulating {} GPUs for {} days into {}", args.gpus, args.days, capture.display());
-    let sim = simulate::Args { out: Some(capture.clone()), store: None, progress: super::progress::ProgressMode::Off, format: SummaryFormat::Text, gpus: args.gpus, days: args.days, seed: 42, scrape_interval: 60, start: "2026-10-30T00:00:00Z".parse()?, emit_from: None, emit_until: None };
+    let sim = simulate::Args { out: Some(capture.clone()), store: None, progress: super::progress::ProgressMode::Off, format: SummaryFormat::Text, gpus: args.gpus, days: args.days, seed: 42, scrape_interval: args.scrape_interval, start: "2026-10-30T00:00:00Z".parse()?, emit_from: None, emit_until: None };
     let s = simulate::simulate_with(&sim)?;
     eprintln!("gpuledger: {} files, {} samples written; ingesting into {store}", s.files, s.samples);
     let ingest_args = ingest::Args {

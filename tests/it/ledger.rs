@@ -833,9 +833,10 @@ fn simulated_cluster_matches_simulator_truth_other_seed() {
     check_simulated(16, 2, 1234, 60, "2026-10-31T06:00:00Z");
 }
 
-/// The simulator leaves a notebook holding a whole L4 node over one day of a 10-day capture
+/// The simulator leaves a notebook holding a whole H100 node over one day of a 10-day capture
 /// (expected.json `anomaly_spikes`): the ledger flags its team's day and names the notebook's
-/// GPUs, run and pod as what drove it, each GPU's cost that day being a whole day at the L4 price.
+/// GPUs, run and pod as what drove it, each GPU's cost that day being a whole day at the H100
+/// price.
 #[test]
 fn a_notebook_left_holding_gpus_is_flagged_and_named() {
     let tmp = tempfile::tempdir().unwrap();
@@ -854,17 +855,19 @@ fn a_notebook_left_holding_gpus_is_flagged_and_named() {
     assert_eq!(spikes.len(), 1, "{spikes:?}");
     let spike = &spikes[0];
     let (day, team) = (spike["day"].as_str().unwrap(), spike["team"].as_str().unwrap());
-    assert_eq!((day, team), ("2026-11-09", "sandbox"), "the second-to-last day, the sandbox namespace's team");
+    assert_eq!((day, team), ("2026-11-09", "ml-research"), "the second-to-last day, the ml-research namespace's team");
     let gpus: BTreeSet<&str> = spike["gpus"].as_array().unwrap().iter().map(|g| g.as_str().unwrap()).collect();
-    assert_eq!(gpus.len(), 4, "every GPU of an L4 node");
+    assert_eq!(gpus.len(), 8, "every GPU of an H100 node");
 
     let csv = String::from_utf8(run(&["report", "--store", &s, "--config", &cf, "--month", "2026-11", "--format", "anomalies-csv"], 0).stdout).unwrap();
     let mut lines = csv.lines();
     assert_eq!(lines.next(), Some("day,team,cost,baseline,spread,score,flagged"));
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     let row = rows.iter().find(|r| r[0] == day && r[1] == team).unwrap_or_else(|| panic!("no {day} {team} row:\n{csv}"));
-    let score: f64 = row[5].parse().unwrap();
-    assert!(score >= 3.0 && row[6] == "true", "{row:?}");
+    // Flagged: at least 3 spreads above the baseline, or above it where the spread is 0 (a team
+    // that held nothing on most days).
+    let spread: f64 = row[4].parse().unwrap();
+    assert!(row[6] == "true" && if spread > 0.0 { row[5].parse::<f64>().unwrap() >= 3.0 } else { row[5].is_empty() }, "{row:?}");
     // Ten complete days (the capture's last scrape, 11-11 00:00, is an observation after
     // 11-10): every team that held GPUs has a row for each, scored from the eighth.
     assert_eq!(rows.iter().filter(|r| r[1] == team).count(), 10, "{csv}");
@@ -872,18 +875,22 @@ fn a_notebook_left_holding_gpus_is_flagged_and_named() {
 
     let sql = format!("SELECT rank, node, uuid, run, pod, CAST(cost AS DOUBLE) AS cost, CAST(increase AS DOUBLE) AS increase FROM anomaly_drivers WHERE day = '{day}' AND team = '{team}' ORDER BY rank");
     let drivers = query(&store, &sql);
-    assert!(drivers.len() >= 4, "{drivers:?}");
-    let top: BTreeSet<&str> = drivers[..4].iter().map(|d| d["uuid"].as_str().unwrap()).collect();
+    assert!(drivers.len() >= 8, "{drivers:?}");
+    let unobserved_h100: f64 = expected["unobserved_gpu_hours"].as_array().unwrap().iter()
+        .filter(|r| r["month"] == "2026-11" && r["pool"] == "h100").map(|r| r["gpu_hours"].as_f64().unwrap()).sum();
+    let top: BTreeSet<&str> = drivers[..8].iter().map(|d| d["uuid"].as_str().unwrap()).collect();
     assert_eq!(top, gpus, "the notebook's GPUs drove the day: {drivers:?}");
-    for d in &drivers[..4] {
+    for d in &drivers[..8] {
         assert_eq!(d["node"], spike["node"], "{d}");
         assert_eq!(d["run"], spike["run"], "{d}");
         assert_eq!(d["pod"], spike["pod"], "{d}");
-        // The whole day at l4 = 0.80 an hour (within one 300 s scrape of it; each hour's
-        // productive and idle rows are rounded to the micro-unit apart), none of it usual.
+        // At most the whole day at the H100's 2.49 an hour (each hour's productive and idle rows
+        // are rounded to the micro-unit apart), less only what no sample covered (the month's
+        // unobserved H100 hours, per GPU, bound it); none of it usual.
         let cost = d["cost"].as_f64().unwrap();
-        assert!((24.0 * 0.80 - 300.0 / 3600.0 * 0.80..=24.0 * 0.80 + 48e-6).contains(&cost), "{d}");
+        assert!((24.0 * 2.49 - (unobserved_h100 / 8.0 + 300.0 / 3600.0) * 2.49..=24.0 * 2.49 + 48e-6).contains(&cost), "{d}");
         assert_eq!(d["increase"].as_f64().unwrap(), cost, "{d}");
+        assert_eq!(d["cost"], drivers[0]["cost"], "one pod on the whole node: the same time on each GPU");
     }
     // The table report names them too.
     let table = String::from_utf8(run(&["report", "--store", &s, "--config", &cf, "--month", "2026-11"], 0).stdout).unwrap();

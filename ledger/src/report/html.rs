@@ -354,17 +354,22 @@ fn anomaly_tables(report: &Report) -> String {
     }
     t.push_str("</tbody>\n</table>\n");
     if !report.anomaly_drivers.is_empty() {
+        t.push_str("<p>What drove them: each GPU and run of the team against its own median over the same baseline days (a GPU's UUID in full on hover).</p>\n");
         t.push_str("<table>\n<thead><tr><th>day</th><th>team</th><th class=\"n\">#</th><th>node</th><th>GPU</th><th>run</th><th>pod</th>");
         t.push_str("<th class=\"n\">cost</th><th class=\"n\">its baseline</th><th class=\"n\">increase</th></tr></thead>\n<tbody>\n");
         let dash = |v: &Option<String>| esc(v.as_deref().unwrap_or("-"));
         for d in &report.anomaly_drivers {
+            let uuid = d.uuid.as_deref().unwrap_or("-");
+            // `GPU-` and the first 8 hex digits tell a node's GPUs apart; the rest only widens the table.
+            let short = uuid.get(..12).filter(|_| uuid.len() > 13).map_or_else(|| uuid.to_owned(), |s| format!("{s}\u{2026}"));
             t.push_str(&format!(
-                "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
+                "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td><td title=\"{}\">{}</td><td title=\"namespace {}\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
                 esc(&d.day),
                 esc(&d.team),
                 d.rank,
                 dash(&d.node),
-                dash(&d.uuid),
+                esc(uuid),
+                esc(&short),
                 dash(&d.namespace),
                 dash(&d.run),
                 dash(&d.pod),
@@ -630,7 +635,7 @@ mod tests {
         assert!(html.find("<h2>Budgets").unwrap() < html.find("<h2>Spend anomalies").unwrap());
         assert!(anomalies.contains("<tr><td>2026-10-11</td><td>ml-research</td><td class=\"n\">150.00</td><td class=\"n\">30.00</td><td class=\"n\">6.00</td><td class=\"n\"><span class=\"over\">20.0</span></td>"), "{anomalies}");
         assert!(!anomalies.contains("2026-10-10"), "unflagged days are not listed: {anomalies}");
-        assert!(anomalies.contains("<td>gpu-h100-0</td><td>GPU-bb</td><td>ml-research/pod/notebook-x</td><td>notebook-x</td><td class=\"n\">60.00</td>"), "{anomalies}");
+        assert!(anomalies.contains("<td>gpu-h100-0</td><td title=\"GPU-bb\">GPU-bb</td><td title=\"namespace ml-research\">pod/notebook-x</td><td>notebook-x</td><td class=\"n\">60.00</td>"), "{anomalies}");
         assert_eq!(opened, html.matches("</svg>").count());
         for tag in ["table", "section", "tr", "text", "title"] {
             assert_eq!(
@@ -652,6 +657,14 @@ mod tests {
         // ml-research is marked provisional, vision is not.
         assert!(html.contains("ml-research<span class=\"prov\""));
         assert!(!html.contains("vision<span class=\"prov\""));
+    }
+
+    #[test]
+    fn a_long_gpu_uuid_is_shortened_with_the_whole_on_hover() {
+        let mut report = fixture::report();
+        report.anomaly_drivers[0].uuid = Some("GPU-19355ede-d83c-4947-add5-35a7236e4529".into());
+        let html = render(&report);
+        assert!(html.contains("<td title=\"GPU-19355ede-d83c-4947-add5-35a7236e4529\">GPU-19355ede\u{2026}</td>"), "{html}");
     }
 
     #[test]

@@ -208,6 +208,10 @@ fn document(report: &Report, style: Style) -> String {
         if !report.anomaly_drivers.is_empty() {
             out.push_str(&heading("What drove them (GPU and run against its own recent days)", style));
             out.push_str(&driver_grid(report).render(style));
+            let more = report.anomaly_drivers.iter().filter(|d| d.rank > DRIVERS_SHOWN).count();
+            if more > 0 {
+                out.push_str(&format!("\n... and {more} more (report --format json, or the anomaly_drivers table)\n"));
+            }
         }
     }
     if !report.budgets.is_empty() {
@@ -323,12 +327,17 @@ fn anomaly_grid(report: &Report) -> Grid {
     Grid::new(&["day", "team", "cost", "baseline", "spread", "score", "baseline days"], 2, rows, None)
 }
 
+/// How many of a flagged day's drivers the table and markdown show (json and html have them all,
+/// up to the ledger's 10).
+const DRIVERS_SHOWN: i64 = 5;
+
 /// The GPUs and runs behind each flagged day, largest increase first.
 fn driver_grid(report: &Report) -> Grid {
     let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
     let rows = report
         .anomaly_drivers
         .iter()
+        .filter(|d| d.rank <= DRIVERS_SHOWN)
         .map(|d| {
             vec![
                 d.day.clone(),
