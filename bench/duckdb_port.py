@@ -20,8 +20,8 @@ Inputs, as the ledger sees them:
     deleted yet are not read), with the `date` partition value (VARCHAR, '' for a file
     without one) as the ledger's SnapshotTable gives it; a table never written is an empty
     table of the columns schemas/src declares;
-  * settings, hardware_xids, price_by_node_label, price_by_model, overheads, extra_units and
-    budgets are built from the TOML file as `register_config` builds them, with the defaults of
+  * settings, hardware_xids, price_by_node_label, price_by_model, overheads, extra_units,
+    budgets and quota_owners are built from the TOML file as `register_config` builds them, with the defaults of
     ledger/src/config.rs, amounts as DECIMAL(38,6) read as written (the file is not validated
     otherwise: run `gpuledger ledger` for that);
   * calendar_days / calendar_hours span the day before the first `date` partition of
@@ -592,6 +592,8 @@ def config_sql(config_path: Path) -> list[str]:
     out += table_sql("hardware_xids", [("xid", "BIGINT")], [(int(x),) for x in a.get("hardware_xids", DEFAULT_HARDWARE_XIDS)])
     out += table_sql("budgets", [("team", "VARCHAR"), ("month", "VARCHAR"), ("amount", "DECIMAL(38,6)")],
                      [(b["team"], b.get("month"), money(b["amount"])) for b in cfg.get("budgets", [])])
+    out += table_sql("quota_owners", [("cluster_queue", "VARCHAR"), ("team", "VARCHAR")],
+                     [(o["cluster_queue"], o["team"]) for o in cfg.get("quota", {}).get("owners", [])])
     return out
 
 

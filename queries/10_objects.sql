@@ -89,9 +89,9 @@ FROM settings s CROSS JOIN (
 WHERE n.version_rank = 1;
 
 -- One row per node, reachable by its name and by its kubernetes.io/hostname label (the DCGM
--- `Hostname` label carries one of the two).
+-- `Hostname` label carries one of the two), with its nvidia.com/gpu capacity (58_quota.sql).
 CREATE OR REPLACE VIEW nodes_latest AS
-SELECT name AS node, hostname_label, gpu_product, labels
+SELECT name AS node, hostname_label, gpu_product, labels, gpu_capacity
 FROM (
     SELECT *, ROW_NUMBER() OVER (PARTITION BY name ORDER BY observed_at DESC, seq DESC) AS version_rank
     FROM nodes

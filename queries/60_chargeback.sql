@@ -13,7 +13,9 @@
 --   cost_per_accepted_unit = total / accepted_units (null when no units)
 --
 -- Idle policy `platform` keeps unallocated cost on the team `platform`; `share` spreads it over
--- teams by allocated GPU time (the hours stay `platform`'s). A month with no allocated time
+-- teams by allocated GPU time; `quota` charges each hour's unallocated cost of a flavor's nodes
+-- to the owners of unused quota there (58_quota.sql, quota_cost_parts below). The hours stay
+-- `platform`'s. A month with no allocated time
 -- leaves every spread amount with `platform`. `lost_gpu_hours_platform_paid` and
 -- `lost_cost_platform_paid` say how much of a team's failed and preempted time the platform paid.
 --
@@ -78,6 +80,39 @@ RIGHT JOIN (
     RIGHT JOIN gpu_state_hours h ON (p.node IS NOT DISTINCT FROM h.node) AND (p.model_name IS NOT DISTINCT FROM h.model_name)
 ) hp ON lp.namespace = hp.namespace AND lp.run = hp.run AND lp.segment = hp.segment;
 
+-- The `quota` idle policy's parts (58_quota.sql): each hour's unallocated cost of a flavor's
+-- nodes, split by quota_weights among the ClusterQueues with unused quota there and the
+-- platform's rest (cluster_queue null), by largest remainder as spread_parts below (ties:
+-- ClusterQueue names ascending, the rest last). Unallocated time on nodes no GPU flavor selects
+-- is one part, the platform's.
+CREATE OR REPLACE VIEW quota_cost_parts AS
+SELECT month, hour_ms, flavor, cluster_queue,
+       floor_part + CASE WHEN ROW_NUMBER() OVER (PARTITION BY hour_ms, flavor ORDER BY remainder DESC, cluster_queue NULLS LAST)
+                              <= leftover THEN CAST(0.000001 AS DECIMAL(38, 6)) ELSE 0 END AS amount
+FROM (
+    SELECT *, (cost - SUM(floor_part) OVER (PARTITION BY hour_ms, flavor)) * 1000000 AS leftover
+    FROM (
+        SELECT c.month, w.hour_ms, w.flavor, w.cluster_queue, c.cost,
+               share_floor(c.cost, w.weight, w.whole) AS floor_part,
+               share_remainder(c.cost, w.weight, w.whole) AS remainder
+        FROM quota_weights w
+        JOIN (SELECT p.month, CAST(date_part('epoch', to_timestamp(p.hour)) AS BIGINT) * 1000 AS hour_ms, q.flavor, SUM(p.cost) AS cost
+              FROM priced_state_hours p
+              LEFT JOIN quota_flavor_nodes q ON q.node = p.node
+              WHERE p.state = 'unallocated'
+              GROUP BY p.month, CAST(date_part('epoch', to_timestamp(p.hour)) AS BIGINT) * 1000, q.flavor) c
+          ON c.hour_ms = w.hour_ms AND (c.flavor IS NOT DISTINCT FROM w.flavor)
+    )
+);
+
+-- What the `quota` policy charges each team per month: its ClusterQueues' parts; the rest and
+-- the parts of queues nobody owns are the platform's.
+CREATE OR REPLACE VIEW quota_team_idle AS
+SELECT p.month, COALESCE(o.team, 'platform') AS team, SUM(p.amount) AS amount
+FROM quota_cost_parts p
+LEFT JOIN quota_queue_owners o ON o.cluster_queue = p.cluster_queue
+GROUP BY p.month, COALESCE(o.team, 'platform');
+
 -- GPU time (integer GPU-nanoseconds, summed as DECIMAL(38, 0): a month of a large fleet passes
 -- BIGINT's 9.2e18) and price-list cost per month, team and state.
 CREATE OR REPLACE VIEW team_month_usage AS
@@ -115,6 +150,8 @@ SELECT DISTINCT month, team FROM (
     UNION ALL SELECT month, team FROM accepted_units_monthly
     UNION ALL SELECT month, 'platform' FROM team_month_usage
     UNION ALL SELECT month, 'platform' FROM overheads
+    -- Under `quota`, an owner of unused quota is charged even in a month it used no GPU.
+    UNION ALL SELECT q.month, q.team FROM quota_team_idle q CROSS JOIN settings s WHERE s.idle_policy = 'quota'
 );
 
 -- Each team's weight for spreading an amount over its month: its allocated GPU-nanoseconds,
@@ -198,6 +235,7 @@ FROM (
            COALESCE(o.support, 0) AS support,
            COALESCE(u.allocated_idle_cost, 0)
              + CASE WHEN s.idle_policy = 'share' THEN COALESCE(i.amount, 0)
+                    WHEN s.idle_policy = 'quota' THEN COALESCE(qi.amount, 0)
                     WHEN t.team = 'platform' THEN COALESCE(m.unallocated_cost, 0)
                     ELSE 0 END AS idle,
            COALESCE(u.failed_cost, 0) - COALESCE(u.lost_cost_platform_paid, 0)
@@ -213,6 +251,7 @@ FROM (
     LEFT JOIN month_usage m ON m.month = t.month
     LEFT JOIN overhead_amounts o ON o.month = t.month AND o.team = t.team
     LEFT JOIN spread_parts i ON i.month = t.month AND i.team = t.team AND i.component = 'idle'
+    LEFT JOIN quota_team_idle qi ON qi.month = t.month AND qi.team = t.team
     -- Units summed exactly over their names (accepted_units_monthly holds at most 6 decimals).
     LEFT JOIN (SELECT month, team, CAST(SUM(CAST(accepted_units AS DECIMAL(38, 6))) AS DOUBLE) AS accepted_units
                FROM accepted_units_monthly GROUP BY month, team) a ON a.month = t.month AND a.team = t.team

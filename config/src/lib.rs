@@ -34,7 +34,7 @@ use toml::de::{DeTable, DeValue};
 
 /// The top-level sections of `gpuledger.toml`, in the order the example file documents them,
 /// with the component that reads each.
-pub const SECTIONS: [(&str, &str); 11] = [
+pub const SECTIONS: [(&str, &str); 12] = [
     ("accounting", "ledger"),
     ("prices", "ledger"),
     ("overheads", "ledger"),
@@ -43,6 +43,7 @@ pub const SECTIONS: [(&str, &str); 11] = [
     ("energy", "ledger"),
     ("focus", "ledger"),
     ("anomalies", "ledger"),
+    ("quota", "ledger"),
     ("collector", "gpuledger collect"),
     ("serve", "gpuledger serve"),
     ("store", "gpuledger collect and gpuledger store expire"),

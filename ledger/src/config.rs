@@ -4,7 +4,7 @@
 //! ```toml
 //! [accounting]
 //! team_label = "team"                 # label key read on pod, Workload, namespace
-//! idle_policy = "platform"            # or "share"
+//! idle_policy = "platform"            # or "share", or "quota" (owners of unused quota pay)
 //! active_threshold_engine = 0.05      # DCGM_FI_PROF_GR_ENGINE_ACTIVE, a 0-1 ratio
 //! active_threshold_util = 5.0         # DCGM_FI_DEV_GPU_UTIL (percent), where engine activity is absent
 //! max_gap_factor = 2.5                # a longer gap between samples is unobserved time
@@ -47,6 +47,10 @@
 //!
 //! [anomalies]                         # spend anomalies (anomalies_daily)
 //! k = 3.0                             # flag a day this many spreads above its baseline (default 3)
+//!
+//! [[quota.owners]]                    # a ClusterQueue's owner where it has no team label
+//! cluster_queue = "cq-research"
+//! team = "ml-research"
 //!
 //! [focus]                             # who bills whom in the FOCUS export; all optional
 //! billing_account_id = "gpu-cluster"
@@ -95,6 +99,10 @@ pub enum IdlePolicy {
     Platform,
     /// It is spread over the teams in proportion to their allocated GPU-hours.
     Share,
+    /// The unallocated time of a flavor's nodes is charged to the owners of that flavor's
+    /// unused nominal quota, in proportion and at most their unused GPU time; the rest stays
+    /// with `platform` (queries/58_quota.sql).
+    Quota,
 }
 
 impl IdlePolicy {
@@ -102,6 +110,7 @@ impl IdlePolicy {
         match self {
             IdlePolicy::Platform => "platform",
             IdlePolicy::Share => "share",
+            IdlePolicy::Quota => "quota",
         }
     }
 }
@@ -114,7 +123,7 @@ impl std::fmt::Display for IdlePolicy {
 
 /// An idle policy name that is neither `platform` nor `share`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown idle policy {0:?} (expected platform or share)")]
+#[error("unknown idle policy {0:?} (expected platform, share or quota)")]
 pub struct UnknownIdlePolicy(pub String);
 
 impl FromStr for IdlePolicy {
@@ -124,6 +133,7 @@ impl FromStr for IdlePolicy {
         match s {
             "platform" => Ok(IdlePolicy::Platform),
             "share" => Ok(IdlePolicy::Share),
+            "quota" => Ok(IdlePolicy::Quota),
             other => Err(UnknownIdlePolicy(other.to_string())),
         }
     }
@@ -279,6 +289,15 @@ pub struct Config {
     pub energy: Energy,
     pub focus: FocusAccount,
     pub anomalies: Anomalies,
+    /// `[[quota.owners]]`, in file order: the owner of a ClusterQueue without a team label.
+    pub quota_owners: Vec<QuotaOwner>,
+}
+
+/// One `[[quota.owners]]` entry: who owns a ClusterQueue's nominal quota.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaOwner {
+    pub cluster_queue: String,
+    pub team: String,
 }
 
 /// `[anomalies]`: when a team's day of GPU cost is flagged against its own recent days.
@@ -488,10 +507,11 @@ impl Config {
         let energy = energy(doc, doc.section::<RawEnergy>("energy"));
         let focus = focus_account(doc, doc.section::<RawFocus>("focus"));
         let anomalies = anomalies(doc, doc.section::<RawAnomalies>("anomalies"));
+        let quota_owners = quota_owners(doc, doc.section::<RawQuota>("quota"));
         if doc.has_problems() {
             return None;
         }
-        Some(Config { accounting, prices: prices?, overheads, units, unit_files, budgets, energy, focus, anomalies })
+        Some(Config { accounting, prices: prices?, overheads, units, unit_files, budgets, energy, focus, anomalies, quota_owners })
     }
 
     /// A configuration with every default and one price for every GPU, for runs without a file
@@ -507,6 +527,7 @@ impl Config {
             energy: Energy::default(),
             focus: FocusAccount::default(),
             anomalies: Anomalies::default(),
+            quota_owners: Vec::new(),
         }
     }
 }
@@ -655,6 +676,55 @@ fn anomalies(doc: &Document<'_>, raw: Option<RawAnomalies>) -> Anomalies {
         } else {
             doc.report(v.span(), "anomalies.k", format!("{k} is not a number of spreads above the baseline (more than 0, at most 100)"));
         }
+    }
+    out
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawQuota {
+    owners: Option<Vec<Spanned<RawQuotaOwner>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawQuotaOwner {
+    cluster_queue: Option<Spanned<String>>,
+    team: Option<Spanned<String>>,
+}
+
+/// `[[quota.owners]]`: each entry needs both keys; a second owner for one ClusterQueue is an
+/// error, since which one pays would be a guess.
+fn quota_owners(doc: &Document<'_>, raw: Option<RawQuota>) -> Vec<QuotaOwner> {
+    let mut out: Vec<QuotaOwner> = Vec::new();
+    for (index, entry) in raw.and_then(|r| r.owners).unwrap_or_default().into_iter().enumerate() {
+        let at = format!("quota.owners[{index}]");
+        let span = entry.span();
+        let raw = entry.into_inner();
+        let cluster_queue = match raw.cluster_queue {
+            Some(q) if !q.get_ref().trim().is_empty() => Some(q.into_inner()),
+            Some(q) => {
+                doc.report(q.span(), format!("{at}.cluster_queue"), "empty: the name of a ClusterQueue");
+                None
+            }
+            None => {
+                doc.report(span.clone(), format!("{at}.cluster_queue"), "missing: the ClusterQueue whose quota the team owns");
+                None
+            }
+        };
+        let team = match raw.team {
+            None => {
+                doc.report(span.clone(), format!("{at}.team"), "missing: the team that owns the ClusterQueue's quota");
+                None
+            }
+            Some(t) => checked_team(doc, &at, t),
+        };
+        let (Some(cluster_queue), Some(team)) = (cluster_queue, team) else { continue };
+        if out.iter().any(|o| o.cluster_queue == cluster_queue) {
+            doc.report(span, at.clone(), format!("a second owner for ClusterQueue {cluster_queue:?}"));
+            continue;
+        }
+        out.push(QuotaOwner { cluster_queue, team });
     }
     out
 }
@@ -1172,6 +1242,7 @@ support = 50.0
                 energy: Energy::default(),
                 focus: FocusAccount::default(),
                 anomalies: Anomalies::default(),
+                quota_owners: Vec::new(),
             }
         );
     }
@@ -1219,6 +1290,24 @@ support = 50.0
         assert_eq!(parse(p).unwrap().energy, Energy { pue: 1.0, grid_gco2_per_kwh: None });
         assert_error(&format!("{p}[energy]\npue = 0.9\n"), 4, "energy.pue", &["0.9", "from 1 to 10"]);
         assert_error(&format!("{p}[energy]\ngrid_gco2_per_kwh = -1.0\n"), 4, "energy.grid_gco2_per_kwh", &["-1"]);
+    }
+
+    #[test]
+    fn quota_owners_and_the_quota_policy() {
+        let p = "[prices]\ndefault = 1.0\n";
+        let c = parse(&format!("{p}[accounting]\nidle_policy = \"quota\"\n[[quota.owners]]\ncluster_queue = \"cq-a\"\nteam = \"ml\"\n")).unwrap();
+        assert_eq!(c.accounting.idle_policy, IdlePolicy::Quota);
+        assert_eq!(c.quota_owners, vec![QuotaOwner { cluster_queue: "cq-a".into(), team: "ml".into() }]);
+        assert_error(&format!("{p}[[quota.owners]]\nteam = \"ml\"\n"), 3, "quota.owners[0].cluster_queue", &["missing"]);
+        assert_error(&format!("{p}[[quota.owners]]\ncluster_queue = \"cq-a\"\n"), 3, "quota.owners[0].team", &["missing"]);
+        assert_error(
+            &format!("{p}[[quota.owners]]\ncluster_queue = \"cq-a\"\nteam = \"ml\"\n[[quota.owners]]\ncluster_queue = \"cq-a\"\nteam = \"nlp\"\n"),
+            6,
+            "quota.owners[1]",
+            &["second owner", "cq-a"],
+        );
+        assert_eq!("quota".parse::<IdlePolicy>(), Ok(IdlePolicy::Quota));
+        assert!("owners".parse::<IdlePolicy>().unwrap_err().to_string().contains("platform, share or quota"));
     }
 
     #[test]

@@ -16,9 +16,9 @@ use crate::config::IdlePolicy;
 use crate::types::{Month, State};
 use gpuledger_engine::decode::{Columns, FromColumn, decode_declared};
 use gpuledger_engine::decode_rows;
-use gpuledger_schemas::derived::{ACCEPTED_UNITS_MONTHLY, ANOMALIES_DAILY, ANOMALY_DRIVERS, BUDGET_MONTHLY, CHARGEBACK_MONTHLY, FAILURE_CAUSES, IDLE_REASONS_MONTHLY, QUEUE_WAIT_MONTHLY, REPORT_ENERGY, REPORT_MONTHS, REPORT_USAGE, STRANDED_MONTHLY};
+use gpuledger_schemas::derived::{ACCEPTED_UNITS_MONTHLY, ANOMALIES_DAILY, ANOMALY_DRIVERS, QUOTA_MONTHLY, BUDGET_MONTHLY, CHARGEBACK_MONTHLY, FAILURE_CAUSES, IDLE_REASONS_MONTHLY, QUEUE_WAIT_MONTHLY, REPORT_ENERGY, REPORT_MONTHS, REPORT_USAGE, STRANDED_MONTHLY};
 use crate::error::Result;
-use crate::report::{AnomalyDriverRow, AnomalyRow, BudgetRow, ChargebackRow, EnergyRow, FailureCauseRow, IdleReason, IdleReasonRow, QueueWaitRow, Report, StrandedRow, UnitsRow, UsageRow};
+use crate::report::{AnomalyDriverRow, AnomalyRow, BudgetRow, QuotaRow, ChargebackRow, EnergyRow, FailureCauseRow, IdleReason, IdleReasonRow, QueueWaitRow, Report, StrandedRow, UnitsRow, UsageRow};
 
 /// A month's failure causes, budgets and queue waits, each in the order the report lists them
 /// (`$1` binds the month); the HTTP API lists them the same way.
@@ -28,6 +28,7 @@ pub const QUEUE_WAITS_SQL: &str = "SELECT * FROM queue_wait_monthly WHERE month 
 pub const IDLE_REASONS_SQL: &str = "SELECT * FROM idle_reasons_monthly WHERE month = $1 ORDER BY rank";
 pub const STRANDED_SQL: &str = "SELECT * FROM stranded_monthly WHERE month = $1 ORDER BY pool NULLS LAST, model_name";
 pub const ANOMALIES_SQL: &str = "SELECT * FROM anomalies_daily WHERE month = $1 ORDER BY day, team";
+pub const QUOTA_SQL: &str = "SELECT * FROM quota_monthly WHERE month = $1 ORDER BY cluster_queue, flavor";
 pub const ANOMALY_DRIVERS_SQL: &str = "SELECT * FROM anomaly_drivers WHERE month = $1 ORDER BY day, team, rank";
 
 /// Report columns whose text names a month, a state or an idle reason: any other text is an
@@ -124,6 +125,9 @@ async fn read_report(ctx: &SessionContext, month: &Month, currency: &str, idle_p
     let anomaly_drivers = decode_rows!(&rows(ANOMALY_DRIVERS_SQL).await?, ANOMALY_DRIVERS => AnomalyDriverRow {
         day, team, rank, node, uuid, namespace, run, pod, cost, baseline, increase,
     })?;
+    let quota = decode_rows!(&rows(QUOTA_SQL).await?, QUOTA_MONTHLY => QuotaRow {
+        cluster_queue, team, flavor, nominal_gpu_hours, used_gpu_hours, borrowed_gpu_hours, unused_gpu_hours, unused_cost,
+    })?;
     Ok(Report {
         month: month.clone(),
         currency: currency.to_string(),
@@ -139,5 +143,6 @@ async fn read_report(ctx: &SessionContext, month: &Month, currency: &str, idle_p
         stranded,
         anomalies,
         anomaly_drivers,
+        quota,
     })
 }

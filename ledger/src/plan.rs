@@ -149,7 +149,7 @@ pub const OBJECT_KEEPS: &[&str] =
     &["pods_latest", "jobs_latest", "workloads_latest", "namespaces_latest", "nodes_latest", "pod_runs", "workload_segments", "node_unavailable", "stranding_windows"];
 
 /// The monthly steps, once after the units, over the month tables; then the report views.
-pub const MONTHLY_FILES: &[&str] = &["50_units.sql", "55_who_pays.sql", "60_chargeback.sql", "65_budgets.sql", "67_energy.sql", "68_why_idle.sql", "69_anomalies.sql", "70_queue.sql", "80_failures.sql"];
+pub const MONTHLY_FILES: &[&str] = &["50_units.sql", "55_who_pays.sql", "58_quota.sql", "60_chargeback.sql", "62_quota_monthly.sql", "65_budgets.sql", "67_energy.sql", "68_why_idle.sql", "69_anomalies.sql", "70_queue.sql", "80_failures.sql"];
 
 /// Views of the monthly steps kept as tables as soon as they are created: each is read several
 /// times by the steps after it (run_segments reads priced_state_hours; budget_monthly and the
@@ -163,6 +163,7 @@ pub const MONTHLY_KEEPS: &[&str] = &[
     "queue_waits",
     "run_failures",
     "priced_state_hours",
+    "quota_cost_parts",
     "chargeback_monthly",
     "accepted_units_monthly",
     "budget_monthly",
@@ -190,6 +191,7 @@ pub const DERIVED_TABLES: &[&str] = &[
     "stranded_monthly",
     "anomalies_daily",
     "anomaly_drivers",
+    "quota_monthly",
     "run_segments",
     "run_failures",
     "failure_causes",

@@ -75,6 +75,11 @@ pub fn config_tables(config: &Config, idle_policy: Option<IdlePolicy>) -> Result
         ("month", text(b.iter().map(|r| r.month.clone()).collect())),
         ("amount", money(b.iter().map(|r| r.amount).collect())?),
     ])?;
+    let q = &config.quota_owners;
+    let quota_owners = batch(vec![
+        ("cluster_queue", text(q.iter().map(|o| Some(o.cluster_queue.clone())).collect())),
+        ("team", text(q.iter().map(|o| Some(o.team.clone())).collect())),
+    ])?;
     let tables = [
         ("settings", settings),
         ("price_by_node_label", by_label),
@@ -83,6 +88,7 @@ pub fn config_tables(config: &Config, idle_policy: Option<IdlePolicy>) -> Result
         ("extra_units", extra_units),
         ("hardware_xids", xids),
         ("budgets", budgets),
+        ("quota_owners", quota_owners),
     ];
     Ok(tables.into())
 }

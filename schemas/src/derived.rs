@@ -112,6 +112,7 @@ pub const DERIVED_TABLES: &[DerivedTable] = &[
     STRANDED_MONTHLY,
     ANOMALIES_DAILY,
     ANOMALY_DRIVERS,
+    QUOTA_MONTHLY,
     RUN_SEGMENTS,
     RUN_FAILURES,
     FAILURE_CAUSES,
@@ -295,7 +296,7 @@ pub const ANOMALIES_DAILY: DerivedTable = DerivedTable {
         col("baseline", Money, true, "Median cost of the baseline days (mean of the middle two, half to even); null with fewer than 7"),
         col("spread", Money, true, "max(1.4826 x MAD, 5% of baseline); null with fewer than 7 baseline days"),
         col("score", Float64, true, "(cost - baseline) / spread; null without a baseline or with a spread of 0"),
-        col("flagged", Boolean, true, "score >= k, or cost > baseline where the spread is 0; false without a baseline"),
+        col("flagged", Boolean, false, "score >= k, or cost > baseline where the spread is 0; false without a baseline"),
         col("baseline_days", Int64, false, "Observed days the baseline was taken over (at most 14)"),
     ],
 };
@@ -310,12 +311,28 @@ pub const ANOMALY_DRIVERS: DerivedTable = DerivedTable {
         col("rank", UInt64, false, "1 for the largest increase of the day"),
         col("node", Utf8, true, "Kubernetes node (the DCGM hostname where no node matches it)"),
         col("uuid", Utf8, true, "GPU UUID (a MIG instance's time is its parent GPU's)"),
-        col("namespace", Utf8, true, "Namespace of the run"),
-        col("run", Utf8, true, "Run: the Workload, or pod/<name> for a pod without one"),
+        col("namespace", Utf8View, true, "Namespace of the run"),
+        col("run", Utf8View, true, "Run: the Workload, or pod/<name> for a pod without one"),
         col("pod", Utf8, true, "A pod of the run on that node (the first by name where several); null where the capture has no such pod object"),
         col("cost", Money, true, "Price-list cost of the run on that GPU that day"),
         col("baseline", Money, true, "Median of the same GPU and run's cost over the team's baseline days, zero where it held nothing"),
         col("increase", Money, true, "cost - baseline (above zero)"),
+    ],
+};
+
+pub const QUOTA_MONTHLY: DerivedTable = DerivedTable {
+    name: "quota_monthly",
+    doc: "Each ClusterQueue's nominal GPU quota per month and flavor, as GPU-hours: used by its Workloads, borrowed beyond it, left unused, and what the unused part cost (62_quota_monthly.sql over 58_quota.sql)",
+    columns: &[
+        col("month", Utf8, true, "UTC month (YYYY-MM)"),
+        col("cluster_queue", Utf8, true, "ClusterQueue"),
+        col("team", Utf8, false, "Its owner: its team label, else [[quota.owners]], else platform"),
+        col("flavor", Utf8, true, "GPU ResourceFlavor"),
+        col("nominal_gpu_hours", Float64, true, "nominalQuota of nvidia.com/gpu x time, in GPU-hours (units x the flavor's GPUs per advertised unit)"),
+        col("used_gpu_hours", Float64, true, "Quota its admitted Workloads used on the flavor, from admission to the segment's end"),
+        col("borrowed_gpu_hours", Float64, true, "Used beyond nominal, hour by hour"),
+        col("unused_gpu_hours", Float64, true, "Nominal left unused, hour by hour"),
+        col("unused_cost", Money, false, "Unallocated cost of the flavor's nodes the quota idle policy charges for the unused quota (computed under every policy)"),
     ],
 };
 

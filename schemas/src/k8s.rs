@@ -179,7 +179,7 @@ pub const JOBS: Table = Table {
     dedup: DedupScope::Table,
 };
 
-const WORKLOADS_COLUMNS: [Column; 24] = cat(
+const WORKLOADS_COLUMNS: [Column; 25] = cat(
     OBJ,
     [
         col("api_version", Utf8, false, "kueue.x-k8s.io/v1beta1 or v1beta2"),
@@ -201,6 +201,7 @@ const WORKLOADS_COLUMNS: [Column; 24] = cat(
         col("annotations", Utf8, true, "metadata.annotations as a JSON object (gpuledger.io/accepted-units, gpuledger.io/unit)"),
         col("gpu_count", Int64, true, "GPUs the Workload asks for: sum over pod sets of count x (nvidia.com/gpu + nvidia.com/mig-*) per pod"),
         col("whole_gpu_count", Int64, true, "Of them, whole GPUs (nvidia.com/gpu, MIG slices left out): what an unallocated GPU could serve"),
+        col("gpu_usage", Utf8, true, "nvidia.com/gpu quota the admission uses per flavor, JSON {\"<flavor>\":\"<units>\"}: status.admission.podSetAssignments resourceUsage (else count x the pod set's request); null when not admitted"),
     ],
 );
 
@@ -269,7 +270,7 @@ pub const K8S_EVENTS: Table = Table {
     dedup: DedupScope::Table,
 };
 
-const KUEUE_QUEUES_COLUMNS: [Column; 15] = cat(
+const KUEUE_QUEUES_COLUMNS: [Column; 17] = cat(
     OBJ,
     [
         col("api_version", Utf8, false, "kueue.x-k8s.io/v1beta1 or v1beta2"),
@@ -282,6 +283,8 @@ const KUEUE_QUEUES_COLUMNS: [Column; 15] = cat(
         col("spec", Utf8, true, "spec as JSON (quotas, preemption policy, ResourceFlavor nodeLabels); for a WorkloadPriorityClass {\"value\",\"description\"}"),
         col("gpu_flavors", Utf8, true, "ClusterQueue: the ResourceFlavors its resource groups covering nvidia.com/gpu list, comma-separated, in order"),
         col("node_labels", Utf8, true, "ResourceFlavor: spec.nodeLabels as a JSON object (the nodes the flavor selects); null when it has none"),
+        col("labels", Utf8, true, "metadata.labels as a JSON object (a ClusterQueue's owner team label)"),
+        col("gpu_nominal", Utf8, true, "ClusterQueue: nominalQuota of nvidia.com/gpu per flavor, JSON {\"<flavor>\":\"<units>\"} (whole units)"),
     ],
 );
 

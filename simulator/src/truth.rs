@@ -298,6 +298,25 @@ pub struct Expected {
     /// Planted spend anomalies (captures of 9 days or more have one), docs/accounting.md
     /// "Spend anomalies".
     pub anomaly_spikes: Vec<SpikeRow>,
+    /// GPU quota per month, ClusterQueue and GPU pool flavor ([`quota_rows`]).
+    pub quota: Vec<QuotaRow>,
+}
+
+/// One ClusterQueue's GPU quota on one pool's flavor in one month ([`quota_rows`]).
+#[derive(Serialize)]
+pub struct QuotaRow {
+    pub month: String,
+    pub cluster_queue: String,
+    /// The team label the ClusterQueue carries, if any (else the configuration names its owner,
+    /// or it is the platform's).
+    pub owner_label: Option<String>,
+    pub flavor: &'static str,
+    /// nominalQuota of nvidia.com/gpu (advertised units).
+    pub nominal_units: f64,
+    pub nominal_gpu_hours: f64,
+    pub used_gpu_hours: f64,
+    pub borrowed_gpu_hours: f64,
+    pub unused_gpu_hours: f64,
 }
 
 /// A planted spend anomaly: a pod holding GPUs over the whole of `day` that its team does not
@@ -635,7 +654,71 @@ pub fn build_expected(
         stranded,
         energy,
         anomaly_spikes: spikes(cl, tl, sim),
+        quota: quota_rows(cl, tl, sim),
     }
+}
+
+/// Each ClusterQueue's nominal `nvidia.com/gpu` quota per GPU pool flavor against what its
+/// admitted Workloads used, hour by hour over the metrics' period (docs/accounting.md "Quota"),
+/// as GPU-hours: quota units times the pool's GPUs per advertised unit (a time-sliced T4
+/// advertises 4). The ledger's period starts at the first scrape and ends where the last one's
+/// coverage does, within a scrape interval of these.
+fn quota_rows(cl: &Cluster, tl: &Timeline, sim: &Sim) -> Vec<QuotaRow> {
+    use crate::cluster::{CLUSTER_QUEUES, TIME_SLICE_REPLICAS, cluster_queue_owner_label};
+    let hours = ((tl.end_s - tl.start_s + 3599) / 3600) as usize;
+    let hour_start = |h: usize| tl.start_s + h as i64 * 3600;
+    let overlap = |a: i64, b: i64, h: usize| (b.min(hour_start(h) + 3600).min(tl.end_s) - a.max(hour_start(h))).max(0);
+    let cap = |g: Group| cl.slots.iter().filter(|s| crate::schedule::slot_group(cl, s) == g).count() as f64;
+    let mut out = Vec::new();
+    for (cq, &(name, share)) in CLUSTER_QUEUES.iter().enumerate() {
+        for pool in crate::schedule::cq_gpu_flavor_pools(cq) {
+            let units_per_gpu = if pool == PoolId::T4 { f64::from(TIME_SLICE_REPLICAS) } else { 1.0 };
+            let nominal = (cap(Group::Whole(pool)) * share).round();
+            // Unit-seconds used per hour.
+            let mut used = vec![0.0f64; hours];
+            for seg in &sim.segs {
+                let job = &sim.jobs[seg.job as usize];
+                // A bare pod has no Workload: Kueue never counts it against a quota.
+                if job.group != Group::Whole(pool) || NAMESPACES[job.ns].cq != Some(cq) || job.shape == Shape::BarePod {
+                    continue;
+                }
+                let end = match seg.end {
+                    SegEnd::Running => i64::MAX,
+                    SegEnd::Succeeded(t) | SegEnd::Failed(t, _) => t,
+                    SegEnd::Preempted { at, .. } => at,
+                };
+                let units = f64::from(job.per_pod * job.pods);
+                for (h, u) in used.iter_mut().enumerate() {
+                    *u += units * overlap(seg.admitted_s, end, h) as f64;
+                }
+            }
+            // Per month: nominal, used, borrowed, unused unit-seconds.
+            let mut months: BTreeMap<String, [f64; 4]> = BTreeMap::new();
+            for (h, &u) in used.iter().enumerate() {
+                let n = nominal * overlap(hour_start(h), hour_start(h) + 3600, h) as f64;
+                let m = months.entry(month_string(hour_start(h) * 1000)).or_default();
+                m[0] += n;
+                m[1] += u;
+                m[2] += (u - n).max(0.0);
+                m[3] += (n - u).max(0.0);
+            }
+            for (month, m) in months {
+                let gpu_hours = |v: f64| v / units_per_gpu / 3600.0;
+                out.push(QuotaRow {
+                    month,
+                    cluster_queue: name.to_string(),
+                    owner_label: cluster_queue_owner_label(name).map(str::to_string),
+                    flavor: pool.spec().name,
+                    nominal_units: nominal,
+                    nominal_gpu_hours: gpu_hours(m[0]),
+                    used_gpu_hours: gpu_hours(m[1]),
+                    borrowed_gpu_hours: gpu_hours(m[2]),
+                    unused_gpu_hours: gpu_hours(m[3]),
+                });
+            }
+        }
+    }
+    out
 }
 
 /// The runaway notebook's day ([`crate::schedule::runaway_notebook`]), where the capture has one.

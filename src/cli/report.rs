@@ -39,6 +39,8 @@ pub enum Format {
     StrandedCsv,
     /// Each team's day of GPU cost against its own recent days (see below).
     AnomaliesCsv,
+    /// Nominal, used, borrowed and unused GPU quota per ClusterQueue and flavor (see below).
+    QuotaCsv,
 }
 
 /// One month's GPU chargeback per team: GPU-hours by state, cost by component, accepted units
@@ -81,6 +83,13 @@ of its previous 14 observed days (empty before 7 of them); spread max(1.4826 x M
 baseline); score (cost - baseline) / spread; flagged when score >= [anomalies] k (default 3).
 Table, markdown, json and html name the GPUs and runs behind each flagged day.
 
+The quota-csv format has one row per ClusterQueue and GPU flavor:
+  month,cluster_queue,team,flavor,nominal_gpu_hours,used_gpu_hours,borrowed_gpu_hours,
+  unused_gpu_hours,unused_cost
+team is the queue's owner (its team label, else [[quota.owners]], else platform); borrowed and
+unused are taken hour by hour; unused_cost is the unallocated cost of the flavor's nodes that
+--idle-policy quota charges the owner for its unused quota (never more than that time).
+
 GPU-hours of runs still running at the end of the data are provisional: table, markdown, json
 and html mark them; a later report restates the month once the runs end.
 
@@ -106,7 +115,8 @@ pub struct Args {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Who pays for unallocated GPU time: `platform` keeps it on the platform team, `share`
-    /// spreads its cost over teams by allocated GPU-hours. Overrides the configuration.
+    /// spreads its cost over teams by allocated GPU-hours, `quota` charges the owners of unused
+    /// ClusterQueue quota on the idle GPUs' flavor. Overrides the configuration.
     #[arg(long)]
     pub idle_policy: Option<IdlePolicy>,
     /// Progress lines on stderr while the accounting runs.
@@ -153,6 +163,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Format::IdleCsv => render(&report, TextFormat::IdleCsv),
         Format::StrandedCsv => render(&report, TextFormat::StrandedCsv),
         Format::AnomaliesCsv => render(&report, TextFormat::AnomaliesCsv),
+        Format::QuotaCsv => render(&report, TextFormat::QuotaCsv),
         Format::Json => render(&report, TextFormat::Json),
         Format::Markdown => render(&report, TextFormat::Markdown),
         Format::Html => html::render(&report),

@@ -499,7 +499,7 @@ month = "2026-10"
 amount = 50.0
 "#;
 
-/// 8 GPUs for two days across the October/November boundary, ingested and through the ledger.
+/// 8 GPUs for ten days across the October/November boundary, ingested and through the ledger.
 /// The fleet dashboard reads the ledger's hourly rollups, never the raw samples (a month of
 /// samples per panel is what made it slow), and the rollups agree with the samples, computed
 /// here straight from `gpu_samples`: per host without an HA pair of scrapers, its samples, its
@@ -535,7 +535,10 @@ fn simulated_env() -> Env {
     let capture = dir.path().join("capture");
     let store = dir.path().join("store");
     let capture_arg = capture.display().to_string();
-    run(&["simulate", "--out", &capture_arg, "--gpus", "8", "--days", "2", "--seed", "11", "--scrape-interval", "60s", "--start", "2026-10-31T00:00:00Z"], 0);
+    // Ten days, so that spend anomalies are scored and the simulator's runaway notebook is
+    // flagged (the anomaly panels have data); at a 5-minute scrape, as many samples as two days
+    // at one minute.
+    run(&["simulate", "--out", &capture_arg, "--gpus", "8", "--days", "10", "--seed", "11", "--scrape-interval", "300s", "--start", "2026-10-31T00:00:00Z"], 0);
     ingest(&[&capture], &store);
     let config = dir.path().join("gpuledger.toml");
     std::fs::write(&config, CONFIG).unwrap();

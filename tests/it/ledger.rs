@@ -871,7 +871,7 @@ fn a_notebook_left_holding_gpus_is_flagged_and_named() {
     // Ten complete days (the capture's last scrape, 11-11 00:00, is an observation after
     // 11-10): every team that held GPUs has a row for each, scored from the eighth.
     assert_eq!(rows.iter().filter(|r| r[1] == team).count(), 10, "{csv}");
-    assert!(rows.iter().all(|r| (r[0] >= "2026-11-08") == !r[5].is_empty() || r[3] == "0.0000"), "{csv}");
+    assert!(rows.iter().all(|r| (r[0] >= "2026-11-08") != r[5].is_empty() || r[3] == "0.0000"), "{csv}");
 
     let sql = format!("SELECT rank, node, uuid, run, pod, CAST(cost AS DOUBLE) AS cost, CAST(increase AS DOUBLE) AS increase FROM anomaly_drivers WHERE day = '{day}' AND team = '{team}' ORDER BY rank");
     let drivers = query(&store, &sql);
@@ -892,10 +892,91 @@ fn a_notebook_left_holding_gpus_is_flagged_and_named() {
         assert_eq!(d["increase"].as_f64().unwrap(), cost, "{d}");
         assert_eq!(d["cost"], drivers[0]["cost"], "one pod on the whole node: the same time on each GPU");
     }
-    // The table report names them too.
+    // The table report names them too: the top 5 of the day, and how many more the JSON has.
     let table = String::from_utf8(run(&["report", "--store", &s, "--config", &cf, "--month", "2026-11"], 0).stdout).unwrap();
     let section = table.split("What drove them").nth(1).unwrap_or_else(|| panic!("{table}"));
-    assert!(gpus.iter().all(|g| section.contains(g)) && section.contains(spike["pod"].as_str().unwrap()), "{section}");
+    let day_rows: Vec<&str> = section.lines().filter(|l| l.starts_with(day)).collect();
+    assert_eq!(day_rows.len(), 5, "{section}");
+    assert!(day_rows.iter().all(|l| gpus.iter().any(|g| l.contains(g)) && l.contains(spike["pod"].as_str().unwrap())), "{section}");
+    assert!(section.contains(" more (report --format json"), "{section}");
+}
+
+/// Quota ownership on a simulated cluster (docs/accounting.md "Quota"): the ClusterQueues' nominal,
+/// used, borrowed and unused GPU-hours against the simulator's own hour-by-hour count
+/// (expected.json `quota`), owners from labels and [[quota.owners]], no queue charged more than
+/// its unused time at its flavor's price, and the month's money the same under every idle policy.
+#[test]
+fn quota_matches_the_simulator_and_every_idle_policy_charges_the_same_month() {
+    let tmp = tempfile::tempdir().unwrap();
+    let capture = tmp.path().join("capture");
+    let store = tmp.path().join("store");
+    let (c, s) = (capture.display().to_string(), store.display().to_string());
+    run(&["simulate", "--out", &c, "--gpus", "8", "--days", "2", "--seed", "3", "--scrape-interval", "300s", "--start", "2026-10-31T00:00:00Z"], 0);
+    ingest(&[&capture], &store);
+    std::fs::write(tmp.path().join("units.csv"), SIM_UNITS).unwrap();
+    let config = tmp.path().join("gpuledger.toml");
+    let cf = config.display().to_string();
+    let expected: Value = serde_json::from_slice(&std::fs::read(capture.join("expected.json")).unwrap()).unwrap();
+    let owners = "\n[[quota.owners]]\ncluster_queue = \"cq-serving\"\nteam = \"serving\"\n";
+    // Per policy: every (month, team)'s idle and total.
+    type Teams = BTreeMap<(String, String), (f64, f64)>;
+    let mut by_policy: BTreeMap<&str, Teams> = BTreeMap::new();
+    let mut quota_rows = Vec::new();
+    for policy in ["platform", "share", "quota"] {
+        std::fs::write(&config, SIM_CONFIG.replace("idle_policy = \"platform\"", &format!("idle_policy = \"{policy}\"")) + owners).unwrap();
+        run(&["ledger", "--store", &s, "--config", &cf, "--progress", "off"], 0);
+        let rows = query(&store, "SELECT month, team, CAST(idle AS DOUBLE) AS idle, CAST(total AS DOUBLE) AS total FROM chargeback_monthly");
+        let got = rows.iter().map(|r| ((r["month"].as_str().unwrap().to_string(), r["team"].as_str().unwrap().to_string()), (r["idle"].as_f64().unwrap(), r["total"].as_f64().unwrap()))).collect();
+        by_policy.insert(policy, got);
+        if policy == "quota" {
+            quota_rows = query(&store, "SELECT month, cluster_queue, team, flavor, nominal_gpu_hours, used_gpu_hours, borrowed_gpu_hours, unused_gpu_hours, CAST(unused_cost AS DOUBLE) AS unused_cost FROM quota_monthly");
+        }
+    }
+    // Money is conserved: each month's total is the same under every policy (to the micro-unit).
+    let month_total = |policy: &str, month: &str| -> f64 { by_policy[policy].iter().filter(|((m, _), _)| m == month).map(|(_, (_, t))| t).sum() };
+    let months: BTreeSet<String> = by_policy["platform"].keys().map(|(m, _)| m.clone()).collect();
+    assert_eq!(months.len(), 2, "{months:?}");
+    for m in &months {
+        let (p, sh, q) = (month_total("platform", m), month_total("share", m), month_total("quota", m));
+        assert!((p - sh).abs() < 1e-6 && (p - q).abs() < 1e-6, "{m}: platform {p}, share {sh}, quota {q}");
+    }
+
+    // The quota table against the simulator's count.
+    let want = expected["quota"].as_array().unwrap();
+    assert_eq!(quota_rows.len(), want.len(), "{quota_rows:?}\n{want:?}");
+    let price = |flavor: &str| match flavor { "h100" => 2.49, "l4" => 0.80, _ => 1.75 };
+    let mut charged: BTreeMap<(String, String), f64> = BTreeMap::new();
+    for w in want {
+        let key = |r: &Value| (r["month"].as_str().unwrap().to_string(), r["cluster_queue"].as_str().unwrap().to_string(), r["flavor"].as_str().unwrap().to_string());
+        let g = quota_rows.iter().find(|r| key(r) == key(w)).unwrap_or_else(|| panic!("no quota row for {w}"));
+        let owner = w["owner_label"].as_str().unwrap_or(if w["cluster_queue"] == "cq-serving" { "serving" } else { "platform" });
+        assert_eq!(g["team"].as_str(), Some(owner), "{g}");
+        // Within a scrape interval at each end of the period, for every unit of the queue's
+        // flavor (the ledger's period starts at the first scrape and ends a scrape after the last).
+        let tolerance = (w["nominal_units"].as_f64().unwrap().max(1.0) * 2.0 + 16.0) * 300.0 / 3600.0;
+        for column in ["nominal_gpu_hours", "used_gpu_hours", "borrowed_gpu_hours", "unused_gpu_hours"] {
+            let (got, want) = (g[column].as_f64().unwrap(), w[column].as_f64().unwrap());
+            assert!((got - want).abs() <= tolerance, "{column} of {g}: {got} against the simulator's {want} (tolerance {tolerance})");
+        }
+        // Nobody pays for more time than its quota left unused, at its flavor's price.
+        let cost = g["unused_cost"].as_f64().unwrap();
+        assert!(cost <= g["unused_gpu_hours"].as_f64().unwrap() * price(g["flavor"].as_str().unwrap()) + 1e-3, "{g}");
+        *charged.entry((w["month"].as_str().unwrap().to_string(), owner.to_string())).or_default() += cost;
+    }
+    assert!(want.iter().any(|w| w["unused_gpu_hours"].as_f64().unwrap() > 1.0), "some quota stood unused: {want:?}");
+    assert!(want.iter().any(|w| w["borrowed_gpu_hours"].as_f64().unwrap() > 0.0), "some queue borrowed: {want:?}");
+    // Under `quota`, a team's idle is its own allocated idle (as under `platform`) plus what its
+    // queues' unused quota was charged; the platform keeps the rest of the unallocated cost.
+    for ((month, team), (idle_quota, _)) in by_policy["quota"].iter().filter(|((_, t), _)| t != "platform") {
+        let own = by_policy["platform"].get(&(month.clone(), team.clone())).map_or(0.0, |v| v.0);
+        let quota = charged.get(&(month.clone(), team.clone())).copied().unwrap_or(0.0);
+        assert!((idle_quota - own - quota).abs() < 1e-5, "{month} {team}: idle {idle_quota} = own {own} + quota {quota}?");
+    }
+    assert!(charged.iter().any(|((_, t), v)| t != "platform" && *v > 0.0), "some owner paid for unused quota: {charged:?}");
+    // The CSV has the same rows.
+    let csv = String::from_utf8(run(&["report", "--store", &s, "--config", &cf, "--month", "2026-11", "--format", "quota-csv"], 0).stdout).unwrap();
+    assert_eq!(csv.lines().next(), Some("month,cluster_queue,team,flavor,nominal_gpu_hours,used_gpu_hours,borrowed_gpu_hours,unused_gpu_hours,unused_cost"));
+    assert_eq!(csv.lines().count() - 1, quota_rows.iter().filter(|r| r["month"] == "2026-11").count(), "{csv}");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -185,11 +185,32 @@ fn chargeback_json_and_csv_equal_gpuledger_report() {
         }
     }
     assert!(idle_rows > 0, "the demo's months have idle time");
+
+    // /api/v1/anomalies and /api/v1/quota list the report's rows, in its order.
+    for (path, lists) in [("anomalies", [("days", "anomalies"), ("drivers", "anomaly_drivers")].as_slice()), ("quota", [("quota", "quota")].as_slice())] {
+        let mut seen = 0;
+        for ((month, format), reference) in cases.iter().zip(&references) {
+            let (Some(month), "json") = (month, *format) else { continue };
+            let served = get_json(&server, &format!("/api/v1/{path}?month={month}"));
+            let reference: Value = serde_json::from_str(reference).unwrap();
+            for (list, in_report) in lists {
+                let (served, reference) = (served[*list].as_array().unwrap(), reference[*in_report].as_array().unwrap());
+                assert_eq!(served.len(), reference.len(), "{path} {list} of {month}: {served:?}");
+                for (s, r) in served.iter().zip(reference) {
+                    for key in r.as_object().unwrap().keys() {
+                        assert_same(&s[key], &r[key], &format!("{path} {list} of {month}: {key}"));
+                    }
+                }
+                seen += served.len();
+            }
+        }
+        assert!(seen > 0, "/api/v1/{path}: the demo's months have rows");
+    }
 }
 
 /// Endpoints that need the token, each with a query that would otherwise be valid or, for the
 /// last ones, a bad parameter (the token is checked before the parameters).
-const PROTECTED: [&str; 13] = [
+const PROTECTED: [&str; 15] = [
     "/api/v1/chargeback",
     "/api/v1/chargeback?format=csv",
     "/api/v1/states?step=1d",
@@ -198,6 +219,8 @@ const PROTECTED: [&str; 13] = [
     "/api/v1/failures?limit=5",
     "/api/v1/budgets",
     "/api/v1/idle",
+    "/api/v1/anomalies",
+    "/api/v1/quota",
     "/api/v1/report.html",
     "/api/v1/months",
     "/metrics",

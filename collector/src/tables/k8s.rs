@@ -415,6 +415,7 @@ impl K8sTables {
             ("annotations", opt_text(&id.annotations)),
             ("gpu_count", opt_int(workload_gpus(obj, GpuKinds::WithMig))),
             ("whole_gpu_count", opt_int(workload_gpus(obj, GpuKinds::Whole))),
+            ("gpu_usage", opt_text(&admitted_gpu_usage(obj))),
         ]);
         self.workloads.add(row);
 
@@ -476,6 +477,8 @@ impl K8sTables {
             ("spec", opt_text(&spec)),
             ("gpu_flavors", opt_text(&if id.kind == "ClusterQueue" { gpu_flavors(obj) } else { None })),
             ("node_labels", opt_text(&if id.kind == "ResourceFlavor" { json_at(obj, &["spec", "nodeLabels"]) } else { None })),
+            ("labels", opt_text(&id.labels)),
+            ("gpu_nominal", opt_text(&if id.kind == "ClusterQueue" { gpu_nominal(obj) } else { None })),
         ]);
         self.queues.add(row);
     }
@@ -640,6 +643,44 @@ fn gpu_flavors(obj: &Value) -> Option<String> {
         .filter_map(|f| f.get("name").and_then(Value::as_str))
         .collect();
     (!names.is_empty()).then(|| names.join(","))
+}
+
+/// A ClusterQueue's nominalQuota of `nvidia.com/gpu` per flavor, `{"<flavor>":"<units>"}`, over
+/// its resource groups covering GPUs. `None` when no flavor has a GPU quota.
+fn gpu_nominal(obj: &Value) -> Option<String> {
+    let groups = path(obj, &["spec", "resourceGroups"])?.as_array()?;
+    let mut out = Map::new();
+    for f in groups.iter().flat_map(|g| g.get("flavors").and_then(Value::as_array).into_iter().flatten()) {
+        let Some(name) = f.get("name").and_then(Value::as_str) else { continue };
+        let gpu = f.get("resources").and_then(Value::as_array).into_iter().flatten().find(|r| r.get("name").and_then(Value::as_str) == Some("nvidia.com/gpu"));
+        if let Some(units) = gpu.and_then(|r| r.get("nominalQuota")).and_then(quantity) {
+            out.insert(name.to_owned(), Value::String(units.to_string()));
+        }
+    }
+    (!out.is_empty()).then(|| canonical_json(&Value::Object(out)))
+}
+
+/// The `nvidia.com/gpu` quota an admitted Workload uses per flavor, `{"<flavor>":"<units>"}`:
+/// each pod set assignment's `resourceUsage`, or where it has none, the pod set's count times
+/// its pods' request. `None` when the Workload is not admitted or uses no GPU quota.
+fn admitted_gpu_usage(obj: &Value) -> Option<String> {
+    let assignments = path(obj, &["status", "admission", "podSetAssignments"])?.as_array()?;
+    let pod_sets = path(obj, &["spec", "podSets"]).and_then(Value::as_array);
+    let mut usage: BTreeMap<String, i64> = BTreeMap::new();
+    for a in assignments {
+        let Some(flavor) = path(a, &["flavors", "nvidia.com/gpu"]).and_then(Value::as_str) else { continue };
+        let units = path(a, &["resourceUsage", "nvidia.com/gpu"]).and_then(quantity).or_else(|| {
+            let name = a.get("name").and_then(Value::as_str)?;
+            let ps = pod_sets?.iter().find(|p| p.get("name").and_then(Value::as_str) == Some(name))?;
+            let count = a.get("count").or_else(|| ps.get("count")).and_then(Value::as_i64).unwrap_or(1).max(0);
+            let per_pod = path(ps, &["template", "spec"]).and_then(|s| pod_spec_gpus(s, GpuKinds::Whole))?;
+            Some(count.saturating_mul(per_pod))
+        });
+        if let Some(units) = units.filter(|u| *u > 0) {
+            *usage.entry(flavor.to_owned()).or_insert(0) += units;
+        }
+    }
+    (!usage.is_empty()).then(|| canonical_json(&Value::Object(usage.into_iter().map(|(f, u)| (f, Value::String(u.to_string()))).collect())))
 }
 
 /// `{"<podset>":{"<resource>":"<flavor>"}}` from status.admission.podSetAssignments.
@@ -1479,6 +1520,9 @@ mod tests {
         assert_eq!(l.str(t, "node_labels", l.row_named(t, "cluster-queue")), None);
         let spec = l.str(t, "spec", l.row_named(t, "tas-cluster-queue")).unwrap_or_default();
         assert!(spec.contains(r#"{"name":"nvidia.com/gpu","nominalQuota":16}"#), "{spec}");
+        // Its GPU quota per flavor, as whole units; queues without a GPU quota have none.
+        assert_eq!(l.str(t, "gpu_nominal", l.row_named(t, "tas-cluster-queue")), some(r#"{"tas-flavor":"16"}"#));
+        assert_eq!(l.strs(t, "gpu_nominal").iter().filter(|f| f.is_some()).count(), 1);
         let spec = l.str(t, "spec", l.row_named(t, "agi-cluster-queue")).unwrap_or_default();
         assert!(spec.contains(r#"{"name":"cpu","nominalQuota":"300m"}"#), "{spec}");
         assert_eq!(l.strs(t, "api_version"), vec![some("kueue.x-k8s.io/v1beta2"); 11]);
@@ -1505,6 +1549,46 @@ mod tests {
         assert_eq!(l.ints(t, "created_at"), [None]);
         assert_eq!(l.ints(t, "observed_at"), [Some(MTIME)]);
         assert!(!l.batches.contains_key("workload_conditions"));
+    }
+
+    /// Kueue writes what an admission takes per pod set as `resourceUsage` (quantities as
+    /// strings); a ClusterQueue's owner is a label on it.
+    #[test]
+    fn quota_used_per_flavor_and_the_queue_owner() {
+        let text = r#"
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: cq-nlp, labels: {team: nlp}}
+spec:
+  cohort: all
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors: [{name: default, resources: [{name: cpu, nominalQuota: "64"}]}]
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - {name: h100, resources: [{name: nvidia.com/gpu, nominalQuota: "16"}]}
+    - {name: h100-spot, resources: [{name: nvidia.com/gpu, nominalQuota: 8, borrowingLimit: 8}]}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: Workload
+metadata: {name: job-train-1, namespace: nlp}
+spec:
+  queueName: nlp
+  podSets:
+  - {name: main, count: 2, template: {spec: {containers: [{name: c, resources: {limits: {nvidia.com/gpu: 8}}}]}}}
+  - {name: aux, count: 1, template: {spec: {containers: [{name: c, resources: {limits: {nvidia.com/gpu: 1}}}]}}}
+status:
+  admission:
+    clusterQueue: cq-nlp
+    podSetAssignments:
+    - {name: main, count: 2, flavors: {nvidia.com/gpu: h100, cpu: default}, resourceUsage: {nvidia.com/gpu: "16", cpu: "8"}}
+    - {name: aux, count: 1, flavors: {nvidia.com/gpu: h100-spot}, resourceUsage: {nvidia.com/gpu: "1"}}
+"#;
+        let l = load_text("quota.yaml", text);
+        assert!(l.diags.is_clean(), "{:?}", l.diags);
+        assert_eq!(l.strs("kueue_queues", "labels"), [some(r#"{"team":"nlp"}"#)]);
+        assert_eq!(l.strs("kueue_queues", "gpu_nominal"), [some(r#"{"h100":"16","h100-spot":"8"}"#)]);
+        assert_eq!(l.strs("workloads", "gpu_usage"), [some(r#"{"h100":"16","h100-spot":"1"}"#)]);
     }
 
     #[test]
@@ -1635,6 +1719,9 @@ status:
         assert_eq!(l.ints(t, "gpu_count"), [Some(14), Some(8)]);
         // Without the MIG slice: 4 x (2 + 1) and 8.
         assert_eq!(l.ints(t, "whole_gpu_count"), [Some(12), Some(8)]);
+        // The quota the admission uses: no resourceUsage here, so the worker pod set's count x
+        // its whole GPUs (4 x 3) on its flavor; the second's assignments are unreadable.
+        assert_eq!(l.strs(t, "gpu_usage"), [some(r#"{"a100-80g":"12"}"#), None]);
         assert_eq!(l.strs(t, "cluster_queue"), [some("gpu-cq"), some("gpu-cq")]);
         assert_eq!(l.strs(t, "queue_name"), [some("ml-queue"), some("ml-queue")]);
         assert_eq!(l.ints(t, "priority"), [Some(100), None]);

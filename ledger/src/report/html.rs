@@ -81,6 +81,9 @@ pub fn render(report: &Report) -> String {
     if !report.budgets.is_empty() {
         section(&mut h, &format!("Budgets ({})", report.currency), &budget_table(report));
     }
+    if !report.quota.is_empty() {
+        section(&mut h, &format!("GPU quota by ClusterQueue ({})", report.currency), &quota_table(report));
+    }
     if report.flagged_days().next().is_some() {
         section(&mut h, &format!("Spend anomalies ({})", report.currency), &anomaly_tables(report));
     }
@@ -331,6 +334,30 @@ fn idle_section(report: &Report) -> String {
         }
         t.push_str("</tbody>\n</table>\n");
     }
+    t
+}
+
+/// Each ClusterQueue's nominal GPU quota per flavor: used (with its share), borrowed, unused and
+/// the unused part's cost.
+fn quota_table(report: &Report) -> String {
+    let mut t = String::from("<p>Nominal GPU quota as GPU-hours; unused cost is the unallocated cost the <code>quota</code> idle policy charges the owner for it.</p>\n");
+    t.push_str("<table>\n<thead><tr><th>ClusterQueue</th><th>owner</th><th>flavor</th><th class=\"n\">nominal</th><th class=\"n\">used</th>");
+    t.push_str("<th class=\"n\">used share</th><th class=\"n\">borrowed</th><th class=\"n\">unused</th><th class=\"n\">unused cost</th></tr></thead>\n<tbody>\n");
+    for q in &report.quota {
+        t.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
+            esc(&q.cluster_queue),
+            esc(&q.team),
+            esc(&q.flavor),
+            esc(&hours_fmt(q.nominal_gpu_hours)),
+            esc(&hours_fmt(q.used_gpu_hours)),
+            esc(&or_dash(q.used_share(), percent_fmt)),
+            esc(&hours_fmt(q.borrowed_gpu_hours)),
+            esc(&hours_fmt(q.unused_gpu_hours)),
+            esc(&money_fmt(q.unused_cost)),
+        ));
+    }
+    t.push_str("</tbody>\n</table>\n");
     t
 }
 
@@ -635,6 +662,8 @@ mod tests {
         assert!(html.find("<h2>Budgets").unwrap() < html.find("<h2>Spend anomalies").unwrap());
         assert!(anomalies.contains("<tr><td>2026-10-11</td><td>ml-research</td><td class=\"n\">150.00</td><td class=\"n\">30.00</td><td class=\"n\">6.00</td><td class=\"n\"><span class=\"over\">20.0</span></td>"), "{anomalies}");
         assert!(!anomalies.contains("2026-10-10"), "unflagged days are not listed: {anomalies}");
+        let quota = html.split("<h2>GPU quota by ClusterQueue (EUR)</h2>").nth(1).unwrap().split("</section>").next().unwrap();
+        assert!(quota.contains("<tr><td>cq-research</td><td>ml-research</td><td>h100</td><td class=\"n\">100.0</td><td class=\"n\">80.0</td><td class=\"n\">80%</td><td class=\"n\">5.0</td><td class=\"n\">25.0</td><td class=\"n\">10.00</td></tr>"), "{quota}");
         assert!(anomalies.contains("<td>gpu-h100-0</td><td title=\"GPU-bb\">GPU-bb</td><td title=\"namespace ml-research\">pod/notebook-x</td><td>notebook-x</td><td class=\"n\">60.00</td>"), "{anomalies}");
         assert_eq!(opened, html.matches("</svg>").count());
         for tag in ["table", "section", "tr", "text", "title"] {
@@ -695,6 +724,7 @@ mod tests {
         empty.stranded.clear();
         empty.anomalies.clear();
         empty.anomaly_drivers.clear();
+        empty.quota.clear();
         let html = render(&empty);
         assert_eq!(html.matches("<svg").count(), 0);
         assert!(html.contains("No data."));

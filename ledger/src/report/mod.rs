@@ -64,6 +64,23 @@ pub struct Report {
     pub anomalies: Vec<AnomalyRow>,
     /// What drove the flagged days: by day, team and rank.
     pub anomaly_drivers: Vec<AnomalyDriverRow>,
+    /// Nominal, used, borrowed and unused GPU quota per ClusterQueue and flavor, by queue.
+    pub quota: Vec<QuotaRow>,
+}
+
+/// One ClusterQueue's GPU quota on one flavor in the month (`quota_monthly`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct QuotaRow {
+    pub cluster_queue: String,
+    /// Its owner: the team that pays for its unused quota under the `quota` idle policy.
+    pub team: String,
+    pub flavor: String,
+    pub nominal_gpu_hours: f64,
+    pub used_gpu_hours: f64,
+    pub borrowed_gpu_hours: f64,
+    pub unused_gpu_hours: f64,
+    /// The unallocated cost charged for the unused quota under the `quota` policy.
+    pub unused_cost: f64,
 }
 
 /// One team's complete UTC day of GPU cost against the median of its previous observed days
@@ -289,6 +306,14 @@ impl StrandedRow {
     /// The stranded part of the pool's unallocated hours; none without unallocated hours.
     pub fn stranded_share(&self) -> Option<f64> {
         (self.unallocated_gpu_hours > 0.0).then(|| self.stranded_gpu_hours / self.unallocated_gpu_hours)
+    }
+}
+
+impl QuotaRow {
+    /// The used part of the nominal quota (above 1 when the queue borrowed more than it left
+    /// unused); none without nominal quota.
+    pub fn used_share(&self) -> Option<f64> {
+        (self.nominal_gpu_hours > 0.0).then(|| self.used_gpu_hours / self.nominal_gpu_hours)
     }
 }
 
@@ -589,6 +614,13 @@ pub(crate) mod fixture {
                 AnomalyDriverRow { day: "2026-10-11".into(), team: "ml-research".into(), rank: 1, node: Some("gpu-h100-0".into()), uuid: Some("GPU-aa".into()), namespace: Some("ml-research".into()), run: Some("pod/notebook-x".into()), pod: Some("notebook-x".into()), cost: 60.0, baseline: 0.0, increase: 60.0 },
                 AnomalyDriverRow { day: "2026-10-11".into(), team: "ml-research".into(), rank: 2, node: Some("gpu-h100-0".into()), uuid: Some("GPU-bb".into()), namespace: Some("ml-research".into()), run: Some("pod/notebook-x".into()), pod: Some("notebook-x".into()), cost: 60.0, baseline: 0.0, increase: 60.0 },
             ],
+            // cq-research (ml-research) left 25 of its 100 nominal GPU-hours unused (10.00 of
+            // unallocated cost charged for them under `quota`) and borrowed 5 in busy hours;
+            // cq-batch (platform's) used all of its 40.
+            quota: vec![
+                QuotaRow { cluster_queue: "cq-batch".into(), team: "platform".into(), flavor: "l4".into(), nominal_gpu_hours: 40.0, used_gpu_hours: 40.0, borrowed_gpu_hours: 0.0, unused_gpu_hours: 0.0, unused_cost: 0.0 },
+                QuotaRow { cluster_queue: "cq-research".into(), team: "ml-research".into(), flavor: "h100".into(), nominal_gpu_hours: 100.0, used_gpu_hours: 80.0, borrowed_gpu_hours: 5.0, unused_gpu_hours: 25.0, unused_cost: 10.0 },
+            ],
         }
     }
 
@@ -663,7 +695,7 @@ pub(crate) mod fixture {
         ctx.register_table("budget_monthly", table(&report.budgets, budget_fields)).unwrap();
         let energy_schema = gpuledger_schemas::derived_table("energy_monthly").unwrap().arrow_schema();
         ctx.register_batch("energy_monthly", arrow::array::RecordBatch::new_empty(energy_schema)).unwrap();
-        for name in ["idle_reasons_monthly", "stranded_monthly", "anomalies_daily", "anomaly_drivers"] {
+        for name in ["idle_reasons_monthly", "stranded_monthly", "anomalies_daily", "anomaly_drivers", "quota_monthly"] {
             let schema = gpuledger_schemas::derived_table(name).unwrap().arrow_schema();
             ctx.register_batch(name, arrow::array::RecordBatch::new_empty(schema)).unwrap();
         }

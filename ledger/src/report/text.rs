@@ -22,7 +22,13 @@ pub enum TextFormat {
     StrandedCsv,
     /// Each team's days against its own recent days, as CSV ([`ANOMALY_CSV_COLUMNS`]).
     AnomaliesCsv,
+    /// GPU quota per ClusterQueue and flavor, as CSV ([`QUOTA_CSV_COLUMNS`]).
+    QuotaCsv,
 }
+
+/// The columns of the quota CSV, in order: one row per ClusterQueue and GPU flavor.
+pub const QUOTA_CSV_COLUMNS: [&str; 9] =
+    ["month", "cluster_queue", "team", "flavor", "nominal_gpu_hours", "used_gpu_hours", "borrowed_gpu_hours", "unused_gpu_hours", "unused_cost"];
 
 /// The columns of the budgets CSV, in order.
 pub const BUDGET_CSV_COLUMNS: [&str; 9] = ["month", "team", "budget", "spend", "forecast", "used_ratio", "forecast_ratio", "elapsed_days", "month_days"];
@@ -45,6 +51,7 @@ pub fn render(report: &Report, format: TextFormat) -> String {
         TextFormat::IdleCsv => idle_csv(report),
         TextFormat::StrandedCsv => stranded_csv(report),
         TextFormat::AnomaliesCsv => anomalies_csv(report),
+        TextFormat::QuotaCsv => quota_csv(report),
         TextFormat::Json => json(report),
         TextFormat::Table => document(report, Style::Terminal),
         TextFormat::Markdown => document(report, Style::Markdown),
@@ -110,6 +117,19 @@ fn stranded_csv(report: &Report) -> String {
     for r in &report.stranded {
         let mut fields = vec![csv_field(report.month.as_str()), r.pool.as_deref().map(csv_field).unwrap_or_default(), csv_field(&r.model_name)];
         let numbers = [r.unallocated_gpu_hours, r.stranded_gpu_hours, r.stranded_cost, r.cordoned_gpu_hours];
+        fields.extend(numbers.iter().map(|v| format!("{v:.CSV_DECIMALS$}")));
+        out.push_str(&fields.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+fn quota_csv(report: &Report) -> String {
+    let mut out = QUOTA_CSV_COLUMNS.join(",");
+    out.push('\n');
+    for q in &report.quota {
+        let mut fields = vec![csv_field(report.month.as_str()), csv_field(&q.cluster_queue), csv_field(&q.team), csv_field(&q.flavor)];
+        let numbers = [q.nominal_gpu_hours, q.used_gpu_hours, q.borrowed_gpu_hours, q.unused_gpu_hours, q.unused_cost];
         fields.extend(numbers.iter().map(|v| format!("{v:.CSV_DECIMALS$}")));
         out.push_str(&fields.join(","));
         out.push('\n');
@@ -201,6 +221,10 @@ fn document(report: &Report, style: Style) -> String {
     if report.stranded.iter().any(|r| r.stranded_gpu_hours > 0.0 || r.cordoned_gpu_hours > 0.0) {
         out.push_str(&heading("Unallocated capacity by node pool", style));
         out.push_str(&stranded_grid(report).render(style));
+    }
+    if !report.quota.is_empty() {
+        out.push_str(&heading(&format!("GPU quota by ClusterQueue (GPU-hours; unused cost in {})", report.currency), style));
+        out.push_str(&quota_grid(report).render(style));
     }
     if report.flagged_days().next().is_some() {
         out.push_str(&heading(&format!("Spend anomalies ({}, days far above the team's recent days)", report.currency), style));
@@ -306,6 +330,29 @@ fn energy_grid(report: &Report) -> Grid {
         })
         .collect();
     Grid::new(&["team", "GPU kWh", "facility kWh", "kg CO2e", "kWh per unit", "cost per unit"], 1, rows, None)
+}
+
+/// Each ClusterQueue's nominal GPU quota on each flavor: how much its Workloads used, borrowed
+/// beyond it and left unused, and what the unused part cost under the `quota` idle policy.
+fn quota_grid(report: &Report) -> Grid {
+    let rows = report
+        .quota
+        .iter()
+        .map(|q| {
+            vec![
+                q.cluster_queue.clone(),
+                q.team.clone(),
+                q.flavor.clone(),
+                hours_fmt(q.nominal_gpu_hours),
+                hours_fmt(q.used_gpu_hours),
+                or_dash(q.used_share(), percent_fmt),
+                hours_fmt(q.borrowed_gpu_hours),
+                hours_fmt(q.unused_gpu_hours),
+                money_fmt(q.unused_cost),
+            ]
+        })
+        .collect();
+    Grid::new(&["ClusterQueue", "owner", "flavor", "nominal", "used", "used share", "borrowed", "unused", "unused cost"], 3, rows, None)
 }
 
 /// The month's flagged days: the day's cost, the baseline and how many spreads above it.
@@ -901,6 +948,26 @@ mod tests {
         calm.anomaly_drivers.clear();
         assert!(!render(&calm, TextFormat::Markdown).contains("Spend anomalies"));
         assert!(render(&report, TextFormat::Markdown).contains("## Spend anomalies"));
+    }
+
+    #[test]
+    fn quota_csv_and_section_list_every_queue() {
+        let report = fixture::report();
+        assert_eq!(
+            render(&report, TextFormat::QuotaCsv).lines().collect::<Vec<_>>(),
+            [
+                QUOTA_CSV_COLUMNS.join(",").as_str(),
+                "2026-10,cq-batch,platform,l4,40.0000,40.0000,0.0000,0.0000,0.0000",
+                "2026-10,cq-research,ml-research,h100,100.0000,80.0000,5.0000,25.0000,10.0000",
+            ]
+        );
+        let table = render(&report, TextFormat::Table);
+        let section = table.split("GPU quota by ClusterQueue (GPU-hours; unused cost in EUR)\n\n").nth(1).expect(&table);
+        let rows: Vec<Vec<&str>> = section.lines().skip(2).take_while(|l| !l.is_empty()).map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(rows[1], ["cq-research", "ml-research", "h100", "100.0", "80.0", "80%", "5.0", "25.0", "10.00"], "{section}");
+        let mut none = fixture::report();
+        none.quota.clear();
+        assert!(!render(&none, TextFormat::Table).contains("GPU quota"));
     }
 
     #[test]
