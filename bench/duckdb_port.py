@@ -21,7 +21,7 @@ Inputs, as the ledger sees them:
     without one) as the ledger's SnapshotTable gives it; a table never written is an empty
     table of the columns schemas/src declares;
   * settings, hardware_xids, price_by_node_label, price_by_model, overheads, extra_units,
-    budgets and quota_owners are built from the TOML file as `register_config` builds them, with the defaults of
+    budgets, quota_owners and unit_counters are built from the TOML file as `register_config` builds them, with the defaults of
     ledger/src/config.rs, amounts as DECIMAL(38,6) read as written (the file is not validated
     otherwise: run `gpuledger ledger` for that);
   * calendar_days / calendar_hours span the day before the first `date` partition of
@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import decimal
 import json
 import os
 import re
@@ -392,6 +393,8 @@ EDITS = [
     # `at` (a column of 20_runs.sql) is a keyword in DuckDB (AT TIME ZONE): quote it where it
     # stands alone (`t.at` parses as it is). Lower case only: the files write keywords in capitals.
     ("the name at is quoted", lambda s: rewrite_code(s, r"(?<![\w.])at(?!\w)", lambda t: f'"{t}"', flags=0)),
+    # regexp_like(text, re) is DuckDB's regexp_matches (the patterns are anchored where it matters).
+    ("regexp_like -> regexp_matches", lambda s: rewrite_calls(s, "regexp_like", lambda a: f"regexp_matches({a})")),
     # 1.5 is a Float64 in DataFusion, a DECIMAL in DuckDB (exact decimal arithmetic, DECIMAL
     # result columns): make each such literal a DOUBLE.
     ("decimal literals are DOUBLE", lambda s: rewrite_code(s, r"(?<![\w.])\d+\.\d+(?:e[-+]?\d+)?(?![\w.])", lambda t: f"CAST({t} AS DOUBLE)")),
@@ -594,6 +597,22 @@ def config_sql(config_path: Path) -> list[str]:
                      [(b["team"], b.get("month"), money(b["amount"])) for b in cfg.get("budgets", [])])
     out += table_sql("quota_owners", [("cluster_queue", "VARCHAR"), ("team", "VARCHAR")],
                      [(o["cluster_queue"], o["team"]) for o in cfg.get("quota", {}).get("owners", [])])
+    counters = []
+    for c in cfg.get("units", {}).get("counters", []):
+        # The scale as the loader writes it: the shortest decimal, as numerator / 10^decimals.
+        digits = format(decimal.Decimal(repr(float(c.get("scale", 1.0)))).normalize(), "f")
+        whole, _, decimals = digits.partition(".")
+        label = op = value = None
+        if "match" in c:
+            m = re.fullmatch(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"(.*)"\s*', c["match"])
+            if not m:
+                raise ValueError(f"units.counters match {c['match']!r} is not a label matcher")
+            label, op, value = m.groups()
+            if op.endswith("~"):
+                value = f"^(?:{value})$"
+        counters.append((c["metric"], c["unit"], int(whole + decimals), 10 ** len(decimals), label, op, value))
+    out += table_sql("unit_counters", [("metric", "VARCHAR"), ("unit", "VARCHAR"), ("scale_numerator", "BIGINT"), ("scale_denominator", "BIGINT"),
+                                       ("match_label", "VARCHAR"), ("match_op", "VARCHAR"), ("match_value", "VARCHAR")], counters)
     return out
 
 

@@ -186,7 +186,8 @@ impl Accounting {
         let samples = ctx
             .deregister_table("gpu_samples")
             .map_err(|source| Error::Query { sql: "deregister gpu_samples".into(), source })?
-            .ok_or_else(|| Error::refused(store.join(""), "table gpu_samples is not registered"))?;
+            // The snapshot registered every store table just above: a missing one is our bug.
+            .ok_or_else(|| Error::internal("table gpu_samples is not registered after the store snapshot"))?;
         let mut tables = DayTables::open(&ctx, store, scratch, options.memo, &snapshot, &days, keeper.on_cluster()).await?;
         let rows_by_day = day_rows(&snapshot);
         let mut driver = Driver { ctx: &ctx, samples: &samples, keeper, tables: &mut tables, carried: HashMap::new(), units: (0, 0), unit_rows: options.unit_rows, parts: HashMap::new() };

@@ -32,6 +32,12 @@
 //! [units]
 //! files = ["units.csv"]               # month,team,unit,accepted_units (CSV or .parquet)
 //!
+//! [[units.counters]]                  # accepted units from a counter pods expose
+//! metric = "vllm:generation_tokens_total"
+//! unit = "1M-tokens"
+//! scale = 1e-6                        # units per counter increment (default 1)
+//! match = 'finished_reason=~"stop|length"'   # optional: one label matcher, PromQL-style
+//!
 //! [[budgets]]                         # a team's monthly budget, in the currency above
 //! team = "ml-research"
 //! amount = 5000.0
@@ -284,6 +290,8 @@ pub struct Config {
     pub units: Vec<ExtraUnits>,
     /// `[units].files`, resolved against the configuration file's directory.
     pub unit_files: Vec<PathBuf>,
+    /// `[[units.counters]]`, in file order.
+    pub unit_counters: Vec<UnitCounter>,
     /// In file order; at most one per team without a month and one per team and month.
     pub budgets: Vec<Budget>,
     pub energy: Energy,
@@ -439,6 +447,78 @@ pub struct Overhead {
     pub operations: Money,
 }
 
+/// One `[[units.counters]]` entry: a Prometheus counter whose increases, per pod, are its run's
+/// accepted units (queries/50_units.sql).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitCounter {
+    pub metric: String,
+    pub unit: String,
+    /// Units per increment of the counter (1e-6: a million tokens).
+    pub scale: Scale,
+    /// Only the series this label matcher selects.
+    pub matcher: Option<LabelMatcher>,
+}
+
+/// A counter's scale as an exact fraction, `numerator / denominator` (a power of ten), so the
+/// SQL multiplies by it without rounding twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scale {
+    pub numerator: i64,
+    pub denominator: i64,
+}
+
+impl Scale {
+    /// The shortest decimal that reads back as `value`, as a fraction; none for a value that is
+    /// not above 0 or needs more than 12 decimals or 15 digits.
+    pub fn of(value: f64) -> Option<Scale> {
+        if !(value.is_finite() && value > 0.0) {
+            return None;
+        }
+        let text = format!("{value}");
+        let (whole, decimals) = text.split_once('.').unwrap_or((&text, ""));
+        if decimals.len() > 12 || whole.len() + decimals.len() > 15 {
+            return None;
+        }
+        let numerator: i64 = format!("{whole}{decimals}").parse().ok()?;
+        Some(Scale { numerator, denominator: 10i64.pow(decimals.len() as u32) })
+    }
+}
+
+/// One PromQL-style label matcher: `label="v"`, `label!="v"`, `label=~"re"`, `label!~"re"`.
+/// Regular expressions match the whole value, as PromQL's do (stored anchored).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelMatcher {
+    pub label: String,
+    /// `=`, `!=`, `=~` or `!~`.
+    pub op: String,
+    /// The value, or the anchored regular expression `^(?:re)$`.
+    pub value: String,
+}
+
+impl LabelMatcher {
+    pub fn parse(text: &str) -> Result<LabelMatcher, String> {
+        let text = text.trim();
+        let at = text.find(['=', '!']).ok_or_else(|| format!("{text:?} is not a label matcher (label=\"value\", label=~\"regex\", != or !~)"))?;
+        let label = text[..at].trim();
+        let rest = &text[at..];
+        let op = ["=~", "!~", "!=", "="].into_iter().find(|op| rest.starts_with(op)).ok_or_else(|| format!("{text:?}: expected =, !=, =~ or !~ after the label"))?;
+        let quoted = rest[op.len()..].trim();
+        let value = quoted.strip_prefix('"').and_then(|v| v.strip_suffix('"')).ok_or_else(|| format!("{text:?}: the value must be in double quotes"))?;
+        let valid_label = !label.is_empty() && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !label.starts_with(|c: char| c.is_ascii_digit());
+        if !valid_label {
+            return Err(format!("{label:?} is not a Prometheus label name"));
+        }
+        let value = if op.ends_with('~') {
+            let anchored = format!("^(?:{value})$");
+            regex::Regex::new(&anchored).map_err(|e| format!("{value:?} is not a regular expression: {e}"))?;
+            anchored
+        } else {
+            value.to_owned()
+        };
+        Ok(LabelMatcher { label: label.to_owned(), op: op.to_owned(), value })
+    }
+}
+
 /// One row of an extra-units file: units accepted outside the cluster's own annotations.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExtraUnits {
@@ -488,7 +568,9 @@ impl Config {
         let overheads: Vec<Overhead> = raw_overheads.into_iter().enumerate().filter_map(|(i, o)| overhead(doc, i, o)).collect();
         let mut units = Vec::new();
         let mut unit_files = Vec::new();
-        if let Some(raw) = doc.section::<RawUnits>("units") {
+        let mut counters = Vec::new();
+        if let Some(mut raw) = doc.section::<RawUnits>("units") {
+            counters = unit_counters(doc, raw.counters.take().unwrap_or_default());
             for file in raw.files.unwrap_or_default() {
                 let path = doc.dir().join(file.get_ref());
                 if !path.is_file() {
@@ -511,7 +593,7 @@ impl Config {
         if doc.has_problems() {
             return None;
         }
-        Some(Config { accounting, prices: prices?, overheads, units, unit_files, budgets, energy, focus, anomalies, quota_owners })
+        Some(Config { accounting, prices: prices?, overheads, units, unit_files, unit_counters: counters, budgets, energy, focus, anomalies, quota_owners })
     }
 
     /// A configuration with every default and one price for every GPU, for runs without a file
@@ -523,6 +605,7 @@ impl Config {
             overheads: Vec::new(),
             units: Vec::new(),
             unit_files: Vec::new(),
+            unit_counters: Vec::new(),
             budgets: Vec::new(),
             energy: Energy::default(),
             focus: FocusAccount::default(),
@@ -576,6 +659,64 @@ struct RawOverhead {
 #[serde(deny_unknown_fields)]
 struct RawUnits {
     files: Option<Vec<Spanned<String>>>,
+    counters: Option<Vec<Spanned<RawCounter>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCounter {
+    metric: Option<Spanned<String>>,
+    unit: Option<Spanned<String>>,
+    scale: Option<Spanned<f64>>,
+    #[serde(rename = "match")]
+    matcher: Option<Spanned<String>>,
+}
+
+/// `[[units.counters]]`: each entry checked, every problem reported.
+fn unit_counters(doc: &Document<'_>, raw: Vec<Spanned<RawCounter>>) -> Vec<UnitCounter> {
+    let mut out = Vec::new();
+    for (index, entry) in raw.into_iter().enumerate() {
+        let at = format!("units.counters[{index}]");
+        let span = entry.span();
+        let raw = entry.into_inner();
+        let required = |v: Option<Spanned<String>>, key: &str, what: &str| match v {
+            Some(v) if !v.get_ref().trim().is_empty() => Some(v.into_inner()),
+            Some(v) => {
+                doc.report(v.span(), format!("{at}.{key}"), format!("empty: {what}"));
+                None
+            }
+            None => {
+                doc.report(span.clone(), format!("{at}.{key}"), format!("missing: {what}"));
+                None
+            }
+        };
+        let metric = required(raw.metric, "metric", "the counter's metric name, as the pods expose it");
+        let unit = required(raw.unit, "unit", "the name of the unit it counts");
+        let scale = match raw.scale {
+            None => Some(Scale { numerator: 1, denominator: 1 }),
+            Some(v) => match Scale::of(*v.get_ref()) {
+                Some(s) => Some(s),
+                None => {
+                    doc.report(v.span(), format!("{at}.scale"), format!("{} is not a number of units per increment (more than 0, at most 12 decimals)", v.get_ref()));
+                    None
+                }
+            },
+        };
+        let matcher = match raw.matcher {
+            None => Some(None),
+            Some(m) => match LabelMatcher::parse(m.get_ref()) {
+                Ok(matcher) => Some(Some(matcher)),
+                Err(reason) => {
+                    doc.report(m.span(), format!("{at}.match"), reason);
+                    None
+                }
+            },
+        };
+        if let (Some(metric), Some(unit), Some(scale), Some(matcher)) = (metric, unit, scale, matcher) {
+            out.push(UnitCounter { metric, unit, scale, matcher });
+        }
+    }
+    out
 }
 
 #[derive(Deserialize)]
@@ -1238,6 +1379,7 @@ support = 50.0
                 ],
                 units: vec![],
                 unit_files: vec![],
+                unit_counters: vec![],
                 budgets: vec![],
                 energy: Energy::default(),
                 focus: FocusAccount::default(),
@@ -1290,6 +1432,28 @@ support = 50.0
         assert_eq!(parse(p).unwrap().energy, Energy { pue: 1.0, grid_gco2_per_kwh: None });
         assert_error(&format!("{p}[energy]\npue = 0.9\n"), 4, "energy.pue", &["0.9", "from 1 to 10"]);
         assert_error(&format!("{p}[energy]\ngrid_gco2_per_kwh = -1.0\n"), 4, "energy.grid_gco2_per_kwh", &["-1"]);
+    }
+
+    #[test]
+    fn unit_counters_are_checked() {
+        let p = "[prices]\ndefault = 1.0\n";
+        let c = parse(&format!("{p}[[units.counters]]\nmetric = \"vllm:generation_tokens_total\"\nunit = \"1M-tokens\"\nscale = 1e-6\n[[units.counters]]\nmetric = \"vllm:request_success_total\"\nunit = \"requests\"\nmatch = 'finished_reason=~\"stop|length\"'\n")).unwrap();
+        assert_eq!(c.unit_counters[0].scale, Scale { numerator: 1, denominator: 1_000_000 });
+        assert_eq!(c.unit_counters[0].matcher, None);
+        assert_eq!(c.unit_counters[1].scale, Scale { numerator: 1, denominator: 1 });
+        assert_eq!(
+            c.unit_counters[1].matcher,
+            Some(LabelMatcher { label: "finished_reason".into(), op: "=~".into(), value: "^(?:stop|length)$".into() })
+        );
+        assert_eq!(Scale::of(2.5), Some(Scale { numerator: 25, denominator: 10 }));
+        assert_eq!(Scale::of(1e-13), None, "more than 12 decimals");
+        assert_eq!(LabelMatcher::parse(r#"model != "m""#).unwrap().op, "!=");
+        assert!(LabelMatcher::parse(r#"finished_reason=~"(stop""#).unwrap_err().contains("regular expression"));
+        assert!(LabelMatcher::parse("finished_reason=stop").unwrap_err().contains("double quotes"));
+        assert!(LabelMatcher::parse(r#"9x="a""#).unwrap_err().contains("label name"));
+        assert_error(&format!("{p}[[units.counters]]\nunit = \"tokens\"\n"), 3, "units.counters[0].metric", &["missing"]);
+        assert_error(&format!("{p}[[units.counters]]\nmetric = \"m\"\nunit = \"u\"\nscale = -1.0\n"), 6, "units.counters[0].scale", &["-1", "more than 0"]);
+        assert_error(&format!("{p}[[units.counters]]\nmetric = \"m\"\nunit = \"u\"\nmatch = 'reason!\"x\"'\n"), 6, "units.counters[0].match", &["=, !=, =~ or !~"]);
     }
 
     #[test]

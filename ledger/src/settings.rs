@@ -80,6 +80,16 @@ pub fn config_tables(config: &Config, idle_policy: Option<IdlePolicy>) -> Result
         ("cluster_queue", text(q.iter().map(|o| Some(o.cluster_queue.clone())).collect())),
         ("team", text(q.iter().map(|o| Some(o.team.clone())).collect())),
     ])?;
+    let c = &config.unit_counters;
+    let unit_counters = batch(vec![
+        ("metric", text(c.iter().map(|u| Some(u.metric.clone())).collect())),
+        ("unit", text(c.iter().map(|u| Some(u.unit.clone())).collect())),
+        ("scale_numerator", Arc::new(Int64Array::from_iter_values(c.iter().map(|u| u.scale.numerator))) as ArrayRef),
+        ("scale_denominator", Arc::new(Int64Array::from_iter_values(c.iter().map(|u| u.scale.denominator))) as ArrayRef),
+        ("match_label", text(c.iter().map(|u| u.matcher.as_ref().map(|m| m.label.clone())).collect())),
+        ("match_op", text(c.iter().map(|u| u.matcher.as_ref().map(|m| m.op.clone())).collect())),
+        ("match_value", text(c.iter().map(|u| u.matcher.as_ref().map(|m| m.value.clone())).collect())),
+    ])?;
     let tables = [
         ("settings", settings),
         ("price_by_node_label", by_label),
@@ -89,6 +99,7 @@ pub fn config_tables(config: &Config, idle_policy: Option<IdlePolicy>) -> Result
         ("hardware_xids", xids),
         ("budgets", budgets),
         ("quota_owners", quota_owners),
+        ("unit_counters", unit_counters),
     ];
     Ok(tables.into())
 }

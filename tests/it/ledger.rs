@@ -979,6 +979,70 @@ fn quota_matches_the_simulator_and_every_idle_policy_charges_the_same_month() {
     assert_eq!(csv.lines().count() - 1, quota_rows.iter().filter(|r| r["month"] == "2026-11").count(), "{csv}");
 }
 
+/// The real vLLM exposition (tests/fixtures/real/inference-metrics, an idle server: every counter
+/// 0) as two scrapes of one pod, with the `namespace` and `pod` labels Prometheus' Kubernetes
+/// discovery adds: the first as recorded, the second with the server having generated 120,000
+/// tokens and finished 30 requests on `stop`, 5 on `length`, 4 aborted and 1 errored. With
+/// `[[units.counters]]` for tokens (per million) and successful requests (stop or length), the
+/// pod's run accepts 0.12 1M-tokens and 35 requests: the exposition's own metric and label
+/// names reach the accounting.
+#[test]
+fn the_real_vllm_exposition_counts_tokens_and_finished_requests() {
+    let tmp = tempfile::tempdir().unwrap();
+    let capture = tmp.path().join("capture");
+    std::fs::create_dir_all(&capture).unwrap();
+    let real = std::fs::read_to_string(crate::util::fixture("inference-metrics/vllm-v1-metrics-qwen2.5-0.5b-idle.prom")).unwrap();
+    let with_pod = |line: &str| -> String {
+        if line.starts_with('#') || line.trim().is_empty() {
+            return line.to_string();
+        }
+        match line.find('{') {
+            Some(i) => format!("{}{{namespace=\"inf\",pod=\"vllm-0\",{}", &line[..i], &line[i + 1..]),
+            None => line.replacen(' ', "{namespace=\"inf\",pod=\"vllm-0\"} ", 1),
+        }
+    };
+    let later = |line: &str| -> String {
+        let bumped = [
+            ("vllm:generation_tokens_total{", "120000"),
+            ("finished_reason=\"stop\"", "30"),
+            ("finished_reason=\"length\"", "5"),
+            ("finished_reason=\"abort\"", "4"),
+            ("finished_reason=\"error\"", "1"),
+        ];
+        match bumped.iter().find(|(key, _)| line.contains(key) && (line.starts_with("vllm:generation_tokens_total{") || line.starts_with("vllm:request_success_total{"))) {
+            Some((_, value)) => format!("{} {value}", line.rsplit_once(' ').unwrap().0),
+            None => line.to_string(),
+        }
+    };
+    let first: Vec<String> = real.lines().map(with_pod).collect();
+    let second: Vec<String> = first.iter().map(|l| later(l)).collect();
+    assert!(second.iter().any(|l| l.starts_with("vllm:generation_tokens_total{namespace=\"inf\",pod=\"vllm-0\",") && l.ends_with(" 120000")), "the fixture has the tokens counter");
+    // 2026-10-01T00:00:00Z and an hour later, as scrape files named by their time.
+    std::fs::write(capture.join("1790812800000.prom"), first.join("\n") + "\n").unwrap();
+    std::fs::write(capture.join("1790816400000.prom"), second.join("\n") + "\n").unwrap();
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "vllm-0", "namespace": "inf", "uid": "p-vllm-0", "resourceVersion": "1"},
+                     "spec": {"nodeName": "gpu-1", "containers": [{"name": "vllm", "resources": {"limits": {"nvidia.com/gpu": 1}}}]},
+                     "status": {"phase": "Running", "startTime": "2026-09-30T22:00:00Z"}});
+    std::fs::write(capture.join("pods.json"), json!({"apiVersion": "v1", "kind": "List", "items": [pod]}).to_string()).unwrap();
+    let store = tmp.path().join("store");
+    ingest(&[&capture], &store);
+    let config = tmp.path().join("gpuledger.toml");
+    std::fs::write(
+        &config,
+        "[prices]\ndefault = 1.0\n[[units.counters]]\nmetric = \"vllm:generation_tokens_total\"\nunit = \"1M-tokens\"\nscale = 1e-6\n\
+         [[units.counters]]\nmetric = \"vllm:request_success_total\"\nunit = \"requests\"\nmatch = 'finished_reason=~\"stop|length\"'\n",
+    )
+    .unwrap();
+    let (s, c) = (store.display().to_string(), config.display().to_string());
+    run(&["ledger", "--store", &s, "--config", &c, "--progress", "off"], 0);
+    let units = query(&store, "SELECT team, unit, accepted_units FROM accepted_units_monthly ORDER BY unit");
+    assert_eq!(
+        units,
+        vec![json!({"team": "inf", "unit": "1M-tokens", "accepted_units": 0.12}), json!({"team": "inf", "unit": "requests", "accepted_units": 35.0})],
+        "{units:?}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // The derived tables through a peer reader.
 // ---------------------------------------------------------------------------------------------

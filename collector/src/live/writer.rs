@@ -184,7 +184,8 @@ impl Writer {
         drop(rx);
         self.rotate(&seg_tx);
         drop(seg_tx);
-        let flushed = flusher.join().map_err(|_| Error::refused(self.wal.home().dir().to_path_buf(), "the flush thread panicked"))?;
+        // A panic in the flush thread is a broken invariant, not a problem of the store.
+        let flushed = flusher.join().map_err(|_| Error::internal("the live writer's flush thread panicked"))?;
         result?;
         let mut summary = flushed?;
         self.wal.close()?;
