@@ -672,6 +672,22 @@ struct RawCounter {
     matcher: Option<Spanned<String>>,
 }
 
+/// A required text key of a table entry at `span`: reported at the entry when missing, at the
+/// value when blank.
+fn required_text(doc: &Document<'_>, span: &std::ops::Range<usize>, key: &str, value: Option<Spanned<String>>, what: &str) -> Option<String> {
+    match value {
+        Some(v) if !v.get_ref().trim().is_empty() => Some(v.into_inner()),
+        Some(v) => {
+            doc.report(v.span(), key, format!("empty: {what}"));
+            None
+        }
+        None => {
+            doc.report(span.clone(), key, format!("missing: {what}"));
+            None
+        }
+    }
+}
+
 /// `[[units.counters]]`: each entry checked, every problem reported.
 fn unit_counters(doc: &Document<'_>, raw: Vec<Spanned<RawCounter>>) -> Vec<UnitCounter> {
     let mut out = Vec::new();
@@ -679,19 +695,8 @@ fn unit_counters(doc: &Document<'_>, raw: Vec<Spanned<RawCounter>>) -> Vec<UnitC
         let at = format!("units.counters[{index}]");
         let span = entry.span();
         let raw = entry.into_inner();
-        let required = |v: Option<Spanned<String>>, key: &str, what: &str| match v {
-            Some(v) if !v.get_ref().trim().is_empty() => Some(v.into_inner()),
-            Some(v) => {
-                doc.report(v.span(), format!("{at}.{key}"), format!("empty: {what}"));
-                None
-            }
-            None => {
-                doc.report(span.clone(), format!("{at}.{key}"), format!("missing: {what}"));
-                None
-            }
-        };
-        let metric = required(raw.metric, "metric", "the counter's metric name, as the pods expose it");
-        let unit = required(raw.unit, "unit", "the name of the unit it counts");
+        let metric = required_text(doc, &span, &format!("{at}.metric"), raw.metric, "the counter's metric name, as the pods expose it");
+        let unit = required_text(doc, &span, &format!("{at}.unit"), raw.unit, "the name of the unit it counts");
         let scale = match raw.scale {
             None => Some(Scale { numerator: 1, denominator: 1 }),
             Some(v) => match Scale::of(*v.get_ref()) {
@@ -842,17 +847,7 @@ fn quota_owners(doc: &Document<'_>, raw: Option<RawQuota>) -> Vec<QuotaOwner> {
         let at = format!("quota.owners[{index}]");
         let span = entry.span();
         let raw = entry.into_inner();
-        let cluster_queue = match raw.cluster_queue {
-            Some(q) if !q.get_ref().trim().is_empty() => Some(q.into_inner()),
-            Some(q) => {
-                doc.report(q.span(), format!("{at}.cluster_queue"), "empty: the name of a ClusterQueue");
-                None
-            }
-            None => {
-                doc.report(span.clone(), format!("{at}.cluster_queue"), "missing: the ClusterQueue whose quota the team owns");
-                None
-            }
-        };
+        let cluster_queue = required_text(doc, &span, &format!("{at}.cluster_queue"), raw.cluster_queue, "the ClusterQueue whose quota the team owns");
         let team = match raw.team {
             None => {
                 doc.report(span.clone(), format!("{at}.team"), "missing: the team that owns the ClusterQueue's quota");

@@ -531,37 +531,39 @@ async fn failures(State(api): State<Arc<Api>>, Params(p): Params<FailureParams>)
 /// `GET /api/v1/budgets?month=`: each budgeted team's spend to date and month-end forecast
 /// against its budget, the team furthest over first.
 async fn budgets(State(api): State<Arc<Api>>, Params(p): Params<MonthParams>) -> Result<Response, ApiError> {
-    let month = api.month(p.month.as_deref()).await?;
-    let budgets = rows(&api.run(BUDGETS_SQL, vec![ScalarValue::Utf8(Some(month.to_string()))]).await?)?;
-    Ok(axum::Json(json!({ "month": month, "currency": api.currency, "budgets": budgets })).into_response())
+    month_lists(&api, p.month.as_deref(), &[("budgets", BUDGETS_SQL)]).await
 }
 
 /// `GET /api/v1/idle?month=`: why GPUs were idle (the costliest team, state and reason first)
 /// and the unallocated capacity per node pool with its stranded and cordoned hours.
 async fn idle(State(api): State<Arc<Api>>, Params(p): Params<MonthParams>) -> Result<Response, ApiError> {
-    let month = api.month(p.month.as_deref()).await?;
-    let params = || vec![ScalarValue::Utf8(Some(month.to_string()))];
-    let idle_reasons = rows(&api.run(IDLE_REASONS_SQL, params()).await?)?;
-    let stranded = rows(&api.run(STRANDED_SQL, params()).await?)?;
-    Ok(axum::Json(json!({ "month": month, "currency": api.currency, "idle_reasons": idle_reasons, "stranded": stranded })).into_response())
+    month_lists(&api, p.month.as_deref(), &[("idle_reasons", IDLE_REASONS_SQL), ("stranded", STRANDED_SQL)]).await
 }
 
 /// `GET /api/v1/anomalies?month=`: each team's complete days of the month against its own
 /// recent days (`anomalies_daily`), and the GPUs and runs behind the flagged ones.
 async fn anomalies(State(api): State<Arc<Api>>, Params(p): Params<MonthParams>) -> Result<Response, ApiError> {
-    let month = api.month(p.month.as_deref()).await?;
-    let params = || vec![ScalarValue::Utf8(Some(month.to_string()))];
-    let days = rows(&api.run(ANOMALIES_SQL, params()).await?)?;
-    let drivers = rows(&api.run(ANOMALY_DRIVERS_SQL, params()).await?)?;
-    Ok(axum::Json(json!({ "month": month, "currency": api.currency, "days": days, "drivers": drivers })).into_response())
+    month_lists(&api, p.month.as_deref(), &[("days", ANOMALIES_SQL), ("drivers", ANOMALY_DRIVERS_SQL)]).await
 }
 
 /// `GET /api/v1/quota?month=`: each ClusterQueue's nominal GPU quota per flavor, as GPU-hours
 /// used, borrowed and unused, its owner and the unallocated cost charged for the unused part.
 async fn quota(State(api): State<Arc<Api>>, Params(p): Params<MonthParams>) -> Result<Response, ApiError> {
-    let month = api.month(p.month.as_deref()).await?;
-    let quota = rows(&api.run(QUOTA_SQL, vec![ScalarValue::Utf8(Some(month.to_string()))]).await?)?;
-    Ok(axum::Json(json!({ "month": month, "currency": api.currency, "quota": quota })).into_response())
+    month_lists(&api, p.month.as_deref(), &[("quota", QUOTA_SQL)]).await
+}
+
+/// One month's report lists as JSON, `{month, currency, <key>: [rows], ...}`: each `(key, sql)`
+/// is run with `$1` bound to the month asked for (the busiest without one), in the report's order.
+async fn month_lists(api: &Api, asked: Option<&str>, lists: &[(&str, &str)]) -> Result<Response, ApiError> {
+    let month = api.month(asked).await?;
+    let mut body = serde_json::Map::new();
+    body.insert("month".into(), json!(month));
+    body.insert("currency".into(), json!(api.currency));
+    for (key, sql) in lists {
+        let listed = rows(&api.run(sql, vec![ScalarValue::Utf8(Some(month.to_string()))]).await?)?;
+        body.insert((*key).into(), json!(listed));
+    }
+    Ok(axum::Json(serde_json::Value::Object(body)).into_response())
 }
 
 /// `GET /metrics`: the ledger as gauges, plus the server's counters.

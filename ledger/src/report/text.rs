@@ -61,10 +61,24 @@ pub fn render(report: &Report, format: TextFormat) -> String {
 /// Decimals of every number in the CSV (hours, units and money alike).
 const CSV_DECIMALS: usize = 4;
 
-fn csv(report: &Report) -> String {
-    let mut out = CSV_COLUMNS.join(",");
+/// A CSV document: the header, then one line of `fields` per item.
+fn csv_table<T>(columns: &[&str], items: &[T], fields: impl Fn(&T) -> Vec<String>) -> String {
+    let mut out = columns.join(",");
     out.push('\n');
-    for r in &report.chargeback {
+    for item in items {
+        out.push_str(&fields(item).join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// A CSV number: [`CSV_DECIMALS`] decimals; an absent figure is an empty field, not 0.
+fn csv_number(v: impl Into<Option<f64>>) -> String {
+    v.into().map(|v| format!("{v:.CSV_DECIMALS$}")).unwrap_or_default()
+}
+
+fn csv(report: &Report) -> String {
+    csv_table(&CSV_COLUMNS, &report.chargeback, |r| {
         let numbers = [
             r.productive_gpu_hours,
             r.allocated_idle_gpu_hours,
@@ -82,84 +96,56 @@ fn csv(report: &Report) -> String {
             r.accepted_units,
         ];
         let mut fields = vec![csv_field(&r.month), csv_field(&r.team)];
-        fields.extend(numbers.iter().map(|v| format!("{v:.CSV_DECIMALS$}")));
+        fields.extend(numbers.map(csv_number));
         // An empty field, not 0: a team without units has no cost per unit.
-        fields.push(r.cost_per_accepted_unit.map(|v| format!("{v:.CSV_DECIMALS$}")).unwrap_or_default());
-        fields.extend([r.lost_gpu_hours_platform_paid, r.lost_cost_platform_paid].iter().map(|v| format!("{v:.CSV_DECIMALS$}")));
-        out.push_str(&fields.join(","));
-        out.push('\n');
-    }
-    out
+        fields.push(csv_number(r.cost_per_accepted_unit));
+        fields.extend([r.lost_gpu_hours_platform_paid, r.lost_cost_platform_paid].map(csv_number));
+        fields
+    })
 }
 
 fn idle_csv(report: &Report) -> String {
-    let mut out = IDLE_CSV_COLUMNS.join(",");
-    out.push('\n');
-    for r in &report.idle_reasons {
-        let fields = [
+    csv_table(&IDLE_CSV_COLUMNS, &report.idle_reasons, |r| {
+        vec![
             csv_field(report.month.as_str()),
             csv_field(&r.team),
             r.state.to_string(),
             r.reason.to_string(),
-            format!("{:.CSV_DECIMALS$}", r.gpu_hours),
-            format!("{:.CSV_DECIMALS$}", r.cost),
+            csv_number(r.gpu_hours),
+            csv_number(r.cost),
             r.rank.to_string(),
-        ];
-        out.push_str(&fields.join(","));
-        out.push('\n');
-    }
-    out
+        ]
+    })
 }
 
 fn stranded_csv(report: &Report) -> String {
-    let mut out = STRANDED_CSV_COLUMNS.join(",");
-    out.push('\n');
-    for r in &report.stranded {
+    csv_table(&STRANDED_CSV_COLUMNS, &report.stranded, |r| {
         let mut fields = vec![csv_field(report.month.as_str()), r.pool.as_deref().map(csv_field).unwrap_or_default(), csv_field(&r.model_name)];
-        let numbers = [r.unallocated_gpu_hours, r.stranded_gpu_hours, r.stranded_cost, r.cordoned_gpu_hours];
-        fields.extend(numbers.iter().map(|v| format!("{v:.CSV_DECIMALS$}")));
-        out.push_str(&fields.join(","));
-        out.push('\n');
-    }
-    out
+        fields.extend([r.unallocated_gpu_hours, r.stranded_gpu_hours, r.stranded_cost, r.cordoned_gpu_hours].map(csv_number));
+        fields
+    })
 }
 
 fn quota_csv(report: &Report) -> String {
-    let mut out = QUOTA_CSV_COLUMNS.join(",");
-    out.push('\n');
-    for q in &report.quota {
+    csv_table(&QUOTA_CSV_COLUMNS, &report.quota, |q| {
         let mut fields = vec![csv_field(report.month.as_str()), csv_field(&q.cluster_queue), csv_field(&q.team), csv_field(&q.flavor)];
-        let numbers = [q.nominal_gpu_hours, q.used_gpu_hours, q.borrowed_gpu_hours, q.unused_gpu_hours, q.unused_cost];
-        fields.extend(numbers.iter().map(|v| format!("{v:.CSV_DECIMALS$}")));
-        out.push_str(&fields.join(","));
-        out.push('\n');
-    }
-    out
+        fields.extend([q.nominal_gpu_hours, q.used_gpu_hours, q.borrowed_gpu_hours, q.unused_gpu_hours, q.unused_cost].map(csv_number));
+        fields
+    })
 }
 
 fn anomalies_csv(report: &Report) -> String {
-    let mut out = ANOMALY_CSV_COLUMNS.join(",");
-    out.push('\n');
-    let number = |v: Option<f64>| v.map(|v| format!("{v:.CSV_DECIMALS$}")).unwrap_or_default();
-    for a in &report.anomalies {
-        let fields = [csv_field(&a.day), csv_field(&a.team), number(Some(a.cost)), number(a.baseline), number(a.spread), number(a.score), a.flagged.to_string()];
-        out.push_str(&fields.join(","));
-        out.push('\n');
-    }
-    out
+    csv_table(&ANOMALY_CSV_COLUMNS, &report.anomalies, |a| {
+        vec![csv_field(&a.day), csv_field(&a.team), csv_number(a.cost), csv_number(a.baseline), csv_number(a.spread), csv_number(a.score), a.flagged.to_string()]
+    })
 }
 
 fn budgets_csv(report: &Report) -> String {
-    let mut out = BUDGET_CSV_COLUMNS.join(",");
-    out.push('\n');
-    for b in &report.budgets {
-        let numbers = [b.budget, b.spend, b.forecast, b.used_ratio, b.forecast_ratio, b.elapsed_days, b.month_days];
+    csv_table(&BUDGET_CSV_COLUMNS, &report.budgets, |b| {
         let mut fields = vec![csv_field(&b.month), csv_field(&b.team)];
-        fields.extend(numbers.iter().map(|v| format!("{v:.CSV_DECIMALS$}")));
-        out.push_str(&fields.join(","));
-        out.push('\n');
-    }
-    out
+        fields.extend([b.budget, b.spend, b.forecast, b.used_ratio, b.forecast_ratio, b.elapsed_days, b.month_days].map(csv_number));
+        fields
+    })
 }
 
 /// Quotes a CSV field the RFC 4180 way when it holds a separator, a quote or a line break.
