@@ -20,6 +20,10 @@ use gpuledger_collector::live::{self, CollectorConfig};
 /// "off" disables it), as `gpuledger compact` does; with [store] retention set, samples of the
 /// months past it are removed then too, as `gpuledger store expire` does.
 ///
+/// With [[units.counters]] configured, the pods that expose those counters (annotated
+/// prometheus.io/scrape: "true", or matched by [collector] unit_selector) are scraped too, and
+/// only those counters are kept, labelled with the pod's namespace and name.
+///
 /// Kubernetes access comes from $KUBECONFIG, ~/.kube/config, or the pod's service account.
 /// Settings are the [collector] section of the config file (see examples/gpuledger.toml);
 /// /metrics, /healthz and /readyz are served on its `listen` address (127.0.0.1:9464).
@@ -41,7 +45,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (mut cfg, retention) = match &args.config {
         Some(p) => {
             let file = super::config::load(p, super::config::Uses { ledger: false, serve: false })?;
-            (file.collector, file.store.retention)
+            let mut collector = file.collector;
+            // The pods scraped for units keep only the counters the ledger counts.
+            collector.unit_metrics = file.ledger.iter().flat_map(|l| l.unit_counters.iter().map(|c| c.metric.clone())).collect();
+            (collector, file.store.retention)
         }
         None => (CollectorConfig::default(), None),
     };

@@ -634,3 +634,83 @@ fn exporters_are_discovered_through_the_api_server_and_dropped_when_their_pod_go
     let stored = util::count(&store, "SELECT count(DISTINCT gpu_util) AS n FROM gpu_samples WHERE hostname = 'discovered-node'");
     assert!(stored >= 3 && stored as usize <= dcgm.log("").len(), "{stored} scrapes stored, {} answered", dcgm.log("").len());
 }
+
+/// A vLLM server's pod, annotated for scraping on the loopback test server's port and path.
+fn vllm_pod(name: &str, port: u16, path: &str, annotated: bool) -> Value {
+    let annotations = if annotated { json!({"prometheus.io/scrape": "true", "prometheus.io/port": port.to_string(), "prometheus.io/path": path}) } else { json!({}) };
+    json!({"kind": "Pod", "metadata": {"name": name, "namespace": "inference", "uid": format!("uid-{name}"), "annotations": annotations,
+           "labels": {"team": "chat"}, "creationTimestamp": "2026-12-01T00:00:00Z"},
+           "spec": {"nodeName": "gpu-1", "containers": [{"name": "vllm", "resources": {"limits": {"nvidia.com/gpu": 1}}}]},
+           "status": {"phase": "Running", "podIP": "127.0.0.1", "startTime": "2026-12-01T00:00:05Z"}})
+}
+
+/// With `[[units.counters]]` configured, the collector finds the annotated vLLM pod through the
+/// API server and scrapes the real vLLM exposition from it: only the two configured counters are
+/// stored, with the pod's namespace and name, and the ledger counts them as the pod's run's
+/// units: the last tokens value over a million and the requests finished on `stop` or `length`
+/// (the server counted from zero while the collector watched: it started inside the capture).
+#[test]
+fn pods_exposing_unit_counters_are_discovered_scraped_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let api = ApiServer::start(&rt, 10);
+    for (path, kind, av) in [("/api/v1/namespaces", "Namespace", "v1"), ("/api/v1/nodes", "Node", "v1"), ("/apis/batch/v1/jobs", "Job", "batch/v1"), ("/apis/events.k8s.io/v1/events", "Event", "events.k8s.io/v1")] {
+        api.add(path, kind, av, Mode::Snapshot, Vec::new());
+    }
+    let server = DcgmServer::start(&rt);
+    let port = server.addr.port();
+    let real = std::fs::read_to_string(util::fixture("inference-metrics/vllm-v1-metrics-qwen2.5-0.5b-idle.prom")).unwrap();
+    // Answer n (from 0): n x 1,000 tokens generated, n requests finished on stop, 2n on length,
+    // n aborted; every other line as recorded.
+    server.add("vllm", Behaviour::Body(Box::new(move |n| {
+        let bump = |line: &str| -> String {
+            let value = if line.starts_with("vllm:generation_tokens_total{") {
+                Some(1000 * n)
+            } else if line.starts_with("vllm:request_success_total{") {
+                [("\"stop\"", n), ("\"length\"", 2 * n), ("\"abort\"", n)].iter().find(|(r, _)| line.contains(r)).map(|(_, v)| *v)
+            } else {
+                None
+            };
+            match value {
+                Some(v) => format!("{} {v}", line.rsplit_once(' ').unwrap().0),
+                None => line.to_string(),
+            }
+        };
+        Some(real.lines().map(bump).collect::<Vec<_>>().join("\n") + "\n")
+    })));
+    // The same server behind a pod nobody annotated: never scraped.
+    server.add("quiet", Behaviour::Body(Box::new(|_| Some("vllm:generation_tokens_total 5\n".into()))));
+    let pods = vec![("SNAPSHOT".to_owned(), vllm_pod("vllm-0", port, "/vllm/metrics", true)), ("SNAPSHOT".to_owned(), vllm_pod("quiet-0", port, "/quiet/metrics", false))];
+    api.add("/api/v1/pods", "Pod", "v1", Mode::Snapshot, pods);
+    let cfg = config(
+        dir.path(),
+        "discovery_interval = \"200ms\"\nscrape_interval = \"100ms\"\n\n[[units.counters]]\nmetric = \"vllm:generation_tokens_total\"\nunit = \"1M-tokens\"\nscale = 1e-6\n\
+         [[units.counters]]\nmetric = \"vllm:request_success_total\"\nunit = \"requests\"\nmatch = 'finished_reason=~\"stop|length\"'\n",
+    );
+    let store = dir.path().join("store");
+    let kube = api.kubeconfig(dir.path());
+    let c = Collector::start(&cfg, &store, Some(&kube), &dir.path().join("collect.log"));
+    let url = server.url("vllm");
+    wait_for("the vLLM pod to be scraped", || c.metric(&scrapes(&url, "ok")) >= 3.0);
+    c.stop();
+    assert_eq!(server.arrivals_of("quiet"), 0, "a pod without the annotation is not scraped");
+    let metrics = util::query(&store, "SELECT DISTINCT metric FROM metric_samples ORDER BY metric");
+    assert_eq!(metrics, vec![json!({"metric": "vllm:generation_tokens_total"}), json!({"metric": "vllm:request_success_total"})], "only the configured counters are kept");
+    let foreign = util::count(&store, "SELECT count(*) AS n FROM metric_samples WHERE labels NOT LIKE '%\"namespace\":\"inference\"%' OR labels NOT LIKE '%\"pod\":\"vllm-0\"%'");
+    assert_eq!(foreign, 0, "every sample carries the pod's namespace and name");
+    let stored = util::query(&store, "SELECT count(*) AS n, max(value) AS top FROM metric_samples WHERE metric = 'vllm:generation_tokens_total'");
+    let (n, top) = (stored[0]["n"].as_i64().unwrap(), stored[0]["top"].as_f64().unwrap());
+    assert!(n >= 3 && n as usize <= server.log("vllm").len(), "{n} scrapes stored, {} answered", server.log("vllm").len());
+    // The largest answer stored is answer k for some k >= 2: 1000 k tokens, 3 k requests counted.
+    let answers = top / 1000.0;
+    assert!(answers >= 2.0 && answers.fract() == 0.0, "{top}");
+    let s = store.display().to_string();
+    let cf = cfg.display().to_string();
+    util::run(&["ledger", "--store", &s, "--config", &cf, "--progress", "off"], 0);
+    let units = util::query(&store, "SELECT team, unit, accepted_units FROM accepted_units_monthly ORDER BY unit");
+    assert_eq!(
+        units,
+        vec![json!({"team": "chat", "unit": "1M-tokens", "accepted_units": top / 1e6}), json!({"team": "chat", "unit": "requests", "accepted_units": 3.0 * answers})],
+        "{units:?}"
+    );
+}

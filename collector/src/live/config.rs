@@ -37,6 +37,17 @@ pub struct CollectorConfig {
     pub wal_dir: PathBuf,
     /// How often closed days stored in many files are compacted (`None`: never, `"off"`).
     pub compact_interval: Option<Duration>,
+    /// The counters `[[units.counters]]` names (the ledger's section, handed over by whoever
+    /// loads the file): the only metrics kept from the pods scraped for units.
+    pub unit_metrics: Vec<String>,
+    /// Whether pods exposing those counters are found through the API server and scraped.
+    pub unit_discovery: bool,
+    /// Which pods are scraped for units: those this label selector matches, else (`None`) those
+    /// annotated `prometheus.io/scrape: "true"`.
+    pub unit_selector: Option<String>,
+    /// The port of a unit pod without a `prometheus.io/port` annotation (vLLM serves its
+    /// metrics on its API port, 8000).
+    pub unit_port: u16,
 }
 
 impl Default for CollectorConfig {
@@ -55,6 +66,10 @@ impl Default for CollectorConfig {
             flush_rows: 1_000_000,
             wal_dir: PathBuf::from("wal"),
             compact_interval: Some(Duration::from_secs(3600)),
+            unit_metrics: Vec::new(),
+            unit_discovery: true,
+            unit_selector: None,
+            unit_port: 8000,
         }
     }
 }
@@ -105,19 +120,35 @@ impl CollectorConfig {
         if let Some(v) = raw.dcgm_discovery {
             c.dcgm_discovery = v;
         }
-        if let Some(v) = &raw.dcgm_selector {
+        let selector = |v: &Spanned<String>, key: &str, example: &str| -> Option<String> {
             let sel = v.get_ref().trim();
             if sel.is_empty() || sel.split(',').any(|term| term.trim().is_empty()) {
-                err(v.span(), "dcgm_selector", format!("{sel:?} is not a label selector such as app=nvidia-dcgm-exporter"));
-            } else {
-                c.dcgm_selector = sel.to_owned();
+                err(v.span(), key, format!("{sel:?} is not a label selector such as {example}"));
+                return None;
             }
+            Some(sel.to_owned())
+        };
+        let port = |v: &Spanned<i64>, key: &str| -> Option<u16> {
+            let p = u16::try_from(*v.get_ref()).ok().filter(|p| *p > 0);
+            if p.is_none() {
+                err(v.span(), key, format!("{} is not a TCP port (1-65535)", v.get_ref()));
+            }
+            p
+        };
+        if let Some(sel) = raw.dcgm_selector.as_ref().and_then(|v| selector(v, "dcgm_selector", "app=nvidia-dcgm-exporter")) {
+            c.dcgm_selector = sel;
         }
-        if let Some(v) = &raw.dcgm_port {
-            match u16::try_from(*v.get_ref()).ok().filter(|p| *p > 0) {
-                Some(p) => c.dcgm_port = p,
-                None => err(v.span(), "dcgm_port", format!("{} is not a TCP port (1-65535)", v.get_ref())),
-            }
+        if let Some(p) = raw.dcgm_port.as_ref().and_then(|v| port(v, "dcgm_port")) {
+            c.dcgm_port = p;
+        }
+        if let Some(v) = raw.unit_discovery {
+            c.unit_discovery = v;
+        }
+        if let Some(sel) = raw.unit_selector.as_ref().and_then(|v| selector(v, "unit_selector", "app.kubernetes.io/name=vllm")) {
+            c.unit_selector = Some(sel);
+        }
+        if let Some(p) = raw.unit_port.as_ref().and_then(|v| port(v, "unit_port")) {
+            c.unit_port = p;
         }
         if let Some(d) = raw.discovery_interval.as_ref().and_then(|v| duration(v, "discovery_interval", Duration::from_millis(100))) {
             c.discovery_interval = d;
@@ -176,6 +207,12 @@ impl CollectorConfig {
     pub fn discovers(&self) -> bool {
         self.kubernetes && self.dcgm_discovery
     }
+
+    /// Pods are scraped for unit counters when the API server can list them, discovery is on
+    /// and some counter is configured.
+    pub fn discovers_unit_pods(&self) -> bool {
+        self.kubernetes && self.unit_discovery && !self.unit_metrics.is_empty()
+    }
 }
 
 #[derive(Deserialize)]
@@ -194,6 +231,9 @@ struct RawCollector {
     flush_rows: Option<Spanned<i64>>,
     wal_dir: Option<Spanned<String>>,
     compact_interval: Option<Spanned<String>>,
+    unit_discovery: Option<bool>,
+    unit_selector: Option<Spanned<String>>,
+    unit_port: Option<Spanned<i64>>,
 }
 
 // The duration spelling is shared with the server's `[serve]` section.
@@ -236,6 +276,18 @@ mod tests {
     }
 
     #[test]
+    fn unit_pods_are_scraped_only_with_counters_configured_and_the_api_server_on() {
+        let mut c = parse("[collector]\nunit_selector = \"app.kubernetes.io/name=vllm\"\nunit_port = 8080\n").unwrap();
+        assert_eq!((c.unit_selector.as_deref(), c.unit_port), (Some("app.kubernetes.io/name=vllm"), 8080));
+        assert!(!c.discovers_unit_pods(), "no counter configured: nothing to scrape for");
+        c.unit_metrics = vec!["vllm:generation_tokens_total".into()];
+        assert!(c.discovers_unit_pods());
+        c.unit_discovery = false;
+        assert!(!c.discovers_unit_pods());
+        assert_eq!(CollectorConfig::default().unit_port, 8000);
+    }
+
+    #[test]
     fn compaction_runs_hourly_unless_set_or_turned_off() {
         assert_eq!(CollectorConfig::default().compact_interval, Some(Duration::from_secs(3600)));
         assert_eq!(parse("[collector]\ncompact_interval = \"15m\"\n").unwrap().compact_interval, Some(Duration::from_secs(900)));
@@ -266,6 +318,8 @@ mod tests {
         assert_error("[collector]\nflush_interval = \"0s\"\n", 2, "collector.flush_interval", &["longer than zero"]);
         assert_error("[collector]\nscrape_intervall = \"30s\"\n", 2, "collector.scrape_intervall", &["unknown field", "did you mean `scrape_interval`?"]);
         assert_error("[collector]\ndcgm_selector = \"\"\n", 2, "collector.dcgm_selector", &["label selector"]);
+        assert_error("[collector]\nunit_selector = \"app=vllm,\"\n", 2, "collector.unit_selector", &["label selector"]);
+        assert_error("[collector]\nunit_port = 0\n", 2, "collector.unit_port", &["TCP port"]);
         assert_error("[collector]\nkubernetes = false\n", 2, "collector.kubernetes", &["nothing to collect"]);
         assert_error("[collector]\nlisten = \"127.0.0.1:1\"\nlisten = \"127.0.0.1:2\"\n", 3, "collector", &["duplicate key", "listen"]);
     }

@@ -3,8 +3,8 @@
 //!
 //! ```text
 //!  watch (one task per resource) ─┐
-//!  scrape (one task per exporter) ┼─> channel ─> writer thread: WAL append + fsync ─> store
-//!  discovery (exporter pods) ─────┘                              (every flush_interval)
+//!  scrape (one task per endpoint) ┼─> channel ─> writer thread: WAL append + fsync ─> store
+//!  discovery (exporter, unit pods)┘                              (every flush_interval)
 //!  HTTP: /metrics /healthz /readyz
 //! ```
 //! Rows are built by the same readers and table builders as offline ingest
@@ -16,11 +16,12 @@ mod http;
 pub mod metrics;
 pub mod resources;
 pub mod scrape;
+pub mod units;
 pub mod wal;
 pub mod watch;
 pub mod writer;
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use gpuledger_store::StoreLocation;
 use std::sync::Arc;
@@ -135,8 +136,10 @@ pub async fn run(cfg: CollectorConfig, store: &StoreLocation, shutdown: impl std
     }
 
     let http = reqwest::Client::builder().user_agent(concat!("gpuledger/", env!("CARGO_PKG_VERSION"))).build().map_err(|e| LiveError::internal(e.to_string()))?;
-    let scrape_ctx = scrape::ScrapeContext { http, interval: cfg.scrape_interval, timeout: cfg.scrape_timeout, tx: tx.clone(), metrics: Arc::clone(&metrics), stop: stop_rx.clone() };
-    let mut scrapers = scrape::Scrapers::new(scrape_ctx, &cfg.dcgm_endpoints);
+    let unit_metrics = Arc::new(cfg.unit_metrics.iter().cloned().collect());
+    let scrape_ctx = scrape::ScrapeContext { http, interval: cfg.scrape_interval, timeout: cfg.scrape_timeout, tx: tx.clone(), metrics: Arc::clone(&metrics), stop: stop_rx.clone(), unit_metrics };
+    let mut scrapers = scrape::Scrapers::new(scrape_ctx.clone(), &cfg.dcgm_endpoints);
+    let mut unit_scrapers = scrape::Scrapers::unit_pods(scrape_ctx);
 
     let mut discovery = None;
     if let Some(client) = kube_client {
@@ -152,8 +155,13 @@ pub async fn run(cfg: CollectorConfig, store: &StoreLocation, shutdown: impl std
             let w = watch::ResourceWatch::new(res, fallback, ctx.clone(), start, heads);
             tasks.push(tokio::spawn(w.run()));
         }
-        if cfg.discovers() {
-            discovery = Some((client, cfg.dcgm_selector.clone(), cfg.dcgm_port, cfg.discovery_interval));
+        if cfg.discovers() || cfg.discovers_unit_pods() {
+            discovery = Some(Discovery {
+                client,
+                exporters: cfg.discovers().then(|| (cfg.dcgm_selector.clone(), cfg.dcgm_port)),
+                unit_pods: cfg.discovers_unit_pods().then(|| (cfg.unit_selector.clone(), cfg.unit_port)),
+                every: cfg.discovery_interval,
+            });
         }
     }
     drop(tx);
@@ -179,24 +187,37 @@ pub async fn run(cfg: CollectorConfig, store: &StoreLocation, shutdown: impl std
 
     let mut stop = stop_rx.clone();
     let discover = async {
-        let Some((client, selector, port, every)) = discovery else {
+        let Some(d) = discovery else {
             let _ = stop.changed().await;
             return;
         };
         let mut first = true;
         loop {
-            match discover_exporters(&client, &selector, port).await {
-                Ok(found) => {
-                    if first && found.is_empty() {
-                        tracing::warn!(selector = ?selector, every = %config::format_duration(every), "no running exporter pod matches yet");
+            if let Some((selector, port)) = &d.exporters {
+                match discover_exporters(&d.client, selector, *port).await {
+                    Ok(found) => {
+                        if first && found.is_empty() {
+                            tracing::warn!(selector = ?selector, every = %config::format_duration(d.every), "no running exporter pod matches yet");
+                        }
+                        scrapers.update(&found);
                     }
-                    first = false;
-                    scrapers.update(&found);
+                    Err(e) => tracing::warn!(error = %e, "exporter discovery failed, keeping the current endpoints"),
                 }
-                Err(e) => tracing::warn!(error = %e, "exporter discovery failed, keeping the current endpoints"),
             }
+            if let Some((selector, port)) = &d.unit_pods {
+                match discover_unit_pods(&d.client, selector.as_deref(), *port).await {
+                    Ok(found) => {
+                        if first && found.is_empty() {
+                            tracing::info!(selector = ?selector, "no running pod exposes unit counters yet (annotate pods prometheus.io/scrape: \"true\" or set unit_selector)");
+                        }
+                        unit_scrapers.update(&found);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "unit pod discovery failed, keeping the current endpoints"),
+                }
+            }
+            first = false;
             tokio::select! {
-                _ = tokio::time::sleep(every) => {}
+                _ = tokio::time::sleep(d.every) => {}
                 _ = stop.changed() => break,
             }
         }
@@ -219,16 +240,38 @@ pub async fn run(cfg: CollectorConfig, store: &StoreLocation, shutdown: impl std
     }
     // Scrape tasks end at the stop signal; with them go the last senders, which ends the writer.
     scrapers.join().await;
+    unit_scrapers.join().await;
     let summary = tokio::task::spawn_blocking(move || writer_thread.join()).await.map_err(|e| LiveError::internal(e.to_string()))?.map_err(|_| LiveError::internal("the writer thread panicked"))??;
     let _ = server.await;
     Ok(LiveSummary { writer: summary, elapsed: started.elapsed() })
 }
 
-/// Exporter URLs of the running pods that match `selector`, across namespaces.
-async fn discover_exporters(client: &kube::Client, selector: &str, port: u16) -> Result<BTreeSet<String>, String> {
-    let lp = kube::api::ListParams { label_selector: Some(selector.to_owned()), ..Default::default() };
+/// What the discovery loop looks up through the API server, every `every`.
+struct Discovery {
+    client: kube::Client,
+    /// Exporter pods: label selector and port.
+    exporters: Option<(String, u16)>,
+    /// Unit pods: label selector (none: the annotated pods) and default port.
+    unit_pods: Option<(Option<String>, u16)>,
+    every: Duration,
+}
+
+/// The running pods, across namespaces, that `selector` matches (all without one).
+async fn list_pods(client: &kube::Client, selector: Option<&str>) -> Result<serde_json::Value, String> {
+    let lp = kube::api::ListParams { label_selector: selector.map(str::to_owned), ..Default::default() };
     let req = kube::core::Request::new("/api/v1/pods").list(&lp).map_err(|e| e.to_string())?;
     let text = client.request_text(req).await.map_err(|e| e.to_string())?;
-    let list: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("pod list is not JSON: {e}"))?;
-    Ok(scrape::endpoints_from_pod_list(&list, port))
+    serde_json::from_str(&text).map_err(|e| format!("pod list is not JSON: {e}"))
+}
+
+/// Exporter URLs of the running pods that match `selector`.
+async fn discover_exporters(client: &kube::Client, selector: &str, port: u16) -> Result<BTreeMap<String, scrape::Serves>, String> {
+    Ok(scrape::endpoints_from_pod_list(&list_pods(client, Some(selector)).await?, port))
+}
+
+/// Metrics URLs of the running pods to scrape for unit counters, each with its pod.
+async fn discover_unit_pods(client: &kube::Client, selector: Option<&str>, port: u16) -> Result<BTreeMap<String, scrape::Serves>, String> {
+    let pick = if selector.is_some() { units::Pick::Listed } else { units::Pick::Annotated };
+    let found = units::unit_pods_from_list(&list_pods(client, selector).await?, pick, port);
+    Ok(found.into_iter().map(|(url, pod)| (url, scrape::Serves::Pod(pod))).collect())
 }

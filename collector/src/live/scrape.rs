@@ -1,6 +1,6 @@
-//! DCGM exporter scrapes: one task per endpoint, each on its own ticker, so a slow or dead
-//! exporter only ever delays itself. Endpoints come from the config and, when enabled, from the
-//! exporter pods the API server lists.
+//! Scrapes: one task per endpoint, each on its own ticker, so a slow or dead endpoint only ever
+//! delays itself. DCGM exporters come from the config and, when enabled, from the exporter pods
+//! the API server lists; pods exposing unit counters from the same lists ([`super::units`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
 use super::metrics::Metrics;
+use super::units::{PodRef, parse_counters};
 use super::writer::Msg;
 use crate::diag::Diagnostics;
 use crate::sources::{DcgmText, Origin, Source};
@@ -20,6 +21,8 @@ use crate::tables::samples::SampleTables;
 
 /// The `source` field of the scrape loop's log events: the name of the source it reads with.
 const SOURCE: &str = "dcgm_scrape";
+/// The same for the scrapes of pods' unit counters.
+const UNIT_SOURCE: &str = "unit_scrape";
 
 /// Largest body read from an exporter (a DCGM exporter of 8 GPUs writes about 100 KiB).
 const MAX_BODY: usize = 64 << 20;
@@ -33,15 +36,30 @@ pub struct ScrapeContext {
     pub tx: mpsc::Sender<Msg>,
     pub metrics: Arc<Metrics>,
     pub stop: watch::Receiver<bool>,
+    /// The counters kept from the pods scraped for units.
+    pub unit_metrics: Arc<BTreeSet<String>>,
+}
+
+/// What an endpoint serves, and so how its answer is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Serves {
+    /// A DCGM exporter: every sample is kept.
+    Exporter,
+    /// A pod's own metrics: only the unit counters, with the pod's labels.
+    Pod(PodRef),
 }
 
 /// Starts scraping `endpoint` until `stop` turns true or the task is aborted.
-pub fn spawn(endpoint: String, ctx: ScrapeContext) -> JoinHandle<()> {
+pub fn spawn(endpoint: String, serves: Serves, ctx: ScrapeContext) -> JoinHandle<()> {
     ctx.metrics.endpoint_added(&endpoint);
-    tokio::spawn(scrape_loop(endpoint, ctx))
+    tokio::spawn(scrape_loop(endpoint, serves, ctx))
 }
 
-async fn scrape_loop(endpoint: String, mut ctx: ScrapeContext) {
+async fn scrape_loop(endpoint: String, serves: Serves, mut ctx: ScrapeContext) {
+    let source = match serves {
+        Serves::Exporter => SOURCE,
+        Serves::Pod(_) => UNIT_SOURCE,
+    };
     let mut ticker = tokio::time::interval(ctx.interval);
     // A scrape that overran its slot is not made up for: the next one waits for its own slot.
     ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
@@ -61,11 +79,14 @@ async fn scrape_loop(endpoint: String, mut ctx: ScrapeContext) {
             _ = ctx.stop.changed() => break,
         };
         let seconds = t0.elapsed().as_secs_f64();
-        let outcome = result.and_then(|body| parse(&endpoint, &body, started_ms, &ctx.metrics));
+        let outcome = result.and_then(|body| match &serves {
+            Serves::Exporter => parse(&endpoint, &body, started_ms, &ctx.metrics),
+            Serves::Pod(pod) => parse_counters(&endpoint, &body, started_ms, pod, &ctx.unit_metrics, &ctx.metrics),
+        });
         match outcome {
             Ok((batches, samples)) => {
                 if failing {
-                    tracing::info!(source = SOURCE, endpoint = %endpoint, "scraping again");
+                    tracing::info!(source = source, endpoint = %endpoint, "scraping again");
                     failing = false;
                 }
                 // Counted only once the writer has it; a full queue makes this scrape wait, not others.
@@ -77,7 +98,7 @@ async fn scrape_loop(endpoint: String, mut ctx: ScrapeContext) {
             Err(reason) => {
                 ctx.metrics.scrape_failed(&endpoint, seconds);
                 if !failing {
-                    tracing::warn!(source = SOURCE, endpoint = %endpoint, reason = %reason, "scrape failed");
+                    tracing::warn!(source = source, endpoint = %endpoint, reason = %reason, "scrape failed");
                     failing = true;
                 }
             }
@@ -136,8 +157,8 @@ fn parse(endpoint: &str, body: &[u8], scraped_ms: i64, metrics: &Metrics) -> Res
 }
 
 /// The exporter URLs the API server lists right now: running pods matching `selector`.
-pub fn endpoints_from_pod_list(list: &Value, port: u16) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
+pub fn endpoints_from_pod_list(list: &Value, port: u16) -> BTreeMap<String, Serves> {
+    let mut out = BTreeMap::new();
     for pod in list.get("items").and_then(Value::as_array).into_iter().flatten() {
         let status = pod.get("status");
         let running = status.and_then(|s| s.get("phase")).and_then(Value::as_str) == Some("Running");
@@ -145,7 +166,7 @@ pub fn endpoints_from_pod_list(list: &Value, port: u16) -> BTreeSet<String> {
         let Some(ip) = status.and_then(|s| s.get("podIP")).and_then(Value::as_str).filter(|ip| !ip.is_empty()) else { continue };
         if running && !deleting {
             let host = if ip.contains(':') { format!("[{ip}]") } else { ip.to_owned() };
-            out.insert(format!("http://{host}:{port}/metrics"));
+            out.insert(format!("http://{host}:{port}/metrics"), Serves::Exporter);
         }
     }
     out
@@ -155,43 +176,64 @@ pub fn endpoints_from_pod_list(list: &Value, port: u16) -> BTreeSet<String> {
 /// while their pod runs.
 pub struct Scrapers {
     ctx: ScrapeContext,
-    running: BTreeMap<String, JoinHandle<()>>,
+    running: BTreeMap<String, (Serves, JoinHandle<()>)>,
     fixed: BTreeSet<String>,
+    /// What the log calls the endpoints found: "an exporter", "a unit pod".
+    what: &'static str,
 }
 
 impl Scrapers {
+    /// DCGM exporters: the `fixed` ones for the whole run, discovered ones added by
+    /// [`Scrapers::update`].
     pub fn new(ctx: ScrapeContext, fixed: &[String]) -> Scrapers {
-        let mut s = Scrapers { ctx, running: BTreeMap::new(), fixed: fixed.iter().cloned().collect() };
+        let mut s = Scrapers { ctx, running: BTreeMap::new(), fixed: fixed.iter().cloned().collect(), what: "an exporter" };
         for e in fixed {
             if !s.running.contains_key(e) {
                 tracing::info!(source = SOURCE, endpoint = %e, every = %super::config::format_duration(s.ctx.interval), "scraping");
-                s.running.insert(e.clone(), spawn(e.clone(), s.ctx.clone()));
+                s.running.insert(e.clone(), (Serves::Exporter, spawn(e.clone(), Serves::Exporter, s.ctx.clone())));
             }
         }
         s
     }
 
-    /// Makes the discovered set `found`: starts new endpoints, stops vanished ones.
-    pub fn update(&mut self, found: &BTreeSet<String>) {
-        for e in found {
+    /// Pods scraped for unit counters, all discovered.
+    pub fn unit_pods(ctx: ScrapeContext) -> Scrapers {
+        Scrapers { ctx, running: BTreeMap::new(), fixed: BTreeSet::new(), what: "a unit pod" }
+    }
+
+    /// Makes the discovered set `found`: starts new endpoints, stops vanished ones. An endpoint
+    /// whose pod changed (a new pod got the old one's address) starts over as the new one's.
+    pub fn update(&mut self, found: &BTreeMap<String, Serves>) {
+        let changed: Vec<String> = self.running.iter().filter(|(e, (s, _))| found.get(*e).is_some_and(|f| f != s)).map(|(e, _)| e.clone()).collect();
+        for e in changed {
+            self.stop(&e, "its pod changed");
+        }
+        for (e, serves) in found {
             if !self.running.contains_key(e) {
-                tracing::info!(source = SOURCE, endpoint = %e, "discovered an exporter");
-                self.running.insert(e.clone(), spawn(e.clone(), self.ctx.clone()));
+                match serves {
+                    Serves::Pod(p) => tracing::info!(source = SOURCE, endpoint = %e, namespace = %p.namespace, pod = %p.pod, "discovered {}", self.what),
+                    Serves::Exporter => tracing::info!(source = SOURCE, endpoint = %e, "discovered {}", self.what),
+                }
+                self.running.insert(e.clone(), (serves.clone(), spawn(e.clone(), serves.clone(), self.ctx.clone())));
             }
         }
-        let gone: Vec<String> = self.running.keys().filter(|e| !found.contains(*e) && !self.fixed.contains(*e)).cloned().collect();
+        let gone: Vec<String> = self.running.keys().filter(|e| !found.contains_key(*e) && !self.fixed.contains(*e)).cloned().collect();
         for e in gone {
-            tracing::info!(source = SOURCE, endpoint = %e, "the exporter went away");
-            if let Some(h) = self.running.remove(&e) {
-                h.abort();
-            }
-            self.ctx.metrics.endpoint_removed(&e);
+            self.stop(&e, "went away");
         }
+    }
+
+    fn stop(&mut self, endpoint: &str, why: &str) {
+        tracing::info!(source = SOURCE, endpoint = %endpoint, "{} {why}", self.what);
+        if let Some((_, h)) = self.running.remove(endpoint) {
+            h.abort();
+        }
+        self.ctx.metrics.endpoint_removed(endpoint);
     }
 
     /// Waits for every task (after `stop` was signalled).
     pub async fn join(self) {
-        for (_, h) in self.running {
+        for (_, (_, h)) in self.running {
             let _ = h.await;
         }
     }
@@ -215,7 +257,7 @@ mod tests {
             {"metadata": {"name": "d", "deletionTimestamp": "2026-01-01T00:00:00Z"}, "status": {"phase": "Running", "podIP": "10.0.0.7"}},
             {"metadata": {"name": "e"}, "status": {"phase": "Running", "podIP": "fd00::8"}}
         ]});
-        let got: Vec<String> = endpoints_from_pod_list(&list, 9400).into_iter().collect();
+        let got: Vec<String> = endpoints_from_pod_list(&list, 9400).into_keys().collect();
         assert_eq!(got, ["http://10.0.0.5:9400/metrics", "http://[fd00::8]:9400/metrics"]);
     }
 
