@@ -14,6 +14,7 @@ pub mod tag {
     pub const EVENTS: u64 = 6;
     pub const PICK: u64 = 7;
     pub const CORDON: u64 = 8;
+    pub const INFERENCE: u64 = 9;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

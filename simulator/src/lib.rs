@@ -18,6 +18,7 @@
 //! <out>/kubernetes/pods.watch.jsonl       watch events, one per line
 //! <out>/kubernetes/events.json            core/v1 Event List
 //! <out>/kubernetes/events-v1.jsonl        events.k8s.io/v1 Events, one per line
+//! <out>/inference/<YYYY-MM-DD>.prom       vLLM servers' token and request counters, per pod
 //! <out>/expected.json                     the ledger figures this capture implies
 //! ```
 //!
@@ -38,6 +39,7 @@
 mod cluster;
 mod dcgm;
 mod error;
+mod inference;
 mod k8s;
 mod out;
 mod rng;
@@ -254,17 +256,18 @@ fn simulate_on(
     };
     // Objects (CPU-bound JSON) are written beside the samples (mostly disk-bound); neither
     // depends on the other, so this changes no byte.
-    let (written, (stats, acc)) = std::thread::scope(|scope| {
+    let (written, ((stats, acc), counted)) = std::thread::scope(|scope| {
         let objects = scope.spawn(|| k8s::write_all(cfg.seed, &cl, &tl, &sim, window, out));
         let mut progress = |f| progress(0.03 + 0.95 * f);
-        let samples = match dcgm {
-            Dcgm::Files { threads, sink } => dcgm::write_all(&ctx, threads, sink, &mut progress),
-            Dcgm::ByDay { sink } => dcgm::write_all_by_day(&ctx, sink, &mut progress),
+        let (samples, sink) = match dcgm {
+            Dcgm::Files { threads, sink } => (dcgm::write_all(&ctx, threads, sink, &mut progress), sink),
+            Dcgm::ByDay { sink } => (dcgm::write_all_by_day(&ctx, sink, &mut progress), sink),
         };
+        let counted = inference::write(cfg.seed, &cl, &tl, &sim, window, &mut *sink());
         let written = objects
             .join()
             .map_err(|_| SimError::internal("the Kubernetes object writer panicked"))?;
-        Ok::<_, SimError>((written?, samples?))
+        Ok::<_, SimError>((written?, (samples?, counted?)))
     })?;
 
     let expected = truth::build_expected(
@@ -274,8 +277,9 @@ fn simulate_on(
         &sim,
         &months,
         &acc,
+        &counted,
         truth::Counts {
-            samples: stats.samples,
+            samples: stats.samples + counted.samples,
             gpu_rows: stats.rows,
             blank_values: stats.blanks,
             objects_by_kind: written.objects_by_kind,
@@ -291,11 +295,11 @@ fn simulate_on(
     let expected_bytes = out::write_atomic(&path, &text)?;
     progress(1.0);
     Ok(SimSummary {
-        files: written.files + stats.files + 1,
-        samples: stats.emitted_samples,
+        files: written.files + stats.files + counted.files + 1,
+        samples: stats.emitted_samples + counted.emitted_samples,
         gpu_rows: stats.emitted_rows,
         objects: written.objects,
-        bytes: written.bytes + stats.bytes + expected_bytes,
+        bytes: written.bytes + stats.bytes + counted.bytes + expected_bytes,
     })
 }
 

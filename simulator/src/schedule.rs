@@ -61,7 +61,15 @@ pub enum Units {
     JobCountAtEnd(&'static str, f64, f64),
     /// Both annotations on the Workload from its creation (a batch of known size).
     WorkloadCount(&'static str, f64, f64),
+    /// No annotation: the pods are vLLM servers whose token and request counters Prometheus
+    /// scrapes ([`crate::inference`]), counted by `[[units.counters]]`. Their pods carry the team
+    /// label [`INFERENCE_TEAM`].
+    VllmCounters,
 }
+
+/// The team of the vLLM fleet (a pod label in the `serving` namespace): its cost per unit is its
+/// cost per million generated tokens.
+pub const INFERENCE_TEAM: &str = "llm-inference";
 
 /// A kind of job one team submits to one pool.
 pub struct Template {
@@ -177,7 +185,7 @@ pub const TEMPLATES: &[Template] = &[
         share: 0.17,
         p_oom: 0.0,
         p_err: 0.02,
-        units: Units::JobCountAtEnd("1k-requests", 40.0, 400.0),
+        units: Units::VllmCounters,
         image: "vllm/vllm-openai:v0.6.3",
         cpu_per_unit: 12,
         mem_gi_per_unit: 96,
@@ -732,6 +740,7 @@ fn make_job(seed: u64, created: i64, ti: usize, n: u64, multi_node_ok: bool, nth
             );
             wl_annotations.insert("gpuledger.io/unit".to_string(), u.to_string());
         }
+        Units::VllmCounters => {}
     }
     let ns = ns_index(t.ns);
     let shape = match (t.kind, nth % 3) {
@@ -769,7 +778,7 @@ fn make_job(seed: u64, created: i64, ti: usize, n: u64, multi_node_ok: bool, nth
         job_end_annotations,
         wl_annotations,
         wl_team: None,
-        pod_team: None,
+        pod_team: matches!(t.units, Units::VllmCounters).then_some(INFERENCE_TEAM),
         shape,
         segments: Vec::new(),
         finished: None,
@@ -851,6 +860,12 @@ fn mark_special_jobs(jobs: &mut [Job], start_s: i64) {
     }
     if let Some(i) = pick(jobs, "ocr-serve", 0, true) {
         jobs[i].job_end_annotations.insert("gpuledger.io/accepted-units".to_string(), "-3".to_string());
+    }
+    // A vLLM server whose container crashes once and restarts: its counters start again from
+    // zero (docs/accounting.md "Counter units": a decrease is a restart).
+    if let Some(i) = pick(jobs, "llm-serve-", 0, false) {
+        jobs[i].plan = Plan::Error;
+        jobs[i].backoff_limit = 1;
     }
 }
 

@@ -298,6 +298,9 @@ pub struct Expected {
     /// Planted spend anomalies (captures of 9 days or more have one), docs/accounting.md
     /// "Spend anomalies".
     pub anomaly_spikes: Vec<SpikeRow>,
+    /// Restarts of the vLLM servers' counters in the capture (a decrease of a series, counted
+    /// from its new value), docs/accounting.md "Counter units".
+    pub counter_resets: u64,
     /// GPU quota per month, ClusterQueue and GPU pool flavor ([`quota_rows`]).
     pub quota: Vec<QuotaRow>,
 }
@@ -458,6 +461,7 @@ pub fn build_expected(
     sim: &Sim,
     months: &Months,
     acc: &Acc,
+    counted: &crate::inference::Counted,
     counts: Counts,
 ) -> Expected {
     let faults = hardware_faults(cl, tl, sim, acc);
@@ -528,7 +532,11 @@ pub fn build_expected(
     }
 
     let mut units: BTreeMap<(String, String, String), f64> = BTreeMap::new();
-    for job in &sim.jobs {
+    for (ji, job) in sim.jobs.iter().enumerate() {
+        // A vLLM run with counter samples accepts what its counters counted, not one unit.
+        if counted.counted_jobs.get(ji).copied().unwrap_or(false) {
+            continue;
+        }
         // A run accepts units only if it held a GPU: its pod is in the samples, or its Workload
         // asks for GPUs. A bare pod has no Workload: its succeeded pod must have been sampled.
         if job.shape == Shape::BarePod && job.segments.last().is_none_or(|&s| acc.seg[s as usize] == 0) {
@@ -540,6 +548,11 @@ pub fn build_expected(
                 .entry((month_string(t * 1000), run_team(job).to_string(), unit))
                 .or_insert(0.0) += count;
         }
+    }
+    // Counted per hour to the micro-unit, whole tokens over a million are exact.
+    for ((month, team), (tokens, requests)) in &counted.units {
+        *units.entry((month.clone(), team.clone(), crate::inference::TOKENS_UNIT.to_string())).or_insert(0.0) += *tokens as f64 / 1e6;
+        *units.entry((month.clone(), team.clone(), crate::inference::REQUESTS_UNIT.to_string())).or_insert(0.0) += *requests as f64;
     }
     let accepted_units = units
         .into_iter()
@@ -654,6 +667,7 @@ pub fn build_expected(
         stranded,
         energy,
         anomaly_spikes: spikes(cl, tl, sim),
+        counter_resets: counted.resets,
         quota: quota_rows(cl, tl, sim),
     }
 }

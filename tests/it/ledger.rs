@@ -580,6 +580,17 @@ operations = 40.0
 
 [units]
 files = ["units.csv"]
+
+# The simulated vLLM fleet's counters (inference/*.prom).
+[[units.counters]]
+metric = "vllm:generation_tokens_total"
+unit = "1M-tokens"
+scale = 1e-6
+
+[[units.counters]]
+metric = "vllm:request_success_total"
+unit = "requests"
+match = 'finished_reason=~"stop|length"'
 "#;
 
 /// Extra units from elsewhere (an inference server's success counter, say).
@@ -741,6 +752,21 @@ fn check_simulated(gpus: u32, days: u32, seed: u64, interval: u32, start: &str) 
     // Why GPUs were idle: every (month, team, state, reason) and every pool's stranded hours.
     let s = store.display().to_string();
     let query_json = |sql: &str| -> Vec<Value> { serde_json::from_slice(&run(&["query", "--store", &s, "--format", "json", sql], 0).stdout).unwrap() };
+
+    // The vLLM fleet's units, unit by unit, exactly: the tokens and accepted requests its
+    // counters counted (restarts included), as the simulator counted them from the values it wrote.
+    let fleet = |rows: &[Value]| -> Vec<(String, String, f64)> {
+        let mut v: Vec<(String, String, f64)> = rows
+            .iter()
+            .filter(|r| r["team"] == "llm-inference")
+            .map(|r| (r["month"].as_str().unwrap().to_owned(), r["unit"].as_str().unwrap().to_owned(), r["accepted_units"].as_f64().unwrap()))
+            .collect();
+        v.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        v
+    };
+    let want_fleet = fleet(expected["accepted_units"].as_array().unwrap());
+    assert!(want_fleet.iter().any(|(_, u, n)| u == "1M-tokens" && *n > 0.0), "{case}: the simulated fleet generated tokens: {want_fleet:?}");
+    assert_eq!(fleet(&query_json("SELECT month, team, unit, accepted_units FROM accepted_units_monthly")), want_fleet, "{case}: the inference fleet's units");
     let key = |r: &Value, fields: &[&str]| -> Vec<String> { fields.iter().map(|f| r[*f].as_str().unwrap_or("").to_owned()).collect() };
     let sum_by = |rows: &[Value], fields: &[&str], value: &str| -> BTreeMap<Vec<String>, f64> {
         let mut sums = BTreeMap::new();

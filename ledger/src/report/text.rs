@@ -197,6 +197,10 @@ fn document(report: &Report, style: Style) -> String {
         }
     }
 
+    if report.units.iter().any(|u| u.month == report.month.as_str()) {
+        out.push_str(&heading("Accepted units (what \"per unit\" counts)", style));
+        out.push_str(&units_grid(report).render(style));
+    }
     if !report.idle_reasons.is_empty() {
         out.push_str(&heading(&format!("Why GPUs were idle ({}, costliest first)", report.currency), style));
         out.push_str(&idle_grid(report, IDLE_ROWS_SHOWN).render(style));
@@ -245,6 +249,32 @@ fn document(report: &Report, style: Style) -> String {
         out.push_str(&energy_grid(report).render(style));
     }
     out
+}
+
+/// Each team's accepted units by name, with the cost of one where the team counts units of
+/// one name only: the chargeback's cost per unit is the team's total over all its units, which
+/// means something only when they are alike (a team counting tokens and requests has none here).
+fn units_grid(report: &Report) -> Grid {
+    let month: Vec<_> = report.units.iter().filter(|u| u.month == report.month.as_str()).collect();
+    let rows = month
+        .iter()
+        .map(|u| {
+            let alike = month.iter().filter(|o| o.team == u.team).count() == 1;
+            let per_unit = report
+                .chargeback
+                .iter()
+                .find(|r| r.team == u.team)
+                .and_then(|r| r.cost_per_accepted_unit)
+                .filter(|_| alike)
+                .map_or_else(|| "- (units of several names)".to_owned(), |v| format!("{} {} per {}", per_unit_fmt(v), report.currency, u.unit));
+            vec![u.team.clone(), u.unit.clone(), units_fmt(u.accepted_units), per_unit]
+        })
+        .collect();
+    let mut grid = Grid::new(&["team", "unit", "accepted", "cost per unit"], 2, rows, None);
+    if let Some(last) = grid.right.last_mut() {
+        *last = false;
+    }
+    grid
 }
 
 /// How many why-idle rows the table and markdown show (the CSV has them all).
@@ -725,6 +755,20 @@ pub(crate) fn duration_fmt(seconds: f64) -> String {
 mod tests {
     use super::super::fixture;
     use super::*;
+
+    /// The units section says what one unit of each team is and costs, and refuses a price for
+    /// a team whose units have several names (its cost per unit adds them up).
+    #[test]
+    fn units_are_listed_by_name_with_the_cost_of_one_where_alike() {
+        let mut r = fixture::report();
+        r.units.push(crate::report::UnitsRow { month: "2026-10".into(), team: "vision".into(), unit: "videos".into(), accepted_units: 2.0 });
+        let out = render(&r, TextFormat::Table);
+        let line = |team: &str, unit: &str| out.lines().find(|l| l.starts_with(team) && l.contains(&format!(" {unit} "))).unwrap_or_else(|| panic!("{team} {unit}:\n{out}")).to_owned();
+        assert!(out.contains("Accepted units (what \"per unit\" counts)"), "{out}");
+        assert!(line("ml-research", "samples").ends_with("0.245 EUR per samples"), "{out}");
+        assert!(line("vision", "images").ends_with("- (units of several names)"), "{out}");
+        assert!(line("vision", "videos").contains(" 2.0 "), "{out}");
+    }
 
     fn parse_csv_line(line: &str) -> Vec<String> {
         // Enough of RFC 4180 for the tests: quoted fields with doubled quotes, no line breaks.
