@@ -91,10 +91,17 @@ SELECT 3, 'gpuledger_lost_gpu_hours_platform_paid', month, team, 0, CAST(NULL AS
 UNION ALL
 SELECT 4, 'gpuledger_lost_cost_platform_paid', month, team, 0, NULL, NULL, CAST(lost_cost_platform_paid AS DOUBLE) FROM chargeback_monthly
 UNION ALL
-SELECT 5, 'gpuledger_accepted_units', month, team, 0, NULL, NULL, CAST(accepted_units AS DOUBLE) FROM chargeback_monthly
+-- Units by name (1M-tokens, training-run, ...); the cost of one is labelled with the team's unit
+-- where it counts units of one name, else `mixed` (the cost per unit then adds names up).
+SELECT 5, 'gpuledger_accepted_units', month, team, CAST(ROW_NUMBER() OVER (PARTITION BY month, team ORDER BY unit) AS INT), 'unit', unit,
+       CAST(accepted_units AS DOUBLE) FROM accepted_units_monthly
 UNION ALL
-SELECT 6, 'gpuledger_cost_per_accepted_unit', month, team, 0, NULL, NULL, CAST(cost_per_accepted_unit AS DOUBLE) FROM chargeback_monthly
-WHERE cost_per_accepted_unit IS NOT NULL
+SELECT 6, 'gpuledger_cost_per_accepted_unit', c.month, c.team, 0, 'unit', CASE WHEN u.names = 1 THEN u.unit ELSE 'mixed' END,
+       CAST(c.cost_per_accepted_unit AS DOUBLE)
+FROM chargeback_monthly c
+JOIN (SELECT month, team, COUNT(*) AS names, MIN(unit) AS unit FROM accepted_units_monthly GROUP BY month, team) u
+  ON u.month = c.month AND u.team = c.team
+WHERE c.cost_per_accepted_unit IS NOT NULL
 UNION ALL
 -- Budgets (65_budgets.sql): what a Grafana alert rule watches.
 SELECT 7, 'gpuledger_budget', month, team, 0, NULL, NULL, CAST(budget AS DOUBLE) FROM budget_monthly

@@ -46,8 +46,8 @@ const GAUGES: [(&str, &str, bool); 13] = [
     ("gpuledger_cost", "Cost in {currency} in the month by team and component; component=\"total\" is their sum.", true),
     ("gpuledger_lost_gpu_hours_platform_paid", "Failed and preempted GPU-hours of the team whose cost the platform paid (hardware faults); inside gpuledger_gpu_hours.", false),
     ("gpuledger_lost_cost_platform_paid", "Cost in {currency} of those hours: in platform's failed_runs, not the team's.", true),
-    ("gpuledger_accepted_units", "Accepted units of work finished in the month by team.", false),
-    ("gpuledger_cost_per_accepted_unit", "Total cost divided by accepted units (absent for a team without units).", true),
+    ("gpuledger_accepted_units", "Accepted units of work in the month by team and unit name.", false),
+    ("gpuledger_cost_per_accepted_unit", "Total cost divided by accepted units (absent for a team without units); unit is the team's unit name, or mixed when it has several.", true),
     ("gpuledger_budget", "The team's budget for the month in {currency} ([[budgets]]; only budgeted teams).", true),
     ("gpuledger_budget_used_ratio", "Spend to date over the month's budget (1 = all of it).", false),
     ("gpuledger_budget_forecast_ratio", "Month-end spend at the rate so far over the month's budget; alert on > 1.", false),
@@ -158,10 +158,15 @@ mod tests {
         let ctx = datafusion::prelude::SessionContext::new();
         ctx.register_batch("chargeback_monthly", batch).unwrap();
         // The view file also reads these; empty tables of their declared shape do.
-        for name in ["priced_state_hours", "accepted_units_monthly"] {
+        for name in ["priced_state_hours"] {
             let schema = gpuledger_schemas::derived_table(name).unwrap().arrow_schema();
             ctx.register_batch(name, RecordBatch::new_empty(schema)).unwrap();
         }
+        // ml"a counts tokens only (its cost per unit is per 1M-tokens); web counts runs and
+        // requests (several names: a cost per unit would be `mixed`, but web has none).
+        let units = "CREATE TABLE accepted_units_monthly AS SELECT * FROM (VALUES ('2026-10', 'ml\"a', '1M-tokens', 13.0), \
+                     ('2026-10', 'web', 'run', 2.0), ('2026-10', 'web', 'requests', 5.0)) AS u(month, team, unit, accepted_units)";
+        ctx.sql(units).await.unwrap().collect().await.unwrap();
         // web spent 12.5 of a 10.0 budget by mid-month: 1.25 used, heading for 2.5.
         let budget = "CREATE TABLE budget_monthly AS SELECT '2026-10' AS month, 'web' AS team, 10.0 AS budget, 12.5 AS spend, \
                       25.0 AS forecast, 1.25 AS used_ratio, 2.5 AS forecast_ratio, 15.5 AS elapsed_days, 31.0 AS month_days";
@@ -199,6 +204,10 @@ mod tests {
         assert_eq!(find("gpuledger_cost", &[("team", "web"), ("component", "total")]), Some(12.5));
         assert_eq!(find("gpuledger_cost_per_accepted_unit", &[("team", "ml\\\"a")]).or(find("gpuledger_cost_per_accepted_unit", &[("team", "ml\"a")])), Some(14.0));
         assert_eq!(find("gpuledger_cost_per_accepted_unit", &[("team", "web")]), None, "no units, no gauge");
+        assert_eq!(find("gpuledger_cost_per_accepted_unit", &[("unit", "1M-tokens"), ("currency", "USD")]), Some(14.0), "labelled with the team's one unit");
+        assert_eq!(find("gpuledger_accepted_units", &[("team", "web"), ("unit", "requests")]), Some(5.0));
+        assert_eq!(find("gpuledger_accepted_units", &[("team", "web"), ("unit", "run")]), Some(2.0));
+        assert!(text.find("unit=\"requests\"").unwrap() < text.find("unit=\"run\"").unwrap(), "units in name order");
         assert!(text.contains("team=\"ml\\\"a\""), "{text}");
         assert_eq!(find("gpuledger_lost_gpu_hours_platform_paid", &[("team", "web")]), Some(15.5));
         assert_eq!(find("gpuledger_lost_cost_platform_paid", &[("team", "web"), ("currency", "USD")]), Some(16.5));
