@@ -85,6 +85,9 @@ RIGHT JOIN (
 -- platform's rest (cluster_queue null), by largest remainder as spread_parts below (ties:
 -- ClusterQueue names ascending, the rest last). Unallocated time on nodes no GPU flavor selects
 -- is one part, the platform's.
+-- The split is written out here rather than shared with spread_parts: spread_parts' weights
+-- (team_month_weights) are over chargeback_teams, which holds the owners this split charges,
+-- so one view computing both would depend on itself.
 CREATE OR REPLACE VIEW quota_cost_parts AS
 SELECT month, hour_ms, flavor, cluster_queue,
        floor_part + CASE WHEN ROW_NUMBER() OVER (PARTITION BY hour_ms, flavor ORDER BY remainder DESC, cluster_queue NULLS LAST)
