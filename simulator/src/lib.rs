@@ -401,7 +401,8 @@ mod tests {
         let mut dcgm_files = 0;
         for rel in files_under(files_dir.path()) {
             let bytes = std::fs::read(files_dir.path().join(&rel)).unwrap();
-            if rel.starts_with("dcgm") {
+            // The samples (DCGM and the vLLM servers' counters) go to the sinks, the rest to disk.
+            if rel.starts_with("dcgm") || rel.starts_with("inference") {
                 dcgm_files += 1;
                 assert!(handed.get(&rel) == Some(&bytes), "{} differs", rel.display());
             } else {
@@ -818,7 +819,7 @@ mod tests {
             for (rel, b) in half.iter() {
                 assert!(whole.contains_key(rel), "half {h}: {} is not in the whole", rel.display());
                 // Kubernetes streams are written even when empty (the ingest takes them so).
-                assert!(!b.is_empty() || !rel.starts_with("dcgm"), "half {h}: {} is empty", rel.display());
+                assert!(!b.is_empty() || !(rel.starts_with("dcgm") || rel.starts_with("inference")), "half {h}: {} is empty", rel.display());
             }
         }
         // Per half: DCGM samples and Kubernetes versions written.
@@ -828,7 +829,7 @@ mod tests {
         for (rel, bytes) in whole {
             let name = rel.file_name().unwrap().to_str().unwrap();
             let of = |h: usize| halves[h].get(rel);
-            if rel.starts_with("dcgm") {
+            if rel.starts_with("dcgm") || rel.starts_with("inference") {
                 if let Ok(t) = rel.file_stem().unwrap().to_str().unwrap().parse::<i64>() {
                     // A raw scrape is a file of its own: whole, on its time's side only.
                     assert_eq!(of(side(t)), Some(bytes), "{}", rel.display());
@@ -837,8 +838,9 @@ mod tests {
                     continue;
                 }
                 // /federate lines carry their time: each on its side, together the whole's.
+                // `# TYPE` lines head each half's file: only samples are split.
                 fn lines(b: Option<&Vec<u8>>) -> Vec<&str> {
-                    b.map(|b| std::str::from_utf8(b).unwrap().lines().collect()).unwrap_or_default()
+                    b.map(|b| std::str::from_utf8(b).unwrap().lines().filter(|l| !l.starts_with('#')).collect()).unwrap_or_default()
                 }
                 let mut got = Vec::new();
                 for (h, n) in dcgm.iter_mut().enumerate() {

@@ -309,6 +309,20 @@ fn prom_files_hold_the_counted_samples_and_t4_files_have_no_timestamps() {
         }
     }
     assert!(t4_files > 1000 && day_files > 0);
+    // The vLLM servers' counters: daily files, every sample with its timestamp in the file's day.
+    let mut counter_samples = 0u64;
+    for p in files(&dir.path().join("inference")) {
+        let stem = p.file_stem().unwrap().to_string_lossy().to_string();
+        let day = chrono::NaiveDate::parse_from_str(&stem, "%Y-%m-%d").unwrap().and_hms_opt(0, 0, 0).unwrap().and_utc().timestamp() / 86_400;
+        for line in std::fs::read_to_string(&p).unwrap().lines().filter(|l| !l.starts_with('#')) {
+            assert!(line.starts_with("vllm:generation_tokens_total{") || line.starts_with("vllm:request_success_total{"), "{line}");
+            let ms: i64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+            assert_eq!(ms.div_euclid(86_400_000), day, "{line}");
+            counter_samples += 1;
+        }
+    }
+    assert!(counter_samples > 0, "the inference fleet's counters are in the capture");
+    samples += counter_samples;
     assert_eq!(samples, exp["totals"]["samples"].as_u64().unwrap());
     assert_eq!(samples, summary.samples);
     assert_eq!(
