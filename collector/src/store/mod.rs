@@ -324,9 +324,34 @@ impl Store {
                     let theirs: Vec<DataFile> = latest.files.iter().filter(|f| !known.contains(f.path.as_str())).cloned().collect();
                     tracing::debug!(table = table.name, files = theirs.len(), attempt, "another writer committed first: deduplicating against its files");
                     self.snapshots.insert(table.name, latest);
+                    if !named {
+                        self.learn_keys_of(table, &theirs)?;
+                    }
                     written = self.without_rows_of(table, &theirs, written, named)?;
                 }
                 Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Every key set this writer holds learns the keys of `theirs` (files another writer
+    /// committed) of its day, or of any day for a table deduplicated as a whole. This writer's
+    /// snapshot now lists their files, so a set loaded later reads them; one loaded before must
+    /// learn them here, whichever day this writer's own files are of: else a later write of that
+    /// day would take their rows for new.
+    fn learn_keys_of(&mut self, table: &'static Table, theirs: &[DataFile]) -> Result<()> {
+        let scopes: Vec<Option<String>> = self.keys.keys().filter(|(t, _)| *t == table.name).map(|(_, s)| s.clone()).collect();
+        for scope in scopes {
+            let files: Vec<String> = theirs.iter().filter(|f| scope.is_none() || f.date == scope).map(|f| format!("{}/{}", table.name, f.path)).collect();
+            if files.is_empty() {
+                continue;
+            }
+            if let Some((mut set, used)) = self.keys.remove(&(table.name, scope.clone())) {
+                for file in &files {
+                    self.read_parquet(file, |reader| set.load(table, reader))?;
+                }
+                self.keys.insert((table.name, scope), (set, used));
             }
         }
         Ok(())
@@ -355,13 +380,6 @@ impl Store {
             let mut other = KeySet::empty();
             for file in &relevant {
                 self.read_parquet(file, |reader| other.load(table, reader))?;
-            }
-            // Later writes of this run must know their rows too.
-            if let Some((mut set, used)) = self.keys.remove(&(table.name, scope.clone())) {
-                for file in &relevant {
-                    self.read_parquet(file, |reader| set.load(table, reader))?;
-                }
-                self.keys.insert((table.name, scope.clone()), (set, used));
             }
             let rel = format!("{}/{}", table.name, mine.path);
             let batches: Vec<RecordBatch> = self.read_parquet(&rel, |source| {
@@ -787,5 +805,34 @@ mod tests {
             let snapshot = BlockingStore::new(&location).unwrap().snapshot("gpu_samples").unwrap();
             assert_eq!(snapshot.rows(), Some(50), "{snapshot:?}");
         }
+    }
+
+    /// A writer that loses a commit race learns the winner's rows of every day it holds keys
+    /// for, not only of the days it was committing: else a later write of such a day takes the
+    /// winner's rows for new and stores them twice (seen with two ingests of one capture at once).
+    #[test]
+    fn a_writer_that_lost_a_race_knows_the_winners_rows_of_every_day_it_holds() {
+        let day = 86_400_000;
+        let t = &gpuledger_schemas::GPU_SAMPLES;
+        let dir = tempfile::tempdir().unwrap();
+        let location = StoreLocation::Local(dir.path().to_path_buf());
+        let mut a = Store::open(&location, StoreOptions::default()).unwrap();
+        let mut b = Store::open(&location, StoreOptions::default()).unwrap();
+        // B stores 10 GPUs of the second day, and so holds that day's keys.
+        b.append((t, samples(10, day))).unwrap();
+        b.flush().unwrap();
+        // A, reading after it, stores 20 GPUs of that day (10 new) and 5 of the first day.
+        a.append((t, samples(20, day))).unwrap();
+        a.append((t, samples(5, 0))).unwrap();
+        a.flush().unwrap();
+        // B's first day loses to A's commit: B reads A's files and drops the 5 rows.
+        b.append((t, samples(5, 0))).unwrap();
+        b.flush().unwrap();
+        // A's 20 rows of the second day, again through B: all known.
+        b.append((t, samples(20, day))).unwrap();
+        let sb = b.finish().unwrap();
+        a.finish().unwrap();
+        assert_eq!((sb.rows_written.values().sum::<u64>(), sb.duplicates.values().sum::<u64>(), sb.commit_retries), (10, 25, 1), "{sb:?}");
+        assert_eq!(BlockingStore::new(&location).unwrap().snapshot("gpu_samples").unwrap().rows(), Some(25));
     }
 }
