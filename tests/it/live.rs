@@ -584,6 +584,16 @@ fn collect_refuses_a_bad_config_and_missing_cluster_access_in_one_line() {
     assert!(!dir.path().join("s").exists(), "the store was created anyway");
 }
 
+/// A replay API server whose namespaces, nodes, jobs and events are empty lists: the tests that
+/// use it add the pods they are about.
+fn api_with_pods_only(rt: &tokio::runtime::Runtime) -> ApiServer {
+    let api = ApiServer::start(rt, 10);
+    for (path, kind, av) in [("/api/v1/namespaces", "Namespace", "v1"), ("/api/v1/nodes", "Node", "v1"), ("/apis/batch/v1/jobs", "Job", "batch/v1"), ("/apis/events.k8s.io/v1/events", "Event", "events.k8s.io/v1")] {
+        api.add(path, kind, av, Mode::Snapshot, Vec::new());
+    }
+    api
+}
+
 fn exporter_pod(name: &str, app: &str, phase: &str) -> Value {
     json!({"kind": "Pod", "metadata": {"name": name, "namespace": "gpu-operator", "uid": format!("uid-{name}"), "labels": {"app": app},
            "creationTimestamp": "2026-11-01T00:00:00Z"}, "status": {"phase": phase, "podIP": "127.0.0.1"}})
@@ -593,10 +603,7 @@ fn exporter_pod(name: &str, app: &str, phase: &str) -> Value {
 fn exporters_are_discovered_through_the_api_server_and_dropped_when_their_pod_goes() {
     let dir = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let api = ApiServer::start(&rt, 10);
-    for (path, kind, av) in [("/api/v1/namespaces", "Namespace", "v1"), ("/api/v1/nodes", "Node", "v1"), ("/apis/batch/v1/jobs", "Job", "batch/v1"), ("/apis/events.k8s.io/v1/events", "Event", "events.k8s.io/v1")] {
-        api.add(path, kind, av, Mode::Snapshot, Vec::new());
-    }
+    let api = api_with_pods_only(&rt);
     // One exporter pod, one pod that only looks like one, one exporter still starting.
     let pods = vec![
         ("SNAPSHOT".to_owned(), exporter_pod("nvidia-dcgm-exporter-abcde", "nvidia-dcgm-exporter", "Running")),
@@ -653,10 +660,7 @@ fn vllm_pod(name: &str, port: u16, path: &str, annotated: bool) -> Value {
 fn pods_exposing_unit_counters_are_discovered_scraped_and_counted() {
     let dir = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let api = ApiServer::start(&rt, 10);
-    for (path, kind, av) in [("/api/v1/namespaces", "Namespace", "v1"), ("/api/v1/nodes", "Node", "v1"), ("/apis/batch/v1/jobs", "Job", "batch/v1"), ("/apis/events.k8s.io/v1/events", "Event", "events.k8s.io/v1")] {
-        api.add(path, kind, av, Mode::Snapshot, Vec::new());
-    }
+    let api = api_with_pods_only(&rt);
     let server = DcgmServer::start(&rt);
     let port = server.addr.port();
     let real = std::fs::read_to_string(util::fixture("inference-metrics/vllm-v1-metrics-qwen2.5-0.5b-idle.prom")).unwrap();
