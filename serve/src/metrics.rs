@@ -158,10 +158,8 @@ mod tests {
         let ctx = datafusion::prelude::SessionContext::new();
         ctx.register_batch("chargeback_monthly", batch).unwrap();
         // The view file also reads these; empty tables of their declared shape do.
-        for name in ["priced_state_hours"] {
-            let schema = gpuledger_schemas::derived_table(name).unwrap().arrow_schema();
-            ctx.register_batch(name, RecordBatch::new_empty(schema)).unwrap();
-        }
+        let schema = gpuledger_schemas::derived_table("priced_state_hours").unwrap().arrow_schema();
+        ctx.register_batch("priced_state_hours", RecordBatch::new_empty(schema)).unwrap();
         // ml"a counts tokens only (its cost per unit is per 1M-tokens); web counts runs and
         // requests (several names: a cost per unit would be `mixed`, but web has none).
         let units = "CREATE TABLE accepted_units_monthly AS SELECT * FROM (VALUES ('2026-10', 'ml\"a', '1M-tokens', 13.0), \

@@ -277,8 +277,8 @@ fn simulate_on(
         &sim,
         &months,
         &acc,
-        &counted,
         truth::Counts {
+            inference: &counted,
             samples: stats.samples + counted.samples,
             gpu_rows: stats.rows,
             blank_values: stats.blanks,

@@ -440,7 +440,9 @@ pub struct WaitRow {
     pub wait_seconds: Vec<f64>,
 }
 
-pub struct Counts {
+pub struct Counts<'a> {
+    /// The vLLM fleet's counter samples and what they owe.
+    pub inference: &'a crate::inference::Counted,
     pub samples: u64,
     pub gpu_rows: u64,
     pub blank_values: u64,
@@ -461,9 +463,9 @@ pub fn build_expected(
     sim: &Sim,
     months: &Months,
     acc: &Acc,
-    counted: &crate::inference::Counted,
-    counts: Counts,
+    counts: Counts<'_>,
 ) -> Expected {
+    let counted = counts.inference;
     let faults = hardware_faults(cl, tl, sim, acc);
     // Hardware-fault hours per (month, team, state, pool).
     let mut fault_cells: BTreeMap<(usize, String, usize, usize), u64> = BTreeMap::new();
