@@ -86,7 +86,30 @@ fn focus_export_passes_the_focus_validator() {
     let share_csv = std::fs::read_to_string(share.with_extension("csv")).unwrap();
     assert!(share_csv.contains(",Adjustment,"), "the share policy's reconciliation rows: {share_csv}");
 
-    for file in [dir.join("focus-2026-10.csv"), dir.join("focus-2026-10.parquet"), share.with_extension("csv"), share.with_extension("parquet")] {
+    // The quota policy: the owners of unused quota get the unallocated cost as Adjustment rows,
+    // and each account's rows add up to its chargeback total under that policy.
+    let quota = tmp.path().join("quota").join("focus-2026-10");
+    let quota_arg = quota.display().to_string();
+    run(&["report", "--store", &store, "--config", &config, "--idle-policy", "quota", "--format", "focus", "--out", &quota_arg], 0);
+    let rows = parse_csv(&std::fs::read_to_string(quota.with_extension("csv")).unwrap());
+    let col = |name: &str| rows[0].iter().position(|c| c == name).unwrap();
+    let (account, billed, category) = (col("SubAccountName"), col("BilledCost"), col("ChargeCategory"));
+    assert!(rows.iter().skip(1).any(|r| r[category] == "Adjustment" && r[account] != "platform"), "an owner of unused quota is charged");
+    let mut focus_total: std::collections::BTreeMap<String, f64> = Default::default();
+    for r in rows.iter().skip(1) {
+        *focus_total.entry(r[account].clone()).or_default() += r[billed].parse::<f64>().unwrap();
+    }
+    let chargeback = String::from_utf8(run(&["report", "--store", &store, "--config", &config, "--idle-policy", "quota", "--format", "csv"], 0).stdout).unwrap();
+    let cb = parse_csv(&chargeback);
+    let (team, total) = (cb[0].iter().position(|c| c == "team").unwrap(), cb[0].iter().position(|c| c == "total").unwrap());
+    for r in cb.iter().skip(1) {
+        let want: f64 = r[total].parse().unwrap();
+        let got = focus_total.get(&r[team]).copied().unwrap_or(0.0);
+        // The chargeback CSV has 4 decimals; the FOCUS rows are exact to the micro-unit.
+        assert!((got - want).abs() <= 5e-5 + 1e-9, "{}: FOCUS rows {got}, chargeback total {want}", r[team]);
+    }
+
+    for file in [dir.join("focus-2026-10.csv"), dir.join("focus-2026-10.parquet"), share.with_extension("csv"), share.with_extension("parquet"), quota.with_extension("csv")] {
         let v = validate(&validator, &file);
         assert_eq!(v.failed, [VALIDATOR_FALSE_POSITIVE], "{}:\n{}", file.display(), v.output);
         assert!(v.output.contains("InvoiceId-C-003-C: PASS"), "the InvoiceId nullability rule itself passes:\n{}", v.output);
