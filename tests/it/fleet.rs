@@ -245,11 +245,11 @@ fn free_port_pair() -> u16 {
 fn ballista_gives_the_in_process_ledger_across_two_months() {
     let tmp = tempfile::tempdir().unwrap();
     let moto = Moto::start(&tmp.path().join("moto.log"));
-    // Five days of November and the last day of October: two months; and a GPU with duplicate
-    // samples and a gap of more than three days (to noon on Nov 5). Not the month: a cluster
-    // runs the sample steps a day at a time, a few distributed jobs per day, each day about 25 s
-    // of this test on CI's two cores.
-    let capture = simulate(tmp.path(), 6, 6, "1800s", "2026-10-31T00:00:00Z");
+    // The last day of October and two of November: two months; and a GPU of its own with
+    // duplicate samples and a gap of more than three days (Nov 2 to noon on Nov 5, past the
+    // simulated days). Not the month: a cluster runs the sample steps a day at a time, a few
+    // distributed jobs per day, each day about 25 s of this test on CI's two cores.
+    let capture = simulate(tmp.path(), 6, 3, "1800s", "2026-10-31T00:00:00Z");
     gap_and_duplicates(&capture);
     let (cap, config) = (capture.display().to_string(), example_config().display().to_string());
     let local_store = tmp.path().join("store").display().to_string();
