@@ -140,13 +140,7 @@ fn parse(endpoint: &str, body: &[u8], scraped_ms: i64, metrics: &Metrics) -> Res
     let origin = Origin::fetched(Path::new(endpoint), scraped_ms);
     let mut diags = Diagnostics::new();
     let records = source.parse(body, &origin, &mut diags);
-    for (t, n) in diags.error_counts() {
-        metrics.rejected(endpoint, t, n);
-    }
-    if records.samples() == 0 && records.rejected > 0 {
-        let first = diags.errors.first().map(|d| d.to_string()).unwrap_or_default();
-        return Err(format!("not Prometheus text ({} lines rejected; first: {first})", records.rejected));
-    }
+    count_rejected(endpoint, records.samples(), records.rejected, &diags, metrics)?;
     if let Some(first) = diags.errors.first() {
         tracing::warn!(source = source.name(), endpoint = %endpoint, rejected = records.rejected, first = %first, "lines rejected");
     }
@@ -156,20 +150,38 @@ fn parse(endpoint: &str, body: &[u8], scraped_ms: i64, metrics: &Metrics) -> Res
     Ok((batches, loaded.samples))
 }
 
+/// Counts a body's rejected lines in `/metrics` by reason. A body with rejected lines and not
+/// one sample (an HTML error page, garbage) is not exposition text at all: a failed scrape.
+pub(super) fn count_rejected(endpoint: &str, samples: usize, rejected: u64, diags: &Diagnostics, metrics: &Metrics) -> Result<(), String> {
+    for (t, n) in diags.error_counts() {
+        metrics.rejected(endpoint, t, n);
+    }
+    if samples == 0 && rejected > 0 {
+        let first = diags.errors.first().map(|d| d.to_string()).unwrap_or_default();
+        return Err(format!("not Prometheus text ({rejected} lines rejected; first: {first})"));
+    }
+    Ok(())
+}
+
+/// The host part of a scrape URL for `pod` (an IPv6 address in brackets), if it can be
+/// scraped: running, not being deleted, with an address.
+pub(super) fn running_pod_host(pod: &Value) -> Option<String> {
+    let status = pod.get("status")?;
+    let running = status.get("phase").and_then(Value::as_str) == Some("Running");
+    let deleting = pod.pointer("/metadata/deletionTimestamp").is_some();
+    let ip = status.get("podIP").and_then(Value::as_str).filter(|ip| !ip.is_empty())?;
+    (running && !deleting).then(|| if ip.contains(':') { format!("[{ip}]") } else { ip.to_owned() })
+}
+
 /// The exporter URLs the API server lists right now: running pods matching `selector`.
 pub fn endpoints_from_pod_list(list: &Value, port: u16) -> BTreeMap<String, Serves> {
-    let mut out = BTreeMap::new();
-    for pod in list.get("items").and_then(Value::as_array).into_iter().flatten() {
-        let status = pod.get("status");
-        let running = status.and_then(|s| s.get("phase")).and_then(Value::as_str) == Some("Running");
-        let deleting = pod.pointer("/metadata/deletionTimestamp").is_some();
-        let Some(ip) = status.and_then(|s| s.get("podIP")).and_then(Value::as_str).filter(|ip| !ip.is_empty()) else { continue };
-        if running && !deleting {
-            let host = if ip.contains(':') { format!("[{ip}]") } else { ip.to_owned() };
-            out.insert(format!("http://{host}:{port}/metrics"), Serves::Exporter);
-        }
-    }
-    out
+    list.get("items")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(running_pod_host)
+        .map(|host| (format!("http://{host}:{port}/metrics"), Serves::Exporter))
+        .collect()
 }
 
 /// Keeps one scrape task per endpoint: the static ones for the whole run, discovered ones

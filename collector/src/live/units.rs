@@ -14,6 +14,7 @@ use gpuledger_dcgm_text::Reader;
 use serde_json::Value;
 
 use super::metrics::Metrics;
+use super::scrape::{count_rejected, running_pod_host};
 use crate::diag::{Diagnostics, Position};
 use crate::tables::TableBatch;
 use crate::tables::samples::SampleTables;
@@ -48,14 +49,8 @@ pub fn unit_pods_from_list(list: &Value, pick: Pick, default_port: u16) -> BTree
         if pick == Pick::Annotated && annotation(SCRAPE) != Some("true") {
             continue;
         }
-        let status = pod.get("status");
-        let running = status.and_then(|s| s.get("phase")).and_then(Value::as_str) == Some("Running");
-        let deleting = pod.pointer("/metadata/deletionTimestamp").is_some();
-        let Some(ip) = status.and_then(|s| s.get("podIP")).and_then(Value::as_str).filter(|ip| !ip.is_empty()) else { continue };
+        let Some(host) = running_pod_host(pod) else { continue };
         let (Some(namespace), Some(name)) = (pod.pointer("/metadata/namespace").and_then(Value::as_str), pod.pointer("/metadata/name").and_then(Value::as_str)) else { continue };
-        if !running || deleting {
-            continue;
-        }
         // A port annotation that is not a port is the pod's mistake: its pod is passed over
         // rather than scraped somewhere it never said.
         let port = match annotation(PORT) {
@@ -70,7 +65,6 @@ pub fn unit_pods_from_list(list: &Value, pick: Pick, default_port: u16) -> BTree
         };
         let path = annotation(PATH).filter(|p| p.starts_with('/')).unwrap_or("/metrics");
         let scheme = if annotation(SCHEME) == Some("https") { "https" } else { "http" };
-        let host = if ip.contains(':') { format!("[{ip}]") } else { ip.to_owned() };
         out.insert(format!("{scheme}://{host}:{port}{path}"), PodRef { namespace: namespace.to_owned(), pod: name.to_owned() });
     }
     out
@@ -86,7 +80,7 @@ pub fn parse_counters(endpoint: &str, body: &[u8], scraped_ms: i64, pod: &PodRef
     let mut records = reader.records(body);
     let mut tables = SampleTables::new();
     let mut diags = Diagnostics::new();
-    let (mut read, mut rejected, mut kept) = (0u64, 0u64, 0u64);
+    let (mut read, mut rejected, mut kept) = (0usize, 0u64, 0u64);
     let path = Path::new(endpoint);
     while let Some(item) = records.next() {
         let rec = match item {
@@ -116,13 +110,7 @@ pub fn parse_counters(endpoint: &str, body: &[u8], scraped_ms: i64, pod: &PodRef
         tables.push(metric, series, rec.timestamp.unwrap_or(scraped_ms), rec.value);
         kept += 1;
     }
-    for (t, n) in diags.error_counts() {
-        metrics.rejected(endpoint, t, n);
-    }
-    if read == 0 && rejected > 0 {
-        let first = diags.errors.first().map(|d| d.to_string()).unwrap_or_default();
-        return Err(format!("not Prometheus text ({rejected} lines rejected; first: {first})"));
-    }
+    count_rejected(endpoint, read, rejected, &diags, metrics)?;
     let batches = tables.take_batches().map_err(|e| e.to_string())?;
     Ok((batches, kept))
 }
