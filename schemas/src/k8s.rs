@@ -1,7 +1,10 @@
-//! Tables fed by Kubernetes and Kueue objects (kubectl JSON/YAML, watch streams, live watches).
+//! Tables fed by Kubernetes, Kueue and DRA (`resource.k8s.io`) objects (kubectl JSON/YAML, watch
+//! streams, live watches).
 //!
 //! `k8s_objects` keeps every object version whole; the typed tables pull out the fields the ledger
-//! joins on, one row per object version (and per condition for `workload_conditions`).
+//! joins on, one row per object version (and per condition for `workload_conditions`; per
+//! allocated device and consumer for `resource_claims`; per request for
+//! `resource_claim_templates`; per device for `resource_slices`).
 
 use crate::ColumnType::*;
 use crate::{Column, DedupScope, Table, col};
@@ -179,7 +182,7 @@ pub const JOBS: Table = Table {
     dedup: DedupScope::Table,
 };
 
-const WORKLOADS_COLUMNS: [Column; 25] = cat(
+const WORKLOADS_COLUMNS: [Column; 27] = cat(
     OBJ,
     [
         col("api_version", Utf8, false, "kueue.x-k8s.io/v1beta1 or v1beta2"),
@@ -202,6 +205,8 @@ const WORKLOADS_COLUMNS: [Column; 25] = cat(
         col("gpu_count", Int64, true, "GPUs the Workload asks for: sum over pod sets of count x (nvidia.com/gpu + nvidia.com/mig-*) per pod"),
         col("whole_gpu_count", Int64, true, "Of them, whole GPUs (nvidia.com/gpu, MIG slices left out): what an unallocated GPU could serve"),
         col("gpu_usage", Utf8, true, "nvidia.com/gpu quota the admission uses per flavor, JSON {\"<flavor>\":\"<units>\"}: status.admission.podSetAssignments resourceUsage (else count x the pod set's request); null when not admitted"),
+        col("claim_templates", Utf8, true, "DRA claims the Workload's pods make from templates, JSON {\"<ResourceClaimTemplate name>\":\"<pods>\"}: over pod sets, the pod set's count for each spec.resourceClaims entry naming a resourceClaimTemplateName (also the pre-1.31 source.resourceClaimTemplateName); null when none"),
+        col("pod_resources", Utf8, true, "Extended resources the Workload asks for, JSON {\"<resource>\":\"<units>\"}: over pod sets, count x the per-pod sum over containers of each resource whose name holds a '/' (nvidia.com/gpu, a DeviceClass extendedResourceName...), limit else request, whole quantities only; null when none"),
     ],
 );
 
@@ -295,6 +300,114 @@ pub const KUEUE_QUEUES: Table = Table {
     partition_column: "observed_at",
     sort_by: &["kind", "namespace", "name", "observed_at", "seq"],
     key: &["kind", "namespace", "name", "uid", "resource_version", "event_type", "content_hash"],
+    dedup: DedupScope::Table,
+};
+
+const RESOURCE_CLAIMS_COLUMNS: [Column; 23] = cat(
+    OBJ,
+    [
+        col("namespace", Utf8, false, "metadata.namespace"),
+        col("name", Utf8, false, "metadata.name"),
+        col("uid", Utf8, true, "metadata.uid"),
+        col("owner_kind", Utf8, true, "Kind of the controlling ownerReference (else the first one): Pod for a claim made from a template"),
+        col("owner_name", Utf8, true, "Name of that owner"),
+        col("owner_uid", Utf8, true, "UID of that owner"),
+        col("request", Utf8, true, "status.allocation.devices.results[].request: the request the device was allocated for (<request>/<subrequest> when a firstAvailable alternative was chosen); null when not allocated"),
+        col("device_class", Utf8, true, "deviceClassName of the spec request (or subrequest) that result names"),
+        col("driver", Utf8, true, "results[].driver, e.g. gpu.nvidia.com"),
+        col("pool", Utf8, true, "results[].pool (a node's pool: usually the node name)"),
+        col("device", Utf8, true, "results[].device: the device name in that pool's ResourceSlice"),
+        col("share_id", Utf8, true, "results[].shareID: set when the device is shared by several allocations (consumable capacity)"),
+        col("consumed_capacity", Utf8, true, "results[].consumedCapacity as JSON {\"<name>\":\"<quantity>\"}; null when absent"),
+        col("reserved_resource", Utf8, true, "status.reservedFor[].resource of the consumer (pods), in the claim's namespace"),
+        col("reserved_name", Utf8, true, "status.reservedFor[].name of the consumer"),
+        col("reserved_uid", Utf8, true, "status.reservedFor[].uid of the consumer"),
+        col("reserved_count", Int64, false, "Number of status.reservedFor entries in this version (0 when none): the consumers sharing the claim"),
+        col("deletion_timestamp", Timestamp, true, "metadata.deletionTimestamp"),
+    ],
+);
+
+pub const RESOURCE_CLAIMS: Table = Table {
+    name: "resource_claims",
+    doc: "DRA ResourceClaim versions: one row per allocated device result per reserved consumer (a version with neither gives one row with those columns null)",
+    columns: &RESOURCE_CLAIMS_COLUMNS,
+    partition_column: "observed_at",
+    sort_by: &["namespace", "name", "observed_at", "seq"],
+    key: &["namespace", "name", "uid", "resource_version", "event_type", "content_hash", "request", "device", "reserved_name"],
+    dedup: DedupScope::Table,
+};
+
+const RESOURCE_CLAIM_TEMPLATES_COLUMNS: [Column; 12] = cat(
+    OBJ,
+    [
+        col("namespace", Utf8, false, "metadata.namespace"),
+        col("name", Utf8, false, "metadata.name (what a pod's spec.resourceClaims[].resourceClaimTemplateName names)"),
+        col("uid", Utf8, true, "metadata.uid"),
+        col("request", Utf8, true, "Name of a device request of spec.spec.devices.requests (<request>/<subrequest> for each firstAvailable alternative); null when the template has no requests"),
+        col("device_class", Utf8, true, "deviceClassName of that request"),
+        col("allocation_mode", Utf8, true, "ExactCount (the default when absent) or All"),
+        col("count", Int64, true, "Devices asked for: count, 1 when absent in ExactCount mode; null in All mode"),
+    ],
+);
+
+pub const RESOURCE_CLAIM_TEMPLATES: Table = Table {
+    name: "resource_claim_templates",
+    doc: "DRA ResourceClaimTemplate versions: one row per device request (or firstAvailable alternative)",
+    columns: &RESOURCE_CLAIM_TEMPLATES_COLUMNS,
+    partition_column: "observed_at",
+    sort_by: &["namespace", "name", "observed_at", "seq"],
+    key: &["namespace", "name", "uid", "resource_version", "event_type", "content_hash", "request"],
+    dedup: DedupScope::Table,
+};
+
+const RESOURCE_SLICES_COLUMNS: [Column; 19] = cat(
+    OBJ,
+    [
+        col("name", Utf8, false, "metadata.name"),
+        col("uid", Utf8, true, "metadata.uid"),
+        col("node_name", Utf8, true, "spec.nodeName: the node whose devices the slice lists (null for devices reachable from several nodes)"),
+        col("driver", Utf8, true, "spec.driver, e.g. gpu.nvidia.com"),
+        col("pool", Utf8, true, "spec.pool.name"),
+        col("pool_generation", Int64, true, "spec.pool.generation: slices of an older generation of the pool are stale"),
+        col("device", Utf8, true, "spec.devices[].name; null for a slice without devices"),
+        col("device_type", Utf8, true, "Attribute type (the part after the last '/' of its name): gpu, mig, ..."),
+        col("uuid", Utf8, true, "Attribute uuid: GPU-... for a whole GPU, MIG-... for a MIG device (as DCGM's UUID label writes the GPU)"),
+        col("parent_uuid", Utf8, true, "Attribute parentUUID: the GPU a MIG device is carved from"),
+        col("mig_profile", Utf8, true, "Attribute profile of a MIG device, e.g. 1g.10gb"),
+        col("product_name", Utf8, true, "Attribute productName, e.g. NVIDIA H100 80GB HBM3"),
+        col("attributes", Utf8, true, "Every attribute of the device as JSON {\"<name as written>\": value}, the value plain (string, number, boolean or version string)"),
+        col("capacity", Utf8, true, "The device's capacity as JSON {\"<name>\":\"<quantity>\"}"),
+    ],
+);
+
+pub const RESOURCE_SLICES: Table = Table {
+    name: "resource_slices",
+    doc: "DRA ResourceSlice versions: one row per device a driver publishes (its GPU UUID, MIG parent and profile, capacity)",
+    columns: &RESOURCE_SLICES_COLUMNS,
+    partition_column: "observed_at",
+    sort_by: &["name", "observed_at", "seq"],
+    key: &["name", "uid", "resource_version", "event_type", "content_hash", "device"],
+    dedup: DedupScope::Table,
+};
+
+const DEVICE_CLASSES_COLUMNS: [Column; 10] = cat(
+    OBJ,
+    [
+        col("name", Utf8, false, "metadata.name (what a request's deviceClassName names)"),
+        col("uid", Utf8, true, "metadata.uid"),
+        col("extended_resource_name", Utf8, true, "spec.extendedResourceName: the extended resource (e.g. example.com/gpu) pods may ask for to get a device of this class"),
+        col("selectors", Utf8, true, "spec.selectors as JSON"),
+        col("driver", Utf8, true, "The driver the selectors pin: X of a CEL expression containing device.driver == \"X\" (or 'X'), when exactly one such driver is named; else null"),
+    ],
+);
+
+pub const DEVICE_CLASSES: Table = Table {
+    name: "device_classes",
+    doc: "DRA DeviceClass versions: which driver (and extended resource name) a class stands for",
+    columns: &DEVICE_CLASSES_COLUMNS,
+    partition_column: "observed_at",
+    sort_by: &["name", "observed_at", "seq"],
+    key: &["name", "uid", "resource_version", "event_type", "content_hash"],
     dedup: DedupScope::Table,
 };
 

@@ -150,6 +150,10 @@ pub const TABLES: &[Table] = &[
     k8s::WORKLOAD_CONDITIONS,
     k8s::K8S_EVENTS,
     k8s::KUEUE_QUEUES,
+    k8s::RESOURCE_CLAIMS,
+    k8s::RESOURCE_CLAIM_TEMPLATES,
+    k8s::RESOURCE_SLICES,
+    k8s::DEVICE_CLASSES,
 ];
 
 /// Looks a table up by name.
@@ -159,7 +163,9 @@ pub fn table(name: &str) -> Option<&'static Table> {
 
 pub use derived::{DERIVED_TABLES, DerivedTable, REPORT_VIEWS, declared, derived_table};
 pub use k8s::EventType;
-pub use k8s::{JOBS, K8S_EVENTS, K8S_OBJECTS, KUEUE_QUEUES, NAMESPACES, NODES, PODS, WORKLOAD_CONDITIONS, WORKLOADS};
+pub use k8s::{
+    DEVICE_CLASSES, JOBS, K8S_EVENTS, K8S_OBJECTS, KUEUE_QUEUES, NAMESPACES, NODES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, WORKLOAD_CONDITIONS, WORKLOADS,
+};
 pub use samples::{GPU_METRICS, GPU_SAMPLES, GpuMetric, METRIC_SAMPLES};
 
 #[cfg(test)]
