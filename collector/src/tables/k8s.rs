@@ -1,5 +1,6 @@
 //! Object versions -> `k8s_objects` and the typed tables (`pods`, `nodes`, `namespaces`, `jobs`,
-//! `workloads`, `workload_conditions`, `k8s_events`, `kueue_queues`).
+//! `workloads`, `workload_conditions`, `k8s_events`, `kueue_queues`, and the DRA tables
+//! `resource_claims`, `resource_claim_templates`, `resource_slices`, `device_classes`).
 //!
 //! Every recognised version lands whole in `k8s_objects` and, pulled apart, in the one typed table
 //! its kind belongs to; the columns and what each means are defined in `gpuledger-schemas`. Rows are
@@ -34,6 +35,10 @@ pub struct K8sTables {
     workload_conditions: Rows,
     events: Rows,
     queues: Rows,
+    claims: Rows,
+    claim_templates: Rows,
+    slices: Rows,
+    device_classes: Rows,
 }
 
 impl Default for K8sTables {
@@ -56,6 +61,12 @@ enum Kind {
     Workload,
     /// LocalQueue, ClusterQueue, ResourceFlavor, WorkloadPriorityClass.
     Queue,
+    /// resource.k8s.io (Dynamic Resource Allocation), any served version: the layouts differ
+    /// and are told apart by the fields present, not the version.
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ResourceSlice,
+    DeviceClass,
 }
 
 /// Job kinds Kueue admits besides batch/v1 Job, by API group.
@@ -81,6 +92,10 @@ fn classify(api_version: &str, kind: &str) -> Option<Kind> {
         ("batch", "v1", "Job") => Some(Kind::Job { batch_job: true }),
         ("kueue.x-k8s.io", "v1beta1" | "v1beta2", "Workload") => Some(Kind::Workload),
         ("kueue.x-k8s.io", "v1beta1" | "v1beta2", "LocalQueue" | "ClusterQueue" | "ResourceFlavor" | "WorkloadPriorityClass") => Some(Kind::Queue),
+        ("resource.k8s.io", "v1" | "v1beta2" | "v1beta1", "ResourceClaim") => Some(Kind::ResourceClaim),
+        ("resource.k8s.io", "v1" | "v1beta2" | "v1beta1", "ResourceClaimTemplate") => Some(Kind::ResourceClaimTemplate),
+        ("resource.k8s.io", "v1" | "v1beta2" | "v1beta1", "ResourceSlice") => Some(Kind::ResourceSlice),
+        ("resource.k8s.io", "v1" | "v1beta2" | "v1beta1", "DeviceClass") => Some(Kind::DeviceClass),
         _ => OTHER_JOB_KINDS
             .iter()
             .any(|(g, kinds)| *g == group && kinds.contains(&kind))
@@ -101,6 +116,10 @@ impl K8sTables {
             workload_conditions: Rows::new("workload_conditions"),
             events: Rows::new("k8s_events"),
             queues: Rows::new("kueue_queues"),
+            claims: Rows::new("resource_claims"),
+            claim_templates: Rows::new("resource_claim_templates"),
+            slices: Rows::new("resource_slices"),
+            device_classes: Rows::new("device_classes"),
         }
     }
 
@@ -178,6 +197,10 @@ impl K8sTables {
             Kind::Event => self.push_event(&id, obj),
             Kind::Workload => self.push_workload(source, &id, obj, diags),
             Kind::Queue => self.push_queue(&id, obj),
+            Kind::ResourceClaim => self.push_claim(source, &id, obj, diags),
+            Kind::ResourceClaimTemplate => self.push_claim_template(source, &id, obj, diags),
+            Kind::ResourceSlice => self.push_slice(&id, obj),
+            Kind::DeviceClass => self.push_device_class(&id, obj),
         }
     }
 
@@ -223,6 +246,10 @@ impl K8sTables {
             self.workload_conditions,
             self.events,
             self.queues,
+            self.claims,
+            self.claim_templates,
+            self.slices,
+            self.device_classes,
         ];
         let mut out = Vec::new();
         for rows in all {
@@ -416,6 +443,8 @@ impl K8sTables {
             ("gpu_count", opt_int(workload_gpus(obj, GpuKinds::WithMig))),
             ("whole_gpu_count", opt_int(workload_gpus(obj, GpuKinds::Whole))),
             ("gpu_usage", opt_text(&admitted_gpu_usage(obj))),
+            ("claim_templates", opt_text(&workload_claim_templates(obj))),
+            ("pod_resources", opt_text(&workload_extended_resources(obj))),
         ]);
         self.workloads.add(row);
 
@@ -481,6 +510,137 @@ impl K8sTables {
             ("gpu_nominal", opt_text(&if id.kind == "ClusterQueue" { gpu_nominal(obj) } else { None })),
         ]);
         self.queues.add(row);
+    }
+
+    /// One row per allocated device per reserved consumer: a claim shared by k pods names each
+    /// of its devices k times, so that a device's pods are one join away. A claim not (yet)
+    /// allocated or reserved still gives its one row, with those columns null.
+    fn push_claim(&mut self, source: &Path, id: &Identity, obj: &Value, diags: &mut Diagnostics) {
+        let namespace = id.namespace_or_default(source, diags);
+        let requests = device_requests(obj.get("spec"), "spec");
+        let class_of = |request: &str| requests.iter().find(|r| r.name == request).and_then(|r| r.class.clone());
+        let results = array_at(obj, &["status", "allocation", "devices", "results"]);
+        let reserved = array_at(obj, &["status", "reservedFor"]);
+        let reserved_count = i64::try_from(reserved.len()).unwrap_or(i64::MAX);
+        let deletion = time_at(obj, &["metadata", "deletionTimestamp"]);
+        let results: Vec<Option<&Value>> = if results.is_empty() { vec![None] } else { results.iter().map(Some).collect() };
+        let reserved: Vec<Option<&Value>> = if reserved.is_empty() { vec![None] } else { reserved.iter().map(Some).collect() };
+        for result in &results {
+            let field = |k: &str| result.and_then(|r| string(r, &[k]));
+            let request = field("request");
+            let device_class = request.as_deref().and_then(class_of);
+            let consumed = result.and_then(|r| r.get("consumedCapacity")).and_then(quantity_map);
+            for consumer in &reserved {
+                let by = |k: &str| consumer.and_then(|c| string(c, &[k]));
+                let mut row = id.version_cells();
+                row.extend([
+                    ("namespace", text(&namespace)),
+                    ("name", text(&id.name)),
+                    ("uid", opt_text(&id.uid)),
+                    ("owner_kind", opt_text(&id.owner.kind)),
+                    ("owner_name", opt_text(&id.owner.name)),
+                    ("owner_uid", opt_text(&id.owner.uid)),
+                    ("request", opt_text(&request)),
+                    ("device_class", opt_text(&device_class)),
+                    ("driver", opt_text(&field("driver"))),
+                    ("pool", opt_text(&field("pool"))),
+                    ("device", opt_text(&field("device"))),
+                    ("share_id", opt_text(&field("shareID"))),
+                    ("consumed_capacity", opt_text(&consumed)),
+                    ("reserved_resource", opt_text(&by("resource"))),
+                    ("reserved_name", opt_text(&by("name"))),
+                    ("reserved_uid", opt_text(&by("uid"))),
+                    ("reserved_count", Cell::Int(reserved_count)),
+                    ("deletion_timestamp", opt_int(deletion)),
+                ]);
+                self.claims.add(row);
+            }
+        }
+    }
+
+    /// One row per device request of the claim spec the template stamps out (`spec.spec`), each
+    /// firstAvailable alternative a request of its own.
+    fn push_claim_template(&mut self, source: &Path, id: &Identity, obj: &Value, diags: &mut Diagnostics) {
+        let namespace = id.namespace_or_default(source, diags);
+        let requests = device_requests(path(obj, &["spec", "spec"]), "spec.spec");
+        let rows: Vec<Option<&DeviceRequest>> = if requests.is_empty() { vec![None] } else { requests.iter().map(Some).collect() };
+        for r in rows {
+            let (mode, count) = match r {
+                Some(r) => {
+                    let mode = r.mode.clone().unwrap_or_else(|| "ExactCount".to_owned());
+                    // All takes every matching device: there is no count to speak of.
+                    let count = if mode == "All" { None } else { Some(r.count.and_then(Value::as_i64).unwrap_or(1)) };
+                    (Some(mode), count)
+                }
+                None => (None, None),
+            };
+            let mut row = id.version_cells();
+            row.extend([
+                ("namespace", text(&namespace)),
+                ("name", text(&id.name)),
+                ("uid", opt_text(&id.uid)),
+                ("request", opt_text(&r.map(|r| r.name.clone()))),
+                ("device_class", opt_text(&r.and_then(|r| r.class.clone()))),
+                ("allocation_mode", opt_text(&mode)),
+                ("count", opt_int(count)),
+            ]);
+            self.claim_templates.add(row);
+        }
+    }
+
+    /// One row per device the slice publishes (a slice without devices: one row, device null).
+    fn push_slice(&mut self, id: &Identity, obj: &Value) {
+        let devices = array_at(obj, &["spec", "devices"]);
+        let devices: Vec<Option<&Value>> = if devices.is_empty() { vec![None] } else { devices.iter().map(Some).collect() };
+        for device in devices {
+            // v1beta1 nests a device's attributes and capacity under `basic`; later versions
+            // put them on the device itself.
+            let body = device.map(|d| d.get("basic").filter(|b| b.is_object()).unwrap_or(d));
+            let attributes = body.and_then(|b| b.get("attributes")).and_then(Value::as_object);
+            let attr = |name: &str| attributes.and_then(|a| attribute_text(a, name));
+            let plain_attributes = attributes.map(|a| {
+                let plain: Map<String, Value> = a.iter().map(|(k, v)| (k.clone(), attribute_value(v))).collect();
+                canonical_json(&Value::Object(plain))
+            });
+            let capacity = body.and_then(|b| b.get("capacity")).and_then(quantity_map);
+            let mut row = id.version_cells();
+            row.extend([
+                ("name", text(&id.name)),
+                ("uid", opt_text(&id.uid)),
+                ("node_name", opt_text(&string(obj, &["spec", "nodeName"]))),
+                ("driver", opt_text(&string(obj, &["spec", "driver"]))),
+                ("pool", opt_text(&string(obj, &["spec", "pool", "name"]))),
+                ("pool_generation", opt_int(path(obj, &["spec", "pool", "generation"]).and_then(Value::as_i64))),
+                ("device", opt_text(&device.and_then(|d| string(d, &["name"])))),
+                ("device_type", opt_text(&attr("type"))),
+                ("uuid", opt_text(&attr("uuid"))),
+                ("parent_uuid", opt_text(&attr("parentUUID"))),
+                ("mig_profile", opt_text(&attr("profile"))),
+                ("product_name", opt_text(&attr("productName"))),
+                ("attributes", opt_text(&plain_attributes)),
+                ("capacity", opt_text(&capacity)),
+            ]);
+            self.slices.add(row);
+        }
+    }
+
+    fn push_device_class(&mut self, id: &Identity, obj: &Value) {
+        let mut drivers = std::collections::BTreeSet::new();
+        for selector in array_at(obj, &["spec", "selectors"]) {
+            if let Some(expression) = str_at(selector, &["cel", "expression"]) {
+                pinned_drivers(expression, &mut drivers);
+            }
+        }
+        let driver = (drivers.len() == 1).then(|| drivers.into_iter().next()).flatten();
+        let mut row = id.version_cells();
+        row.extend([
+            ("name", text(&id.name)),
+            ("uid", opt_text(&id.uid)),
+            ("extended_resource_name", opt_text(&string(obj, &["spec", "extendedResourceName"]))),
+            ("selectors", opt_text(&json_at(obj, &["spec", "selectors"]))),
+            ("driver", opt_text(&driver)),
+        ]);
+        self.device_classes.add(row);
     }
 }
 
@@ -774,6 +934,157 @@ fn quantity(v: &Value) -> Option<i64> {
     }
 }
 
+/// One device request of a DRA claim spec, a firstAvailable alternative counted as a request of
+/// its own named `<request>/<subrequest>` (the name an allocation result gives it).
+struct DeviceRequest<'a> {
+    name: String,
+    class: Option<String>,
+    mode: Option<String>,
+    count: Option<&'a Value>,
+    /// Where the request's fields sit, for error messages.
+    at: String,
+}
+
+/// The device requests of a claim spec (`spec` of a ResourceClaim, `spec.spec` of a template),
+/// in order. v1 and v1beta2 wrap a plain request's fields in `exactly`; v1beta1 keeps them on
+/// the request itself; every version lists alternatives in `firstAvailable`.
+fn device_requests<'a>(spec: Option<&'a Value>, at: &str) -> Vec<DeviceRequest<'a>> {
+    let mut out = Vec::new();
+    let requests = spec.and_then(|s| path(s, &["devices", "requests"])).and_then(Value::as_array);
+    for (i, r) in requests.into_iter().flatten().enumerate() {
+        let name = string(r, &["name"]).unwrap_or_default();
+        let at = format!("{at}.devices.requests[{i}]");
+        let one = |fields: &'a Value, name: String, at: String| DeviceRequest {
+            name,
+            class: string(fields, &["deviceClassName"]),
+            mode: string(fields, &["allocationMode"]),
+            count: fields.get("count").filter(|c| !c.is_null()),
+            at,
+        };
+        if let Some(exactly) = r.get("exactly").filter(|e| e.is_object()) {
+            out.push(one(exactly, name, format!("{at}.exactly")));
+        } else if let Some(subs) = r.get("firstAvailable").and_then(Value::as_array).filter(|s| !s.is_empty()) {
+            for (j, sub) in subs.iter().enumerate() {
+                let sub_name = format!("{name}/{}", str_at(sub, &["name"]).unwrap_or_default());
+                out.push(one(sub, sub_name, format!("{at}.firstAvailable[{j}]")));
+            }
+        } else {
+            out.push(one(r, name, at));
+        }
+    }
+    out
+}
+
+fn array_at<'a>(v: &'a Value, keys: &[&str]) -> &'a [Value] {
+    path(v, keys).and_then(Value::as_array).map_or(&[][..], Vec::as_slice)
+}
+
+/// A DRA device attribute's value without its type wrapper (`{"string": "gpu"}` -> `"gpu"`); a
+/// shape this code does not know is kept as written.
+fn attribute_value(v: &Value) -> Value {
+    ["string", "int", "bool", "version"]
+        .iter()
+        .find_map(|k| v.get(*k).filter(|x| !x.is_null()))
+        .unwrap_or(v)
+        .clone()
+}
+
+/// The attribute called `wanted`, its name qualified with a domain or not (`gpu.nvidia.com/uuid`
+/// or `uuid`), as text. An unqualified name wins over qualified ones, which go in name order.
+fn attribute_text(attributes: &Map<String, Value>, wanted: &str) -> Option<String> {
+    let mut names: Vec<&String> = attributes.keys().filter(|k| k.rsplit('/').next() == Some(wanted)).collect();
+    names.sort_by_key(|k| (k.contains('/'), k.as_str()));
+    match attribute_value(attributes.get(names.first()?.as_str())?) {
+        Value::String(s) => Some(s),
+        v @ (Value::Number(_) | Value::Bool(_)) => Some(v.to_string()),
+        _ => None,
+    }
+}
+
+/// A quantity as Kubernetes writes it ("80Gi"): a string, a bare number (YAML), or a
+/// ResourceSlice capacity's `{"value": ...}`.
+fn quantity_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Object(m) => m.get("value").and_then(quantity_text),
+        _ => None,
+    }
+}
+
+/// `{"<name>":"<quantity>"}` of a capacity or consumedCapacity map; `None` when it holds none.
+fn quantity_map(v: &Value) -> Option<String> {
+    let out: Map<String, Value> = v.as_object()?.iter().filter_map(|(k, q)| Some((k.clone(), Value::String(quantity_text(q)?)))).collect();
+    (!out.is_empty()).then(|| canonical_json(&Value::Object(out)))
+}
+
+/// Adds to `out` every driver a CEL expression pins with `device.driver == "X"` or
+/// `device.driver == 'X'`. Anything subtler (`in`, `!=`, a driver built from parts) pins none.
+fn pinned_drivers(expression: &str, out: &mut std::collections::BTreeSet<String>) {
+    const FIELD: &str = "device.driver";
+    let mut from = 0;
+    while let Some(found) = expression[from..].find(FIELD) {
+        let start = from + found;
+        from = start + FIELD.len();
+        // `mydevice.driver` is another variable.
+        if expression[..start].chars().next_back().is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.') {
+            continue;
+        }
+        let Some(rest) = expression[from..].trim_start().strip_prefix("==") else { continue };
+        let rest = rest.trim_start();
+        let Some(quote) = rest.chars().next().filter(|c| *c == '"' || *c == '\'') else { continue };
+        if let Some(end) = rest[1..].find(quote) {
+            out.insert(rest[1..=end].to_owned());
+        }
+    }
+}
+
+/// DRA claims the Workload's pods make from templates, `{"<template>":"<pods>"}`: each pod of a
+/// pod set gets one claim per resourceClaims entry naming a template. `None` when there are none.
+fn workload_claim_templates(obj: &Value) -> Option<String> {
+    let mut pods: BTreeMap<String, i64> = BTreeMap::new();
+    for ps in array_at(obj, &["spec", "podSets"]) {
+        let count = ps.get("count").and_then(Value::as_i64).unwrap_or(1).max(0);
+        for claim in array_at(ps, &["template", "spec", "resourceClaims"]) {
+            // Kubernetes 1.31 moved the field up from `source`.
+            let template = str_at(claim, &["resourceClaimTemplateName"]).or_else(|| str_at(claim, &["source", "resourceClaimTemplateName"]));
+            if let Some(template) = template.filter(|t| !t.is_empty()) {
+                *pods.entry(template.to_owned()).or_insert(0) += count;
+            }
+        }
+    }
+    counts_json(pods)
+}
+
+/// Extended resources (names holding a `/`) the Workload asks for, `{"<resource>":"<units>"}`:
+/// over pod sets, count x the sum over containers of each one's limit, else request. Quantities
+/// that are not whole numbers >= 0 are left out. `None` when there are none.
+fn workload_extended_resources(obj: &Value) -> Option<String> {
+    let mut units: BTreeMap<String, i64> = BTreeMap::new();
+    for ps in array_at(obj, &["spec", "podSets"]) {
+        let count = ps.get("count").and_then(Value::as_i64).unwrap_or(1).max(0);
+        for c in array_at(ps, &["template", "spec", "containers"]) {
+            let limits = path(c, &["resources", "limits"]).and_then(Value::as_object);
+            let requests = path(c, &["resources", "requests"]).and_then(Value::as_object);
+            let names: std::collections::BTreeSet<&String> = limits.into_iter().chain(requests).flat_map(|m| m.keys()).filter(|k| k.contains('/')).collect();
+            for name in names {
+                let per_pod = limits.and_then(|l| l.get(name.as_str())).or_else(|| requests.and_then(|r| r.get(name.as_str()))).and_then(quantity).filter(|n| *n >= 0);
+                if let Some(n) = per_pod {
+                    let total = units.entry(name.clone()).or_insert(0);
+                    *total = total.saturating_add(count.saturating_mul(n));
+                }
+            }
+        }
+    }
+    counts_json(units)
+}
+
+/// `{"<name>":"<n>"}` of the positive counts; `None` when there is none.
+fn counts_json(counts: BTreeMap<String, i64>) -> Option<String> {
+    let out: Map<String, Value> = counts.into_iter().filter(|(_, n)| *n > 0).map(|(k, n)| (k, Value::String(n.to_string()))).collect();
+    (!out.is_empty()).then(|| canonical_json(&Value::Object(out)))
+}
+
 /// The first field the tables read from `obj` whose value no API server would have written: a
 /// GPU quantity that is not a whole number >= 0 ("-5", "abc", 1e300), a time that is not RFC
 /// 3339, a pod set count that is not a whole number >= 0. Such a version is bad input: stored, it
@@ -812,7 +1123,24 @@ fn bad_field(obj: &Value, kind: &Kind) -> Option<String> {
                 }
             }
         }
-        Kind::Namespace | Kind::Event | Kind::Queue => {}
+        Kind::ResourceClaim | Kind::ResourceClaimTemplate => {
+            let (spec, at) = if *kind == Kind::ResourceClaim { (obj.get("spec"), "spec") } else { (path(obj, &["spec", "spec"]), "spec.spec") };
+            for r in device_requests(spec, at) {
+                if let Some(count) = r.count
+                    && count.as_i64().is_none_or(|c| c < 0)
+                {
+                    return Some(format!("{}.count is {count}, not a whole number >= 0", r.at));
+                }
+            }
+        }
+        Kind::ResourceSlice => {
+            if let Some(generation) = path(obj, &["spec", "pool", "generation"]).filter(|g| !g.is_null())
+                && generation.as_i64().is_none_or(|g| g < 0)
+            {
+                return Some(format!("spec.pool.generation is {generation}, not a whole number >= 0"));
+            }
+        }
+        Kind::Namespace | Kind::Event | Kind::Queue | Kind::DeviceClass => {}
     }
     for (field, v) in times {
         match v {
@@ -1058,6 +1386,7 @@ mod tests {
     use std::path::PathBuf;
 
     const REAL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/real");
+    const DRA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/dra");
     const MTIME: i64 = 1_700_000_000_000;
 
     struct Loaded {
@@ -1148,10 +1477,14 @@ mod tests {
     }
 
     fn load(fixtures: &[&str]) -> Loaded {
+        load_from(REAL, fixtures)
+    }
+
+    fn load_from(dir: &str, fixtures: &[&str]) -> Loaded {
         let inputs: Vec<(&str, Vec<u8>)> = fixtures
             .iter()
             .map(|rel| {
-                let path = PathBuf::from(REAL).join(rel);
+                let path = PathBuf::from(dir).join(rel);
                 (*rel, std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
             })
             .collect();
@@ -1968,5 +2301,339 @@ status:
         assert_eq!(hash.value(1), expected_hash);
         assert_ne!(hash.value(2), expected_hash);
         assert_eq!(batches[1].1.num_rows(), 3);
+    }
+
+    const GPU0: &str = "GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c";
+    const GPU1: &str = "GPU-a9e5d6b1-3f2e-8c47-0b19-5e7c2d8a6f40";
+    const GPU2: &str = "GPU-17b2c3e4-9d8a-4f61-b2c0-8e5d4a3f2b19";
+    const MIG: &str = "MIG-0e8d5c27-41b6-5a9f-8c3e-2d7f61b94a05";
+    const DRA_LISTS: [&str; 4] = ["resourceslices.json", "deviceclasses.json", "resourceclaimtemplates.json", "resourceclaims.json"];
+
+    /// Every cell of `table` as text (null as None), column by column, leaving out `skip`.
+    fn cells(l: &Loaded, table: &str, skip: &[&str]) -> Vec<(String, Vec<Option<String>>)> {
+        let b = l.batch(table);
+        b.schema()
+            .fields()
+            .iter()
+            .zip(b.columns())
+            .filter(|(f, _)| !skip.contains(&f.name().as_str()))
+            .map(|(f, a)| {
+                let values = (0..a.len())
+                    .map(|i| a.is_valid(i).then(|| arrow::util::display::array_value_to_string(a, i).unwrap_or_default()))
+                    .collect();
+                (f.name().clone(), values)
+            })
+            .collect()
+    }
+
+    /// What the NVIDIA driver publishes for one node: whole GPUs and a MIG device, their UUIDs
+    /// (as DCGM labels the GPU), the MIG parent and profile; the classes name their driver.
+    #[test]
+    fn dra_slices_and_device_classes() {
+        let l = load_from(DRA, &["resourceslices.json", "deviceclasses.json"]);
+        assert!(l.diags.is_clean() && l.diags.warnings.is_empty(), "{:?}", l.diags);
+        assert_eq!(l.kinds, kinds(&[("DeviceClass", 3), ("ResourceSlice", 1)]));
+        assert_eq!(l.rows("k8s_objects"), 4);
+        let t = "resource_slices";
+        assert_eq!(l.strs(t, "device"), ["gpu-0", "gpu-1", "gpu-2-mig-19-0-1"].map(some));
+        assert_eq!(l.strs(t, "name"), vec![some("gpu-node-1-gpu.nvidia.com-x2kbq"); 3]);
+        assert_eq!(l.strs(t, "uid"), vec![some("3c1e9b7a-5d24-4f0b-a8e6-9b0f2d7c4e15"); 3]);
+        assert_eq!(l.strs(t, "node_name"), vec![some("gpu-node-1"); 3]);
+        assert_eq!(l.strs(t, "driver"), vec![some("gpu.nvidia.com"); 3]);
+        assert_eq!(l.strs(t, "pool"), vec![some("gpu-node-1"); 3]);
+        assert_eq!(l.ints(t, "pool_generation"), vec![Some(1); 3]);
+        assert_eq!(l.strs(t, "device_type"), ["gpu", "gpu", "mig"].map(some));
+        assert_eq!(l.strs(t, "uuid"), [GPU0, GPU1, MIG].map(some));
+        assert_eq!(l.strs(t, "parent_uuid"), [None, None, some(GPU2)]);
+        assert_eq!(l.strs(t, "mig_profile"), [None, None, some("1g.10gb")]);
+        assert_eq!(l.strs(t, "product_name"), vec![some("NVIDIA H100 80GB HBM3"); 3]);
+        assert_eq!(
+            l.str(t, "attributes", 0),
+            some(concat!(
+                r#"{"architecture":"Hopper","brand":"Nvidia","cudaComputeCapability":"9.0.0","cudaDriverVersion":"12.8.0","#,
+                r#""driverVersion":"570.124.6","index":0,"minor":0,"pcieBusID":"0000:18:00.0","#,
+                r#""productName":"NVIDIA H100 80GB HBM3","resource.kubernetes.io/pcieRoot":"pci0000:15","type":"gpu","#,
+                r#""uuid":"GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c"}"#
+            ))
+        );
+        // gpu-1's capacity also carries a request policy (consumable capacity): the value is kept.
+        assert_eq!(l.strs(t, "capacity")[..2], [some(r#"{"memory":"80Gi"}"#), some(r#"{"memory":"80Gi"}"#)]);
+        assert_eq!(
+            l.str(t, "capacity", 2),
+            some(r#"{"copyEngines":"1","decoders":"1","encoders":"0","jpegEngines":"1","memory":"9984Mi","memorySlice0":"1","multiprocessors":"16","ofaEngines":"0"}"#)
+        );
+        assert_eq!(l.ints(t, "observed_at"), vec![Some(1760428931000); 3]);
+        assert_eq!(l.strs(t, "resource_version"), vec![some("48211"); 3]);
+
+        let c = "device_classes";
+        assert_eq!(l.strs(c, "name"), ["gpu.nvidia.com", "mig.nvidia.com", "example-gpu"].map(some));
+        // Single quotes (the NVIDIA chart's classes) and double quotes both pin the driver.
+        assert_eq!(l.strs(c, "driver"), vec![some("gpu.nvidia.com"); 3]);
+        assert_eq!(l.strs(c, "extended_resource_name"), [None, None, some("example.com/gpu")]);
+        assert_eq!(
+            l.str(c, "selectors", 0),
+            some(r#"[{"cel":{"expression":"device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"}}]"#)
+        );
+        assert_eq!(l.strs(c, "uid")[2], some("e91f4b06-2a7c-4d38-b5e1-0f6a3c9d8e27"));
+        assert_eq!(l.ints(c, "observed_at"), vec![Some(1760428720000); 3]);
+    }
+
+    /// Templates give one row per request (alternatives apart); claims one per allocated device
+    /// per consumer, with the device class the result's request asked for.
+    #[test]
+    fn dra_templates_and_claims() {
+        let l = load_from(DRA, &["resourceclaimtemplates.json", "resourceclaims.json"]);
+        assert!(l.diags.is_clean() && l.diags.warnings.is_empty(), "{:?}", l.diags);
+        assert_eq!(l.kinds, kinds(&[("ResourceClaim", 4), ("ResourceClaimTemplate", 3)]));
+        let t = "resource_claim_templates";
+        assert_eq!(l.strs(t, "name"), ["single-gpu", "gpu-or-mig", "gpu-or-mig", "node-gpus"].map(some));
+        assert_eq!(l.strs(t, "namespace"), vec![some("ml"); 4]);
+        assert_eq!(l.strs(t, "request"), ["gpu", "gpu/whole", "gpu/mig", "gpus"].map(some));
+        assert_eq!(
+            l.strs(t, "device_class"),
+            ["gpu.nvidia.com", "gpu.nvidia.com", "mig.nvidia.com", "gpu.nvidia.com"].map(some)
+        );
+        assert_eq!(l.strs(t, "allocation_mode"), ["ExactCount", "ExactCount", "ExactCount", "All"].map(some));
+        assert_eq!(l.ints(t, "count"), [Some(1), Some(1), Some(2), None]);
+        assert_eq!(l.strs(t, "uid")[0], some("0a4d7e91-c3b2-4f58-a6e0-1d9c8b7f2e43"));
+        assert_eq!(l.ints(t, "observed_at"), vec![Some(1760432400000); 4]);
+
+        let c = "resource_claims";
+        assert_eq!(l.rows("k8s_objects"), 7);
+        assert_eq!(l.strs(c, "name"), ["shared-gpu", "shared-gpu", "kv-small", "kv-large", "train-1-gpu-p4m9z"].map(some));
+        assert_eq!(l.strs(c, "namespace"), ["ml", "ml", "serving", "serving", "ml"].map(some));
+        // shared-gpu took its first alternative, a MIG device; its two pods each get the device.
+        assert_eq!(l.strs(c, "request"), [some("gpu/mig"), some("gpu/mig"), some("gpu"), some("gpu"), None]);
+        assert_eq!(
+            l.strs(c, "device_class"),
+            [some("mig.nvidia.com"), some("mig.nvidia.com"), some("gpu.nvidia.com"), some("gpu.nvidia.com"), None]
+        );
+        assert_eq!(
+            l.strs(c, "device"),
+            [some("gpu-2-mig-19-0-1"), some("gpu-2-mig-19-0-1"), some("gpu-1"), some("gpu-1"), None]
+        );
+        assert_eq!(l.strs(c, "driver"), [some("gpu.nvidia.com"), some("gpu.nvidia.com"), some("gpu.nvidia.com"), some("gpu.nvidia.com"), None]);
+        assert_eq!(l.strs(c, "pool"), [some("gpu-node-1"), some("gpu-node-1"), some("gpu-node-1"), some("gpu-node-1"), None]);
+        assert_eq!(
+            l.strs(c, "reserved_name"),
+            [
+                some("notebook-7d9f8c6b5-2xk4q"),
+                some("notebook-7d9f8c6b5-m8v5t"),
+                some("vllm-small-0"),
+                some("vllm-large-0"),
+                None
+            ]
+        );
+        assert_eq!(
+            l.strs(c, "reserved_uid"),
+            [
+                some("2f6a9c1e-8b3d-4e70-a5c2-9d1f0e7b3a86"),
+                some("c4d8e2a7-0f91-4b6c-8e3a-5b7d1c9f0a24"),
+                some("9a1e5c3f-7b2d-4068-8f4c-2e6b0d9a1c75"),
+                some("0d7c2b9e-4f6a-4183-9c5e-7a2d1b8f6e49"),
+                None
+            ]
+        );
+        assert_eq!(l.strs(c, "reserved_resource"), [some("pods"), some("pods"), some("pods"), some("pods"), None]);
+        assert_eq!(l.ints(c, "reserved_count"), [Some(2), Some(2), Some(1), Some(1), Some(0)]);
+        // One GPU shared by two claims: each names its share and the memory it consumes.
+        assert_eq!(
+            l.strs(c, "share_id"),
+            [None, None, some("e3b7c1d9-5a2f-4c80-b6e4-1f9d7a3c0b58"), some("4f2a8e6c-0b3d-4d19-a7e5-6c1b9f8d3e02"), None]
+        );
+        assert_eq!(
+            l.strs(c, "consumed_capacity"),
+            [None, None, some(r#"{"memory":"20Gi"}"#), some(r#"{"memory":"60Gi"}"#), None]
+        );
+        // The pending claim was made from a template for pod train-1, which owns it.
+        assert_eq!(l.strs(c, "owner_kind"), [None, None, None, None, some("Pod")]);
+        assert_eq!(l.str(c, "owner_name", 4), some("train-1"));
+        assert_eq!(l.str(c, "owner_uid", 4), some("8c5f1a3e-2b7d-4e96-a0c4-d9e6b2f7a153"));
+        assert_eq!(l.strs(c, "uid")[0], some("5b9e2d70-4c1a-4e83-9f26-0d8b7a3c1e54"));
+        assert_eq!(l.ints(c, "deletion_timestamp"), vec![None; 5]);
+        assert_eq!(
+            l.ints(c, "observed_at"),
+            [Some(1760433000000), Some(1760433000000), Some(1760433600000), Some(1760433600000), Some(1760434205000)]
+        );
+    }
+
+    /// A template-made claim's life in a watch stream: allocated and reserved, released while
+    /// being deleted (the finalizer holds it), gone.
+    #[test]
+    fn dra_claim_watch_stream() {
+        let l = load_from(DRA, &["resourceclaims.watch.jsonl"]);
+        assert!(l.diags.is_clean() && l.diags.warnings.is_empty(), "{:?}", l.diags);
+        let c = "resource_claims";
+        assert_eq!(l.strs(c, "event_type"), ["ADDED", "MODIFIED", "MODIFIED", "DELETED"].map(some));
+        assert_eq!(l.strs(c, "resource_version"), ["51521", "51526", "53904", "53911"].map(some));
+        assert_eq!(l.strs(c, "name"), vec![some("train-0-gpu-7xq2b"); 4]);
+        assert_eq!(l.strs(c, "owner_kind"), vec![some("Pod"); 4]);
+        assert_eq!(l.strs(c, "owner_name"), vec![some("train-0"); 4]);
+        assert_eq!(l.strs(c, "request"), [None, some("gpu"), some("gpu"), None]);
+        assert_eq!(l.strs(c, "device_class"), [None, some("gpu.nvidia.com"), some("gpu.nvidia.com"), None]);
+        assert_eq!(l.strs(c, "device"), [None, some("gpu-0"), some("gpu-0"), None]);
+        assert_eq!(l.strs(c, "reserved_name"), [None, some("train-0"), None, None]);
+        assert_eq!(l.strs(c, "reserved_uid"), [None, some("1e7b3d9f-5a2c-4f08-b6d1-e4c8a0f7b352"), None, None]);
+        assert_eq!(l.ints(c, "reserved_count"), [Some(0), Some(1), Some(0), Some(0)]);
+        assert_eq!(l.ints(c, "deletion_timestamp"), [None, None, Some(1760449651000), Some(1760449651000)]);
+        assert_eq!(
+            l.ints(c, "observed_at"),
+            [Some(1760434202000), Some(1760434202000), Some(1760449651000), Some(1760449651000)]
+        );
+        assert_eq!(l.ints(c, "seq"), [Some(0), Some(1), Some(2), Some(3)]);
+    }
+
+    /// v1beta1 keeps a request's fields on the request and a device's under `basic`; the same
+    /// objects in that layout give the same rows (bar the hash of the differing text, and the
+    /// stream positions: the v1 objects come from four files).
+    #[test]
+    fn dra_v1beta1_layout_gives_the_v1_rows() {
+        let v1 = load_from(DRA, &DRA_LISTS);
+        let beta = load_from(DRA, &["v1beta1.json"]);
+        for l in [&v1, &beta] {
+            assert!(l.diags.is_clean() && l.diags.warnings.is_empty(), "{:?}", l.diags);
+        }
+        assert_eq!(v1.kinds, beta.kinds);
+        assert_eq!(v1.strs("k8s_objects", "api_version"), vec![some("resource.k8s.io/v1"); 11]);
+        assert_eq!(beta.strs("k8s_objects", "api_version"), vec![some("resource.k8s.io/v1beta1"); 11]);
+        for table in ["resource_slices", "device_classes", "resource_claim_templates", "resource_claims"] {
+            let skip = ["content_hash", "seq"];
+            assert_eq!(cells(&v1, table, &skip), cells(&beta, table, &skip), "{table}");
+            assert!(v1.rows(table) > 0, "{table}");
+        }
+    }
+
+    /// Attribute names with a domain, a slice without devices (v1beta2), classes that pin no
+    /// single driver, a template without requests.
+    #[test]
+    fn dra_edge_shapes() {
+        let text = r#"
+apiVersion: resource.k8s.io/v1beta2
+kind: ResourceSlice
+metadata: {name: accel-slice, creationTimestamp: "2025-10-14T08:00:00Z"}
+spec:
+  driver: accel.example.com
+  nodeName: node-7
+  pool: {name: node-7, generation: 4, resourceSliceCount: 1}
+  devices:
+  - name: accel-0
+    attributes:
+      accel.example.com/uuid: {string: GPU-0000aaaa}
+      accel.example.com/type: {string: gpu}
+      accel.example.com/healthy: {bool: true}
+      other.example.com/uuid: {string: ignored}
+      futureKind: {quantity: 5}
+---
+apiVersion: resource.k8s.io/v1beta2
+kind: ResourceSlice
+metadata: {name: empty-slice, creationTimestamp: "2025-10-14T08:00:00Z"}
+spec: {driver: net.example.com, allNodes: true, pool: {name: fabric, generation: 2, resourceSliceCount: 1}}
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: two-drivers}
+spec:
+  selectors:
+  - cel: {expression: "device.driver == 'a.example.com' || device.driver == \"b.example.com\""}
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: same-driver-twice}
+spec:
+  selectors:
+  - cel: {expression: "device.driver=='c.example.com'"}
+  - cel: {expression: "device.driver == 'c.example.com' && device.attributes['c.example.com'].type == 'gpu'"}
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: not-pinned}
+spec:
+  selectors:
+  - cel: {expression: "device.driver != 'd.example.com' && mydevice.driver == 'e.example.com'"}
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: bare}
+---
+apiVersion: resource.k8s.io/v1beta2
+kind: ResourceClaimTemplate
+metadata: {name: empty, namespace: ml}
+spec: {spec: {}}
+"#;
+        let l = load_text("dra.yaml", text);
+        assert!(l.diags.is_clean(), "{:?}", l.diags);
+        let t = "resource_slices";
+        assert_eq!(l.strs(t, "device"), [some("accel-0"), None]);
+        // The first name with a domain, in name order, wins (accel. before other.).
+        assert_eq!(l.strs(t, "uuid"), [some("GPU-0000aaaa"), None]);
+        assert_eq!(l.strs(t, "device_type"), [some("gpu"), None]);
+        assert_eq!(l.strs(t, "parent_uuid"), [None, None]);
+        assert_eq!(
+            l.strs(t, "attributes"),
+            [
+                some(r#"{"accel.example.com/healthy":true,"accel.example.com/type":"gpu","accel.example.com/uuid":"GPU-0000aaaa","futureKind":{"quantity":5},"other.example.com/uuid":"ignored"}"#),
+                None
+            ]
+        );
+        assert_eq!(l.strs(t, "capacity"), [None, None]);
+        assert_eq!(l.strs(t, "node_name"), [some("node-7"), None]);
+        assert_eq!(l.strs(t, "pool"), [some("node-7"), some("fabric")]);
+        assert_eq!(l.ints(t, "pool_generation"), [Some(4), Some(2)]);
+        let c = "device_classes";
+        assert_eq!(l.strs(c, "name"), ["two-drivers", "same-driver-twice", "not-pinned", "bare"].map(some));
+        assert_eq!(l.strs(c, "driver"), [None, some("c.example.com"), None, None]);
+        assert_eq!(l.strs(c, "selectors")[3], None);
+        let r = "resource_claim_templates";
+        assert_eq!(l.strs(r, "name"), [some("empty")]);
+        assert_eq!(l.strs(r, "request"), [None]);
+        assert_eq!(l.strs(r, "allocation_mode"), [None]);
+        assert_eq!(l.ints(r, "count"), [None]);
+    }
+
+    /// Workloads whose pods make DRA claims from templates, or ask for extended resources.
+    #[test]
+    fn workload_claim_templates_and_extended_resources() {
+        let l = load_from(DRA, &["workloads.yaml"]);
+        assert!(l.diags.is_clean() && l.diags.warnings.is_empty(), "{:?}", l.diags);
+        let t = "workloads";
+        assert_eq!(l.strs(t, "name"), ["job-train-dra-5c7f2", "job-infer-ext-9b1d4", "pytorchjob-finetune-0e4a7"].map(some));
+        // 3 pods with one single-gpu claim each; 1 launcher + 4 workers, the template named in
+        // both the 1.31 field and the older source.resourceClaimTemplateName (shared-gpu is a
+        // claim, not a template).
+        assert_eq!(l.strs(t, "claim_templates"), [some(r#"{"single-gpu":"3"}"#), None, some(r#"{"gpu-or-mig":"5"}"#)]);
+        // 2 x 2 example.com/gpu; the aux pod's nvidia.com/gpu limit and its other container's
+        // example.com/nic request; not 500m of an FPGA nor hugepages (no domain).
+        assert_eq!(
+            l.strs(t, "pod_resources"),
+            [None, some(r#"{"example.com/gpu":"4","example.com/nic":"1","nvidia.com/gpu":"1"}"#), None]
+        );
+        assert_eq!(l.ints(t, "gpu_count"), [Some(0), Some(1), Some(0)]);
+    }
+
+    /// A count no API server writes is bad input naming the object and field; the version is
+    /// skipped, in every layout.
+    #[test]
+    fn dra_malformed_counts_are_reported() {
+        let lines = [
+            r#"{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim","metadata":{"name":"c1","namespace":"ml"},"spec":{"devices":{"requests":[{"name":"gpu","exactly":{"deviceClassName":"gpu.nvidia.com","count":"two"}}]}}}"#,
+            r#"{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaimTemplate","metadata":{"name":"t1","namespace":"ml"},"spec":{"spec":{"devices":{"requests":[{"name":"gpu","firstAvailable":[{"name":"a","deviceClassName":"x","count":1},{"name":"b","deviceClassName":"y","count":-1}]}]}}}}"#,
+            r#"{"apiVersion":"resource.k8s.io/v1beta1","kind":"ResourceClaim","metadata":{"name":"c2","namespace":"ml"},"spec":{"devices":{"requests":[{"name":"gpu","deviceClassName":"gpu.nvidia.com","count":1.5}]}}}"#,
+            r#"{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice","metadata":{"name":"s1"},"spec":{"driver":"d","pool":{"name":"p","generation":"x"}}}"#,
+            r#"{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim","metadata":{"name":"ok","namespace":"ml"},"spec":{"devices":{"requests":[{"name":"gpu","exactly":{"deviceClassName":"gpu.nvidia.com","count":2}}]}}}"#,
+        ];
+        let l = load_text("dra.jsonl", &lines.join("\n"));
+        let reasons: Vec<&str> = l.diags.errors.iter().map(|e| e.reason.as_str()).collect();
+        assert_eq!(l.diags.errors.iter().filter(|e| e.error_type == "bad_field").count(), 4, "{reasons:#?}");
+        for expected in [
+            r#"ResourceClaim ml/c1: spec.devices.requests[0].exactly.count is "two", not a whole number >= 0"#,
+            "ResourceClaimTemplate ml/t1: spec.spec.devices.requests[0].firstAvailable[1].count is -1",
+            "ResourceClaim ml/c2: spec.devices.requests[0].count is 1.5",
+            r#"ResourceSlice s1: spec.pool.generation is "x""#,
+        ] {
+            assert!(reasons.iter().any(|r| r.starts_with(expected)), "no error starts with {expected:?}: {reasons:#?}");
+        }
+        assert_eq!(l.kinds, kinds(&[("ResourceClaim", 1)]));
+        assert_eq!(l.strs("resource_claims", "name"), [some("ok")]);
+        assert!(!l.batches.contains_key("resource_claim_templates") && !l.batches.contains_key("resource_slices"));
     }
 }
