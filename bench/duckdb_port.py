@@ -324,6 +324,11 @@ SET preserve_insertion_order = false;
 -- The four functions beyond standard SQL (ledger/src/udf.rs; epoch_ms and json_contains are DuckDB built-ins).
 -- label: README's macro. (A labels text that is not JSON is an error here, null in the ledger.)
 CREATE OR REPLACE MACRO label(j, k) AS json_extract_string(j, '$."' || k || '"');
+-- quantity_units: a Kubernetes quantity in whole units, rounded up (fractions through a double).
+CREATE OR REPLACE MACRO quantity_units(q) AS CAST(ceil(TRY_CAST(regexp_extract(q, '^([0-9]*\.?[0-9]+)', 1) AS DOUBLE)
+    * CASE regexp_extract(q, '^[0-9]*\.?[0-9]+([A-Za-z]*)$', 1) WHEN '' THEN 1 WHEN 'm' THEN 0.001 WHEN 'k' THEN 1e3
+      WHEN 'M' THEN 1e6 WHEN 'G' THEN 1e9 WHEN 'T' THEN 1e12 WHEN 'Ki' THEN 1024 WHEN 'Mi' THEN 1048576
+      WHEN 'Gi' THEN 1073741824 WHEN 'Ti' THEN 1099511627776 END) AS BIGINT);
 -- mig_sevenths: README's macro plus the UDF's 1..7 range and its `c.` prefix without digits.
 CREATE OR REPLACE MACRO mig_sevenths(p) AS
     CASE WHEN TRY_CAST(regexp_extract(p, '^(?:[0-9]*c\.)?([0-9]+)g', 1) AS BIGINT) BETWEEN 1 AND 7
@@ -575,13 +580,18 @@ def config_sql(config_path: Path) -> list[str]:
         ("team_label", "VARCHAR"), ("idle_policy", "VARCHAR"), ("active_threshold_engine", "DOUBLE"), ("active_threshold_util", "DOUBLE"),
         ("max_gap_factor", "DOUBLE"), ("default_price", "DECIMAL(38,6)"), ("currency", "VARCHAR"), ("hardware_failures", "VARCHAR"),
         ("preemptions", "VARCHAR"), ("pue", "DOUBLE"), ("grid_gco2_per_kwh", "DOUBLE"), ("anomaly_k", "DOUBLE"),
+        ("sharing", "VARCHAR"), ("dra_capacity_key", "VARCHAR"),
     ], [(
         a.get("team_label", "team"), a.get("idle_policy", "platform"), float(a.get("active_threshold_engine", 0.05)),
         float(a.get("active_threshold_util", 5.0)), float(a.get("max_gap_factor", 2.5)), money(prices["default"]),
         a.get("currency", "USD"), a.get("hardware_failures", "platform"), a.get("preemptions", "team"),
         float(energy.get("pue", 1.0)), None if energy.get("grid_gco2_per_kwh") is None else float(energy["grid_gco2_per_kwh"]),
-        float(cfg.get("anomalies", {}).get("k", 3.0)),
+        float(cfg.get("anomalies", {}).get("k", 3.0)), a.get("sharing", "even"), a.get("dra_capacity_key", "memory"),
     )])
+    gpu_classes = a.get("gpu_device_classes", ["gpu.nvidia.com"])
+    out += table_sql("gpu_device_classes", [("device_class", "VARCHAR")], [(c,) for c in gpu_classes])
+    mapped = sorted({m["name"] for m in a.get("device_class_mappings", []) if set(m["device_class_names"]) & set(gpu_classes)})
+    out += table_sql("gpu_resource_names", [("resource", "VARCHAR")], [(n,) for n in mapped])
     # Label keys in file order, each key's values in file order (TOML tables keep it in Python).
     by_label = [(k, v, money(p)) for k, values in prices.get("by_node_label", {}).items() for v, p in values.items()]
     out += table_sql("price_by_node_label", [("rank", "BIGINT"), ("label_key", "VARCHAR"), ("label_value", "VARCHAR"), ("price", "DECIMAL(38,6)")],

@@ -8,6 +8,7 @@
 //! | `label(labels_json, key)` | the value of `key` in a JSON object of string labels, else null | `json_extract_string(labels_json, '$."' \|\| key \|\| '"')` |
 //! | `epoch_ms(ts)` | milliseconds since the Unix epoch | `epoch_ms(ts)` (built in) |
 //! | `json_contains(haystack_json, needle_json)` | true when every key of the `needle` object is in `haystack` with a value that contains the needle's (a scalar: equal; an array: each needle element is contained in some haystack element); null when either is null or not JSON | `json_contains(haystack_json, needle_json)` (built in) |
+//! | `quantity_units(quantity)` | a Kubernetes quantity (`80Gi`, `500m`, `2`, `1e3`) in whole units, rounded up as the API's `Value()` does; null when the text is not a quantity or the value is past BIGINT | a `regexp_extract` macro (floats for fractions) |
 //! | `mig_sevenths(profile)` | `N` of a MIG profile `Ng.*` (or `Mc.Ng.*`), the instance's compute slices (of 7, of 4 on an A30); null for a whole GPU | `TRY_CAST(regexp_extract(profile, '^(?:[0-9]+c\.)?([0-9]+)g', 1) AS BIGINT)` |
 //!
 //! Money is exact: `DECIMAL(38, 6)` (micro-units of the currency), computed in 128-bit integers
@@ -40,7 +41,7 @@ pub fn register(ctx: &SessionContext) {
 
 /// The ledger's functions, for sessions built by hand (Ballista's scheduler and executors).
 pub fn all() -> Vec<ScalarUDF> {
-    let mut all = vec![label_udf(), epoch_ms_udf(), json_contains_udf(), mig_sevenths_udf()];
+    let mut all = vec![label_udf(), epoch_ms_udf(), json_contains_udf(), mig_sevenths_udf(), quantity_units_udf()];
     all.extend(money::all());
     all
 }
@@ -174,6 +175,79 @@ pub fn mig_sevenths(profile: &str) -> Option<i64> {
     (1..=7).contains(&n).then_some(n)
 }
 
+fn quantity_units_udf() -> ScalarUDF {
+    create_udf(
+        "quantity_units",
+        vec![DataType::Utf8],
+        DataType::Int64,
+        Volatility::Immutable,
+        Arc::new(|args: &[ColumnarValue]| {
+            let arrays = ColumnarValue::values_to_arrays(args)?;
+            let texts = strings(&arrays[0], "quantity_units")?;
+            let out: Int64Array = texts.iter().map(|q| q.and_then(quantity_units)).collect();
+            Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
+        }),
+    )
+}
+
+/// A Kubernetes quantity in whole units, rounded up: `80Gi` -> 85899345920, `1500m` -> 2,
+/// `2k` -> 2000, `1e3` -> 1000. `None` for text that is not a quantity, a negative one, or one
+/// past `i64`. Exact: the digits are read as an integer and a power of ten, never as a float.
+pub fn quantity_units(text: &str) -> Option<i64> {
+    let t = text.trim();
+    let number_len = t.bytes().take_while(|b| b.is_ascii_digit() || *b == b'.').count();
+    let (number, suffix) = t.split_at(number_len);
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
+        return None;
+    }
+    let digits = format!("{whole}{fraction}");
+    let mantissa: i128 = if digits.is_empty() { 0 } else { digits.parse().ok()? };
+    // value = mantissa x factor / 10^decimals, as numerator / denominator.
+    let mut decimals = fraction.len() as u32;
+    let factor: i128 = match suffix {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        "Pi" => 1 << 50,
+        "Ei" => 1 << 60,
+        "n" => {
+            decimals += 9;
+            1
+        }
+        "u" => {
+            decimals += 6;
+            1
+        }
+        "m" => {
+            decimals += 3;
+            1
+        }
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        "T" => 1_000_000_000_000,
+        "P" => 1_000_000_000_000_000,
+        "E" => 1_000_000_000_000_000_000,
+        e if e.starts_with(['e', 'E']) => {
+            let exp: i32 = e[1..].parse().ok()?;
+            if exp >= 0 {
+                10i128.checked_pow(exp as u32)?
+            } else {
+                decimals += exp.unsigned_abs();
+                1
+            }
+        }
+        _ => return None,
+    };
+    let numerator = mantissa.checked_mul(factor)?;
+    let denominator = 10i128.checked_pow(decimals)?;
+    let units = numerator / denominator + i128::from(numerator % denominator != 0);
+    i64::try_from(units).ok()
+}
+
 fn strings<'a>(array: &'a ArrayRef, function: &str) -> Result<&'a StringArray> {
     array
         .as_any()
@@ -184,6 +258,23 @@ fn strings<'a>(array: &'a ArrayRef, function: &str) -> Result<&'a StringArray> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kubernetes_quantities() {
+        assert_eq!(quantity_units("80Gi"), Some(80 << 30));
+        assert_eq!(quantity_units("20Gi"), Some(21_474_836_480));
+        assert_eq!(quantity_units("1500m"), Some(2), "rounded up, as Quantity.Value()");
+        assert_eq!(quantity_units("2"), Some(2));
+        assert_eq!(quantity_units("0.5"), Some(1));
+        assert_eq!(quantity_units("2k"), Some(2_000));
+        assert_eq!(quantity_units("1e3"), Some(1_000));
+        assert_eq!(quantity_units("1.5Ki"), Some(1_536));
+        assert_eq!(quantity_units("100Ei"), None, "past i64");
+        assert_eq!(quantity_units("-1"), None);
+        assert_eq!(quantity_units("abc"), None);
+        assert_eq!(quantity_units(""), None);
+        assert_eq!(quantity_units("1.2.3"), None);
+    }
 
     #[test]
     fn mig_profiles() {
