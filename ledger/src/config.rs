@@ -12,6 +12,13 @@
 //! hardware_xids = [48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120]  # XID codes that are hardware faults
 //! hardware_failures = "platform"      # who pays for runs lost to a hardware fault, or "team"
 //! preemptions = "team"                # who pays for preempted runs, or "platform"
+//! sharing = "even"                    # a time-sliced GPU's pods: "even" shares, or "measured" by their utilisation
+//! gpu_device_classes = ["gpu.nvidia.com"]  # DRA DeviceClasses whose devices are whole GPUs
+//! dra_capacity_key = "memory"         # consumedCapacity key that splits a device several claims share
+//!
+//! [[accounting.device_class_mappings]]  # Kueue's resources.deviceClassMappings, as configured there
+//! name = "whole-gpus"                 # the resource name ClusterQueues and Workloads count
+//! device_class_names = ["gpu.nvidia.com"]
 //!
 //! [prices]
 //! default = 2.0                       # per GPU-hour; the only required key
@@ -175,6 +182,51 @@ impl FromStr for Payer {
         }
     }
 }
+
+/// How a time-sliced (or MPS) GPU's observation is split among the pods it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Sharing {
+    /// 1/k each.
+    #[default]
+    Even,
+    /// In proportion to each pod's own `DCGM_FI_DEV_GPU_UTIL`, where the exporter writes
+    /// per-process values; even where they are all zero.
+    Measured,
+}
+
+impl Sharing {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Sharing::Even => "even",
+            Sharing::Measured => "measured",
+        }
+    }
+}
+
+impl FromStr for Sharing {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "even" => Ok(Sharing::Even),
+            "measured" => Ok(Sharing::Measured),
+            other => Err(format!("unknown sharing {other:?} (expected even or measured)")),
+        }
+    }
+}
+
+/// One entry of Kueue's `resources.deviceClassMappings`: Kueue counts the devices of these
+/// DeviceClasses as the resource `name` (in quotas and a Workload's usage).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceClassMapping {
+    pub name: String,
+    pub device_class_names: Vec<String>,
+}
+
+/// The DeviceClass of NVIDIA's DRA driver for whole GPUs.
+pub const DEFAULT_GPU_DEVICE_CLASSES: [&str; 1] = ["gpu.nvidia.com"];
+/// The consumed capacity that splits a device several claims share.
+pub const DEFAULT_DRA_CAPACITY_KEY: &str = "memory";
 
 pub use gpuledger_config::{ConfigError, Problem};
 
@@ -396,6 +448,30 @@ pub struct Accounting {
     pub hardware_failures: Payer,
     /// Who pays for preempted runs (default: their team).
     pub preemptions: Payer,
+    /// How a shared GPU's observation is split among its pods.
+    pub sharing: Sharing,
+    /// DRA DeviceClasses whose devices are whole GPUs (demand, GPU runs).
+    pub gpu_device_classes: Vec<String>,
+    /// The `consumedCapacity` key that splits a device held by several claims.
+    pub dra_capacity_key: String,
+    /// Kueue's device class mappings: resource names that count DRA devices.
+    pub device_class_mappings: Vec<DeviceClassMapping>,
+}
+
+impl Accounting {
+    /// The resource names that are GPUs for demand and runs besides `nvidia.com/gpu` and
+    /// `nvidia.com/mig-*`: each device class mapping that lists a GPU device class.
+    pub fn gpu_mapped_resources(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .device_class_mappings
+            .iter()
+            .filter(|m| m.device_class_names.iter().any(|c| self.gpu_device_classes.contains(c)))
+            .map(|m| m.name.clone())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
 }
 
 impl Default for Accounting {
@@ -410,6 +486,10 @@ impl Default for Accounting {
             hardware_xids: DEFAULT_HARDWARE_XIDS.to_vec(),
             hardware_failures: Payer::Platform,
             preemptions: Payer::Team,
+            sharing: Sharing::Even,
+            gpu_device_classes: DEFAULT_GPU_DEVICE_CLASSES.iter().map(|c| c.to_string()).collect(),
+            dra_capacity_key: DEFAULT_DRA_CAPACITY_KEY.to_string(),
+            device_class_mappings: Vec::new(),
         }
     }
 }
@@ -631,6 +711,17 @@ struct RawAccounting {
     hardware_xids: Option<Spanned<Vec<Spanned<i64>>>>,
     hardware_failures: Option<Spanned<String>>,
     preemptions: Option<Spanned<String>>,
+    sharing: Option<Spanned<String>>,
+    gpu_device_classes: Option<Spanned<Vec<Spanned<String>>>>,
+    dra_capacity_key: Option<Spanned<String>>,
+    device_class_mappings: Option<Vec<Spanned<RawDeviceClassMapping>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDeviceClassMapping {
+    name: Option<Spanned<String>>,
+    device_class_names: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 /// Name -> price. The map's order is by name; the key spans give the file order back.
@@ -969,7 +1060,69 @@ fn accounting(doc: &Document<'_>, raw: Option<RawAccounting>) -> Accounting {
             }
         }
     }
+    if let Some(v) = raw.sharing {
+        match v.get_ref().parse::<Sharing>() {
+            Ok(s) => acc.sharing = s,
+            Err(e) => doc.report(v.span(), "accounting.sharing", e),
+        }
+    }
+    if let Some(v) = raw.gpu_device_classes {
+        acc.gpu_device_classes = names(doc, v.into_inner(), "accounting.gpu_device_classes", "a DeviceClass name");
+    }
+    if let Some(v) = raw.dra_capacity_key {
+        let key = v.get_ref();
+        if key.is_empty() || key.chars().any(char::is_whitespace) {
+            doc.report(v.span(), "accounting.dra_capacity_key", format!("{key:?} must be a capacity name without spaces (e.g. memory)"));
+        } else {
+            acc.dra_capacity_key = key.clone();
+        }
+    }
+    for (i, m) in raw.device_class_mappings.into_iter().flatten().enumerate() {
+        let key = format!("accounting.device_class_mappings[{i}]");
+        let span = m.span();
+        let m = m.into_inner();
+        let name = match m.name {
+            Some(n) if !n.get_ref().is_empty() => {
+                if acc.device_class_mappings.iter().any(|d: &DeviceClassMapping| &d.name == n.get_ref()) {
+                    doc.report(n.span(), &format!("{key}.name"), format!("{:?} is mapped twice", n.get_ref()));
+                }
+                Some(n.into_inner())
+            }
+            Some(n) => {
+                doc.report(n.span(), &format!("{key}.name"), "must be a resource name (e.g. whole-gpus)".to_string());
+                None
+            }
+            None => {
+                doc.report(span.clone(), &format!("{key}.name"), "missing: the resource name Kueue counts the devices as".to_string());
+                None
+            }
+        };
+        let classes = match m.device_class_names {
+            Some(c) => names(doc, c.into_inner(), &format!("{key}.device_class_names"), "a DeviceClass name"),
+            None => {
+                doc.report(span, &format!("{key}.device_class_names"), "missing: the DeviceClasses Kueue counts".to_string());
+                Vec::new()
+            }
+        };
+        if let Some(name) = name {
+            acc.device_class_mappings.push(DeviceClassMapping { name, device_class_names: classes });
+        }
+    }
     acc
+}
+
+/// A list of non-empty names without spaces; a bad one is reported and left out.
+fn names(doc: &Document<'_>, values: Vec<Spanned<String>>, key: &str, what: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for v in values {
+        let n = v.get_ref();
+        if n.is_empty() || n.chars().any(char::is_whitespace) {
+            doc.report(v.span(), key, format!("{n:?} is not {what}"));
+        } else {
+            out.push(n.clone());
+        }
+    }
+    out
 }
 
 fn ranged(doc: &Document<'_>, v: &Spanned<f64>, key: &str, lo: f64, hi: f64, what: &str) -> Option<f64> {
@@ -1362,6 +1515,7 @@ support = 50.0
                     hardware_xids: vec![79, 48],
                     hardware_failures: Payer::Team,
                     preemptions: Payer::Platform,
+                    ..Accounting::default()
                 },
                 prices: Prices {
                     default: m("2"),
@@ -1427,6 +1581,25 @@ support = 50.0
         assert_eq!(parse(p).unwrap().energy, Energy { pue: 1.0, grid_gco2_per_kwh: None });
         assert_error(&format!("{p}[energy]\npue = 0.9\n"), 4, "energy.pue", &["0.9", "from 1 to 10"]);
         assert_error(&format!("{p}[energy]\ngrid_gco2_per_kwh = -1.0\n"), 4, "energy.grid_gco2_per_kwh", &["-1"]);
+    }
+
+    #[test]
+    fn sharing_and_device_classes_are_checked() {
+        let p = "[prices]\ndefault = 1.0\n";
+        let c = parse(p).unwrap();
+        assert_eq!((c.accounting.sharing, c.accounting.gpu_device_classes.clone()), (Sharing::Even, vec!["gpu.nvidia.com".to_string()]));
+        assert!(c.accounting.gpu_mapped_resources().is_empty());
+        let c = parse(&format!(
+            "{p}[accounting]\nsharing = \"measured\"\ngpu_device_classes = [\"gpu.nvidia.com\", \"gpu.example.com\"]\n\
+             [[accounting.device_class_mappings]]\nname = \"whole-gpus\"\ndevice_class_names = [\"gpu.example.com\"]\n\
+             [[accounting.device_class_mappings]]\nname = \"nics\"\ndevice_class_names = [\"rdma.example.com\"]\n"
+        ))
+        .unwrap();
+        assert_eq!(c.accounting.sharing, Sharing::Measured);
+        assert_eq!(c.accounting.gpu_mapped_resources(), ["whole-gpus"], "only a mapping listing a GPU class is a GPU resource");
+        assert_error(&format!("{p}[accounting]\nsharing = \"by-memory\"\n"), 4, "accounting.sharing", &["even or measured"]);
+        assert_error(&format!("{p}[[accounting.device_class_mappings]]\nname = \"g\"\n"), 3, "accounting.device_class_mappings[0].device_class_names", &["missing"]);
+        assert_error(&format!("{p}[accounting]\ngpu_device_classes = [\"a b\"]\n"), 4, "accounting.gpu_device_classes", &["not a DeviceClass name"]);
     }
 
     #[test]

@@ -33,7 +33,11 @@ pub fn config_tables(config: &Config, idle_policy: Option<IdlePolicy>) -> Result
         ("pue", float(vec![config.energy.pue])),
         ("grid_gco2_per_kwh", Arc::new(Float64Array::from(vec![config.energy.grid_gco2_per_kwh])) as ArrayRef),
         ("anomaly_k", float(vec![config.anomalies.k])),
+        ("sharing", text(vec![Some(a.sharing.as_str().to_string())])),
+        ("dra_capacity_key", text(vec![Some(a.dra_capacity_key.clone())])),
     ])?;
+    let gpu_device_classes = batch(vec![("device_class", text(a.gpu_device_classes.iter().map(|c| Some(c.clone())).collect()))])?;
+    let gpu_resource_names = batch(vec![("resource", text(a.gpu_mapped_resources().into_iter().map(Some).collect()))])?;
     let xids = batch(vec![("xid", Arc::new(Int64Array::from(a.hardware_xids.clone())) as ArrayRef)])?;
     let labels = &config.prices.by_node_label;
     let by_label = batch(vec![
@@ -100,6 +104,8 @@ pub fn config_tables(config: &Config, idle_policy: Option<IdlePolicy>) -> Result
         ("budgets", budgets),
         ("quota_owners", quota_owners),
         ("unit_counters", unit_counters),
+        ("gpu_device_classes", gpu_device_classes),
+        ("gpu_resource_names", gpu_resource_names),
     ];
     Ok(tables.into())
 }
