@@ -59,15 +59,72 @@ FROM (
     FROM jobs j
 ) WHERE version_rank = 1;
 
+-- The latest version of each DRA DeviceClass.
+CREATE OR REPLACE VIEW device_classes_latest AS
+SELECT name, extended_resource_name, driver FROM (
+    SELECT *, ROW_NUMBER() OVER (PARTITION BY name ORDER BY observed_at DESC, seq DESC) AS version_rank
+    FROM device_classes
+) WHERE version_rank = 1 AND event_type <> 'DELETED';
+
+-- GPUs a Workload asks for through DRA (docs/accounting.md "DRA"), per pod set summed: each pod's
+-- claims made from a ResourceClaimTemplate whose requests ask for devices of a GPU device
+-- class (`[accounting] gpu_device_classes`; an `All` request counts as one device), and
+-- extended resources that count GPU devices: the `extendedResourceName` of a GPU DeviceClass,
+-- or a name Kueue's device class mappings give GPU classes (`gpu_resource_names`). The
+-- `nvidia.com/*` resources are counted already (`gpu_count`).
+CREATE OR REPLACE VIEW workload_dra_gpus AS
+WITH latest AS (
+    SELECT namespace, name, claim_templates, pod_resources FROM (
+        SELECT namespace, name, claim_templates, pod_resources,
+               ROW_NUMBER() OVER (PARTITION BY namespace, name ORDER BY observed_at DESC, seq DESC) AS version_rank
+        FROM workloads
+    ) WHERE version_rank = 1 AND (claim_templates IS NOT NULL OR pod_resources IS NOT NULL)
+),
+template_gpus AS (
+    SELECT t.namespace, t.name, SUM(COALESCE(t.count, 1)) AS gpus
+    FROM (
+        SELECT * FROM (
+            SELECT *, ROW_NUMBER() OVER (PARTITION BY namespace, name, request ORDER BY observed_at DESC, seq DESC) AS version_rank
+            FROM resource_claim_templates
+        ) WHERE version_rank = 1 AND event_type <> 'DELETED'
+    ) t
+    JOIN gpu_device_classes g ON g.device_class = t.device_class
+    GROUP BY t.namespace, t.name
+),
+gpu_extended_resources AS (
+    SELECT resource FROM gpu_resource_names
+    UNION
+    SELECT d.extended_resource_name FROM device_classes_latest d JOIN gpu_device_classes g ON g.device_class = d.name
+    WHERE d.extended_resource_name IS NOT NULL AND d.extended_resource_name <> 'nvidia.com/gpu'
+      AND d.extended_resource_name NOT LIKE 'nvidia.com/mig-%'
+)
+SELECT namespace, name AS workload, SUM(gpus) AS dra_gpus
+FROM (
+    SELECT l.namespace, l.name, CAST(label(l.claim_templates, tg.name) AS BIGINT) * tg.gpus AS gpus
+    FROM template_gpus tg
+    JOIN latest l ON l.namespace = tg.namespace AND label(l.claim_templates, tg.name) IS NOT NULL
+    UNION ALL
+    SELECT l.namespace, l.name, CAST(label(l.pod_resources, e.resource) AS BIGINT)
+    FROM gpu_extended_resources e
+    CROSS JOIN latest l
+    WHERE label(l.pod_resources, e.resource) IS NOT NULL
+)
+GROUP BY namespace, name;
+
 -- One row per Workload (namespace, name), with the ClusterQueue that admitted it: Kueue clears
 -- status.admission on eviction, so the latest version may not name it; any version that did counts
 -- (a Workload moved between ClusterQueues reports the alphabetically last one).
 CREATE OR REPLACE VIEW workloads_latest AS
 SELECT namespace, name AS workload, uid, created_at, owner_kind, owner_name, owner_uid, queue_name,
-       admitted_cluster_queue, labels, annotations, gpu_count, whole_gpu_count,
+       admitted_cluster_queue, labels, annotations,
+       -- With DRA devices of GPU classes added (workload_dra_gpus: whole GPUs all).
+       CASE WHEN gpu_count IS NULL AND dra_gpus IS NULL THEN NULL ELSE COALESCE(gpu_count, 0) + COALESCE(dra_gpus, 0) END AS gpu_count,
+       -- A store ingested before whole_gpu_count existed has only gpu_count (MIG slices included).
+       CASE WHEN COALESCE(whole_gpu_count, gpu_count) IS NULL AND dra_gpus IS NULL THEN NULL
+            ELSE COALESCE(whole_gpu_count, gpu_count, 0) + COALESCE(dra_gpus, 0) END AS whole_gpu_count,
        CASE WHEN event_type = 'DELETED' THEN observed_at END AS deleted_at
 FROM (
-    SELECT l.*, a.admitted_cluster_queue
+    SELECT l.*, a.admitted_cluster_queue, d.dra_gpus
     FROM (SELECT namespace AS a_namespace, name AS a_name, MAX(cluster_queue) AS admitted_cluster_queue
           FROM workloads GROUP BY namespace, name) a
     JOIN (
@@ -76,6 +133,7 @@ FROM (
             FROM workloads w
         ) WHERE version_rank = 1
     ) l ON (l.namespace IS NOT DISTINCT FROM a.a_namespace) AND (l.name IS NOT DISTINCT FROM a.a_name)
+    LEFT JOIN workload_dra_gpus d ON d.namespace = l.namespace AND d.workload = l.name
 );
 
 -- One row per namespace, with its team label (if any).
@@ -119,3 +177,37 @@ SELECT * FROM (
 -- The ClusterQueue each LocalQueue feeds, for Workloads never admitted anywhere.
 CREATE OR REPLACE VIEW local_queues_latest AS
 SELECT namespace, name AS local_queue, cluster_queue FROM kueue_queues_latest WHERE kind = 'LocalQueue';
+
+-- DRA (docs/accounting.md "DRA"): the pods each ResourceClaim was reserved for, device by device,
+-- and when. A claim version holds from when it was observed until its next version (the first
+-- from the beginning: a capture may hold only the claim as it was at the end, as `kubectl get`
+-- writes it); a deleted claim holds nothing after its deletion. One row per version, allocated
+-- device and reserved pod (claims may be reserved for other consumers; only pods hold GPUs).
+CREATE OR REPLACE VIEW claim_reservations AS
+SELECT c.namespace AS claim_namespace, c.name AS claim, c.driver, c.pool, c.device, c.share_id, c.consumed_capacity,
+       c.device_class, c.reserved_name AS pod, c.reserved_uid AS pod_uid,
+       CASE WHEN v.version_number = 1 THEN CAST(0 AS BIGINT) ELSE epoch_ms(v.observed_at) END AS valid_from_ms,
+       epoch_ms(v.next_observed_at) AS valid_to_ms
+FROM (
+    SELECT namespace, name, observed_at, seq, event_type,
+           ROW_NUMBER() OVER (PARTITION BY namespace, name ORDER BY observed_at, seq) AS version_number,
+           LEAD(observed_at) OVER (PARTITION BY namespace, name ORDER BY observed_at, seq) AS next_observed_at
+    FROM (SELECT DISTINCT namespace, name, observed_at, seq, event_type FROM resource_claims)
+) v
+JOIN resource_claims c ON c.namespace = v.namespace AND c.name = v.name AND c.observed_at = v.observed_at AND c.seq = v.seq
+WHERE v.event_type <> 'DELETED' AND c.device IS NOT NULL AND c.reserved_resource = 'pods' AND c.reserved_name IS NOT NULL;
+
+-- The GPUs of DRA claims, by the GPU's UUID where its ResourceSlice names one: the claim
+-- allocations table (docs/accounting.md "DRA"), one row per claim version, device and pod.
+CREATE OR REPLACE VIEW claim_allocations AS
+SELECT r.claim_namespace, r.claim, r.device_class, r.driver, r.pool, r.device, d.uuid, d.parent_uuid, d.mig_profile,
+       d.node_name, r.share_id, r.consumed_capacity, r.pod, r.pod_uid, r.valid_from_ms, r.valid_to_ms
+FROM claim_reservations r
+LEFT JOIN (
+    SELECT * FROM (
+        SELECT driver, pool, device, uuid, parent_uuid, mig_profile, node_name,
+               ROW_NUMBER() OVER (PARTITION BY driver, pool, device ORDER BY observed_at DESC, seq DESC) AS version_rank
+        FROM resource_slices
+        WHERE device IS NOT NULL AND event_type <> 'DELETED'
+    ) WHERE version_rank = 1
+) d ON d.driver = r.driver AND d.pool = r.pool AND d.device = r.device;

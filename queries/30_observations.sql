@@ -52,8 +52,24 @@ WHERE s.mig_instance IS NULL AND m.uuid IS NULL;
 -- `active`: the GPU was busy at that instant, by engine activity
 -- (DCGM_FI_PROF_GR_ENGINE_ACTIVE >= active_threshold_engine) where the sample has it, else by
 -- utilisation (DCGM_FI_DEV_GPU_UTIL >= active_threshold_util); with neither, not active.
+--
+-- DRA (docs/accounting.md "DRA"): a sample that names a ResourceClaim (`dra_claim_namespace`,
+-- `dra_claim_name`, `dra_device_name`) is matched with the claim's reservations at that instant
+-- (10_objects.sql `claim_reservations`: the claim's version then, on that device). Without pod
+-- labels it stands for every pod the claim was reserved for, one row each; with them, for its
+-- own pod. `via_claim` names the claim the pod holds the GPU through (the pods of a claim
+-- share its part of a device several claims share: 40_states.sql), `claim_capacity` the
+-- claim's consumed capacity of the configured key (`dra_capacity_key`). A pod-less sample of a
+-- claim the capture does not know, or reserved for no pod then, stays unallocated; a sample
+-- whose pod the claim was not reserved for keeps its pod, without `via_claim`
+-- (`dra_mismatches` names it).
 CREATE OR REPLACE VIEW pod_samples AS
-SELECT p.*,
+SELECT p.date, p.hostname, p.uuid, p.mig_instance, p.t,
+       COALESCE(p.namespace, c.claim_namespace) AS namespace, COALESCE(p.pod, c.pod) AS pod,
+       p.model_name, p.engine_active, p.gpu_util, p.xid_error, p.energy_mj, p.power_w, p.slices, p.gpu_slices,
+       COALESCE(p.pod_uid, c.pod_uid) AS pod_uid, p.claim_namespace, p.claim,
+       CASE WHEN c.pod IS NOT NULL THEN c.claim_namespace || '/' || c.claim END AS via_claim,
+       CASE WHEN c.pod IS NOT NULL THEN quantity_units(label(c.consumed_capacity, s.dra_capacity_key)) END AS claim_capacity,
        CASE WHEN p.engine_active IS NOT NULL THEN p.engine_active >= s.active_threshold_engine
             ELSE COALESCE(p.gpu_util, 0) >= s.active_threshold_util END AS active
 FROM settings s
@@ -63,24 +79,52 @@ SELECT date, hostname, uuid, mig_instance, epoch_ms(ts) AS t, namespace, pod,
        MAX(xid_error) AS xid_error, MIN(energy_mj) AS energy_mj, MAX(power_w) AS power_w,
        MIN(COALESCE(mig_sevenths(mig_profile), CASE WHEN strpos(upper(model_name), 'A30') > 0 THEN 4 ELSE 7 END)) AS slices,
        MIN(CASE WHEN strpos(upper(model_name), 'A30') > 0 THEN 4 ELSE 7 END) AS gpu_slices,
-       MAX(CASE WHEN strpos(labels, 'pod_uid') > 0 THEN NULLIF(label(labels, 'pod_uid'), '') END) AS pod_uid
+       MAX(CASE WHEN strpos(labels, 'pod_uid') > 0 THEN NULLIF(label(labels, 'pod_uid'), '') END) AS pod_uid,
+       -- (`strpos` first: only DRA samples have the labels, and reading JSON costs every row.)
+       CASE WHEN strpos(labels, 'dra_claim_name') > 0 THEN NULLIF(label(labels, 'dra_claim_namespace'), '') END AS claim_namespace,
+       CASE WHEN strpos(labels, 'dra_claim_name') > 0 THEN NULLIF(label(labels, 'dra_claim_name'), '') END AS claim,
+       CASE WHEN strpos(labels, 'dra_device_name') > 0 THEN NULLIF(label(labels, 'dra_device_name'), '') END AS dra_device
 FROM counted_samples
-GROUP BY date, hostname, uuid, mig_instance, epoch_ms(ts), namespace, pod
-) p;
+GROUP BY date, hostname, uuid, mig_instance, epoch_ms(ts), namespace, pod,
+         CASE WHEN strpos(labels, 'dra_claim_name') > 0 THEN NULLIF(label(labels, 'dra_claim_namespace'), '') END,
+         CASE WHEN strpos(labels, 'dra_claim_name') > 0 THEN NULLIF(label(labels, 'dra_claim_name'), '') END,
+         CASE WHEN strpos(labels, 'dra_device_name') > 0 THEN NULLIF(label(labels, 'dra_device_name'), '') END
+) p
+-- Only samples that name a claim can match; a row that names a pod matches at most its own
+-- reservation, so only pod-less rows multiply.
+LEFT JOIN claim_reservations c
+  ON c.claim_namespace = p.claim_namespace AND c.claim = p.claim AND c.device = p.dra_device
+ AND p.t >= c.valid_from_ms AND (c.valid_to_ms IS NULL OR p.t < c.valid_to_ms)
+ AND (p.pod IS NULL OR (c.pod = p.pod AND c.claim_namespace = p.namespace));
 
--- The instants that start an observation, how many distinct pods the GPU's series named at
--- that instant (k pods sharing the GPU hold 1/k each), and the next such instant in the data
--- at hand; with the GPU's energy counter and power reading at the instant and the counter at
--- the next one (energy, 32_spans.sql).
+-- Samples that name both a pod and a claim the capture holds, where the claim was not reserved
+-- for that pod at that instant: the pod labels win, and the ledger warns with the GPU and time.
+CREATE OR REPLACE VIEW dra_mismatches AS
+SELECT p.hostname, p.uuid, p.mig_instance, p.t, p.namespace, p.pod, p.claim_namespace, p.claim
+FROM (SELECT DISTINCT namespace, name FROM resource_claims) k
+JOIN pod_samples p ON p.claim_namespace = k.namespace AND p.claim = k.name
+WHERE p.pod IS NOT NULL AND p.via_claim IS NULL;
+
+-- The instants that start an observation, how many pods hold the GPU in that observation (k
+-- pods sharing the GPU hold 1/k each, or their measured shares: 40_states.sql), and the next
+-- such instant in the data at hand; with the GPU's energy counter and power reading at the
+-- instant and the counter at the next one (energy, 32_spans.sql).
+-- `per_process`: the exporter wrote a pod-less series of the GPU beside its pods' series at the
+-- instant (dcgm-exporter's per-process values on a time-sliced GPU: the device's own
+-- DCGM_FI_DEV_GPU_UTIL beside each pod's). The pod-less row then only marks the GPU observed:
+-- it holds no share, and each pod's activity is its own utilisation (32_spans.sql).
 CREATE OR REPLACE VIEW observation_starts AS
-SELECT hostname, uuid, mig_instance, t, pods, t / 86400000 AS day_number, energy_mj, power_w,
+SELECT hostname, uuid, mig_instance, t, pods, per_process, t / 86400000 AS day_number, energy_mj, power_w,
        LEAD(t) OVER (PARTITION BY hostname, uuid, mig_instance ORDER BY t) AS t_next_seen,
        LEAD(energy_mj) OVER (PARTITION BY hostname, uuid, mig_instance ORDER BY t) AS energy_next_seen
 FROM (
-    SELECT hostname, uuid, mig_instance, t, pods, energy_mj, power_w,
+    SELECT hostname, uuid, mig_instance, t, pods, per_process, energy_mj, power_w,
            LAG(t) OVER (PARTITION BY hostname, uuid, mig_instance ORDER BY t) AS t_prev
     FROM (
-        SELECT hostname, uuid, mig_instance, t, COUNT(*) AS pods, MIN(energy_mj) AS energy_mj, MAX(power_w) AS power_w
+        SELECT hostname, uuid, mig_instance, t,
+               COUNT(*) - CASE WHEN COUNT(pod) > 0 THEN SUM(CASE WHEN pod IS NULL AND claim IS NULL THEN 1 ELSE 0 END) ELSE 0 END AS pods,
+               COUNT(pod) > 0 AND SUM(CASE WHEN pod IS NULL AND claim IS NULL THEN 1 ELSE 0 END) > 0 AS per_process,
+               MIN(energy_mj) AS energy_mj, MAX(power_w) AS power_w
         FROM pod_samples
         GROUP BY hostname, uuid, mig_instance, t
     )
@@ -125,14 +169,17 @@ FROM (
 CREATE OR REPLACE VIEW day_active_bounds AS
 SELECT p.hostname, p.uuid, p.mig_instance, COALESCE(r.pod_key, p.namespace || '/' || p.pod) AS pod_key, o.day_number,
        MIN(p.t) AS first_active_t, MAX(p.t) AS last_active_t
-FROM observation_starts o
+FROM settings s
+CROSS JOIN observation_starts o
 JOIN pod_samples p
   ON (p.hostname IS NOT DISTINCT FROM o.hostname) AND (p.uuid IS NOT DISTINCT FROM o.uuid)
  AND (p.mig_instance IS NOT DISTINCT FROM o.mig_instance) AND (p.t IS NOT DISTINCT FROM o.t)
 LEFT JOIN pod_runs r ON r.namespace = p.namespace AND r.pod = p.pod
                     AND CASE WHEN p.pod_uid IS NOT NULL AND r.uid IS NOT NULL THEN r.uid = p.pod_uid
                              ELSE p.t >= r.valid_from_ms AND (r.valid_to_ms IS NULL OR p.t < r.valid_to_ms) END
-WHERE p.active AND p.pod IS NOT NULL AND p.namespace IS NOT NULL
+-- With per-process values a pod is active by its own utilisation (as in 32_spans.sql).
+WHERE CASE WHEN o.per_process THEN COALESCE(p.gpu_util, 0) >= s.active_threshold_util ELSE p.active END
+  AND p.pod IS NOT NULL AND p.namespace IS NOT NULL
 GROUP BY p.hostname, p.uuid, p.mig_instance, COALESCE(r.pod_key, p.namespace || '/' || p.pod), o.day_number;
 
 -- The pods each day's samples name. Not a figure: an incremental ledger run digests what the

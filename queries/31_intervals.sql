@@ -12,7 +12,7 @@
 -- Each observation with the next one: the next at hand, else the GPU's first observation of the
 -- next later day it was seen (however many days later); and the energy counter at both.
 CREATE OR REPLACE VIEW observation_next AS
-SELECT o.hostname, o.uuid, o.mig_instance, o.t, o.day_number, o.pods, COALESCE(o.t_next_seen, n.next_first_t) AS t_next,
+SELECT o.hostname, o.uuid, o.mig_instance, o.t, o.day_number, o.pods, o.per_process, COALESCE(o.t_next_seen, n.next_first_t) AS t_next,
        o.energy_mj, o.power_w,
        CASE WHEN o.t_next_seen IS NOT NULL THEN o.energy_next_seen ELSE n.next_first_energy_mj END AS energy_next
 FROM observation_starts o

@@ -36,7 +36,7 @@ GROUP BY hostname, uuid, mig_instance, month;
 
 -- Each observation with its month's scrape interval.
 CREATE OR REPLACE VIEW observations AS
-SELECT o.hostname, o.uuid, o.mig_instance, o.t, o.t_next, o.pods, o.energy_mj, o.energy_next, o.power_w,
+SELECT o.hostname, o.uuid, o.mig_instance, o.t, o.t_next, o.pods, o.per_process, o.energy_mj, o.energy_next, o.power_w,
        COALESCE(i.interval_ms, 30000.0) AS interval_ms
 FROM observation_next o
 LEFT JOIN scrape_intervals i
@@ -44,14 +44,24 @@ LEFT JOIN scrape_intervals i
  AND (i.mig_instance IS NOT DISTINCT FROM o.mig_instance)
  AND (i.month IS NOT DISTINCT FROM to_char(to_timestamp_millis(o.t), '%Y-%m'));
 
+-- `share_group`: who a shared GPU's observation is split among first (40_states.sql): the
+-- claim a pod-less DRA sample was attributed through (its pods share the claim's part), else
+-- the pod itself (its uid, else namespace/name). `gpu_util` and `claim_capacity` weigh the
+-- groups. With per-process values the pod-less device row holds no share and each pod is
+-- active by its own utilisation (30_observations.sql `observation_starts`).
 CREATE OR REPLACE VIEW sample_spans AS
 SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, xid_error,
        slices, gpu_slices, pods, t, covered_end,
+       CASE WHEN pods > 1 THEN COALESCE('claim ' || via_claim, COALESCE(pod_uid, namespace || '/' || pod), '') END AS share_group,
+       gpu_util, claim_capacity,
        -- The part of a long gap not covered (0 when the next observation came in time).
        CASE WHEN t_next IS NOT NULL AND t_next > covered_end THEN t_next - covered_end ELSE 0 END AS unobserved_ms,
        watts
 FROM (
-    SELECT p.*, o.t_next, o.pods,
+    SELECT p.date, p.hostname, p.uuid, p.mig_instance, p.model_name, p.namespace, p.pod, p.pod_uid, p.xid_error,
+           p.slices, p.gpu_slices, p.t, p.gpu_util, p.via_claim, p.claim_capacity,
+           CASE WHEN o.per_process THEN COALESCE(p.gpu_util, 0) >= s.active_threshold_util ELSE p.active END AS active,
+           o.t_next, o.pods,
            CAST(CASE WHEN o.t_next IS NOT NULL AND o.t_next - o.t <= s.max_gap_factor * o.interval_ms THEN o.t_next
                      ELSE o.t + o.interval_ms END AS BIGINT) AS covered_end,
            -- The GPU's mean power over the covered span, in W (= mJ per ms): the energy
@@ -69,6 +79,7 @@ FROM (
     JOIN pod_samples p
       ON (p.hostname IS NOT DISTINCT FROM o.hostname) AND (p.uuid IS NOT DISTINCT FROM o.uuid)
      AND (p.mig_instance IS NOT DISTINCT FROM o.mig_instance) AND (p.t IS NOT DISTINCT FROM o.t)
+    WHERE NOT (o.per_process AND p.pod IS NULL AND p.claim IS NULL)
 );
 
 -- XID errors: the readings whose code is not 0 and differs from the GPU's reading before it

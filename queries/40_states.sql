@@ -30,23 +30,23 @@
 CREATE OR REPLACE VIEW sample_pieces AS
 WITH pieces AS (
     SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, xid_error,
-           slices, gpu_slices, pods, watts, t, t AS piece_start, LEAST(covered_end, (t / 3600000 + 1) * 3600000) AS piece_end
+           slices, gpu_slices, pods, share_group, watts, t, t AS piece_start, LEAST(covered_end, (t / 3600000 + 1) * 3600000) AS piece_end
     FROM sample_spans
     UNION ALL
     SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, xid_error,
-           slices, gpu_slices, pods, watts, t, (t / 3600000 + 1) * 3600000 AS piece_start, covered_end AS piece_end
+           slices, gpu_slices, pods, share_group, watts, t, (t / 3600000 + 1) * 3600000 AS piece_start, covered_end AS piece_end
     FROM sample_spans
     WHERE covered_end > (t / 3600000 + 1) * 3600000 AND covered_end <= (t / 3600000 + 2) * 3600000
     UNION ALL
     SELECT s.date, s.hostname, s.uuid, s.mig_instance, s.model_name, s.namespace, s.pod, s.pod_uid, s.active, s.xid_error,
-           s.slices, s.gpu_slices, s.pods, s.watts, s.t, h.hour_number * 3600000 AS piece_start,
+           s.slices, s.gpu_slices, s.pods, s.share_group, s.watts, s.t, h.hour_number * 3600000 AS piece_start,
            LEAST(s.covered_end, (h.hour_number + 1) * 3600000) AS piece_end
     FROM sample_spans s
     JOIN calendar_hours h ON h.hour_number > s.t / 3600000 AND h.hour_number * 3600000 < s.covered_end
     WHERE s.covered_end > (s.t / 3600000 + 2) * 3600000
 )
 SELECT date, hostname, uuid, mig_instance, model_name, namespace, pod, pod_uid, active, xid_error,
-       slices, gpu_slices, pods, watts, t, piece_start, (piece_end - piece_start) * 1000000 AS piece_ns
+       slices, gpu_slices, pods, share_group, watts, t, piece_start, (piece_end - piece_start) * 1000000 AS piece_ns
 FROM pieces
 WHERE piece_end > piece_start;
 
@@ -177,10 +177,87 @@ SELECT date, hostname, uuid, CAST(NULL AS INT), model_name, CAST(NULL AS VARCHAR
 FROM mig_piece_parts
 WHERE mig_instance IS NULL;
 
+-- Shared GPUs (docs/accounting.md "Allocation", "DRA", "Measured sharing"): an observation of a
+-- whole GPU that k rows hold is split first among its share groups (32_spans.sql: each pod its
+-- own group, or the pods of one DRA claim one group), then each group's part 1/k among its pods.
+-- A group's weight (`group_weight` of `total_weight`):
+--   capacity  where the groups are claims (a device several claims share) and every one declares
+--             the `dra_capacity_key` capacity: in proportion to it;
+--   measured  with `sharing = 'measured'`, no claim groups, and some utilisation: in proportion to
+--             each pod's DCGM_FI_DEV_GPU_UTIL (a missing value is 0);
+--   even      otherwise: its pods' count, so that every pod holds 1/k of the observation.
+-- Proportional weights are made integer millionths by largest remainder (ties: the smaller
+-- group, a pod's uid), so that the weights are exact whatever order anything is summed in.
+-- One row per shared observation and group; only shared observations (few) come here.
+CREATE OR REPLACE VIEW span_shares AS
+WITH groups AS (
+    SELECT hostname, uuid, t, share_group, COUNT(*) AS group_pods,
+           MAX(CASE WHEN share_group LIKE 'claim %' THEN 1 ELSE 0 END) AS is_claim,
+           MIN(claim_capacity) AS capacity,
+           SUM(CAST(ROUND(COALESCE(gpu_util, 0) * 1000) AS BIGINT)) AS util_milli
+    FROM sample_spans
+    WHERE pods > 1 AND mig_instance IS NULL
+    GROUP BY hostname, uuid, t, share_group
+),
+instants AS (
+    SELECT hostname, uuid, t, COUNT(*) AS group_count, SUM(group_pods) AS pods_total, SUM(is_claim) AS claim_groups,
+           SUM(CASE WHEN capacity > 0 THEN 1 ELSE 0 END) AS sized_groups,
+           SUM(CASE WHEN capacity > 0 THEN capacity ELSE 0 END) AS capacity_total, SUM(util_milli) AS util_total
+    FROM groups
+    GROUP BY hostname, uuid, t
+),
+weighed AS (
+    SELECT g.hostname, g.uuid, g.t, g.share_group, g.group_pods, i.pods_total,
+           CASE WHEN i.claim_groups > 0 AND i.sized_groups = i.group_count THEN g.capacity
+                WHEN i.claim_groups = 0 AND s.sharing = 'measured' AND i.util_total > 0 THEN g.util_milli END AS w,
+           CASE WHEN i.claim_groups > 0 AND i.sized_groups = i.group_count THEN i.capacity_total
+                WHEN i.claim_groups = 0 AND s.sharing = 'measured' AND i.util_total > 0 THEN i.util_total END AS w_total
+    FROM settings s
+    CROSS JOIN instants i
+    JOIN groups g ON (g.hostname IS NOT DISTINCT FROM i.hostname) AND (g.uuid IS NOT DISTINCT FROM i.uuid) AND g.t = i.t
+),
+millionths AS (
+    SELECT *, 1000000 * w / w_total AS floor_ppm, 1000000 * w % w_total AS remainder,
+           SUM(1000000 * w / w_total) OVER (PARTITION BY hostname, uuid, t) AS floor_total
+    FROM weighed
+    WHERE w_total IS NOT NULL
+)
+SELECT hostname, uuid, t, share_group, group_pods,
+       floor_ppm + CASE WHEN ROW_NUMBER() OVER (PARTITION BY hostname, uuid, t ORDER BY remainder DESC, share_group)
+                             <= 1000000 - floor_total THEN 1 ELSE 0 END AS group_weight,
+       CAST(1000000 AS BIGINT) AS total_weight
+FROM millionths
+UNION ALL
+SELECT hostname, uuid, t, share_group, group_pods, group_pods AS group_weight, pods_total AS total_weight
+FROM weighed
+WHERE w_total IS NULL;
+
+-- Each shared whole-GPU piece's part per share group: the floor of its weight's share of the
+-- piece, and the nanoseconds the floors leave one each to the largest remainders (ties: the
+-- smaller group).
+CREATE OR REPLACE VIEW shared_group_pieces AS
+WITH pieces AS (
+    SELECT DISTINCT p.hostname, p.uuid, p.t, p.piece_start, p.piece_ns, p.share_group, w.group_weight, w.total_weight, w.group_pods
+    FROM sample_pieces p
+    JOIN span_shares w
+      ON (w.hostname IS NOT DISTINCT FROM p.hostname) AND (w.uuid IS NOT DISTINCT FROM p.uuid) AND w.t = p.t
+     AND w.share_group = p.share_group
+    WHERE p.mig_instance IS NULL AND p.pods > 1
+),
+floors AS (
+    SELECT *, piece_ns * group_weight / total_weight AS floor_ns, piece_ns * group_weight % total_weight AS remainder,
+           SUM(piece_ns * group_weight / total_weight) OVER (PARTITION BY hostname, uuid, t, piece_start) AS floor_total
+    FROM pieces
+)
+SELECT hostname, uuid, t, piece_start, share_group, group_pods,
+       floor_ns + CASE WHEN ROW_NUMBER() OVER (PARTITION BY hostname, uuid, t, piece_start ORDER BY remainder DESC, share_group)
+                            <= piece_ns - floor_total THEN 1 ELSE 0 END AS group_ns
+FROM floors;
+
 -- Each piece with its state, run, team and GPU-nanoseconds. A pod the Kubernetes capture does
 -- not know is its own run with an unknown (so provisional) outcome, its team taken from its
--- namespace. A whole GPU's piece goes to the k pods the observation names: the floor of 1/k
--- each, and the nanoseconds left one each to the pods with the smallest uid (the exporter's
+-- namespace. A whole GPU's piece goes to the k pods the observation names, by their share
+-- groups' weights (span_shares, shared_group_pieces), ties to the smallest uid (the exporter's
 -- `pod_uid`, else namespace/name: the split is made before the sample is matched to a pod
 -- incarnation, so that the match, a join with every pod, runs once). A MIG GPU's pieces come
 -- split already (mig_pieces), its leftover as a piece no pod holds: unallocated. `mig`: the
@@ -188,23 +265,25 @@ WHERE mig_instance IS NULL;
 -- Energy goes with the time: the span's mean power (W) x its nanoseconds / 10^6 = mJ.
 CREATE OR REPLACE VIEW gpu_state_piece_states AS
 WITH split AS (
-    -- One pod (nearly every row): it holds the whole piece. k pods: the floor of 1/k each, and
-    -- the piece_ns mod k nanoseconds left, one each, to the first pods by uid (the shares are
-    -- equal, so their remainders are too: the uid breaks the tie). The window sorts only the
-    -- shared rows.
+    -- One pod (nearly every row): it holds the whole piece. k pods: their share group's part
+    -- (shared_group_pieces), the floor of 1/k of it each to the group's pods and the
+    -- nanoseconds left one each to the first by uid. The windows sort only the shared rows.
     SELECT date, hostname, uuid, mig_instance, false AS mig, model_name, namespace, pod, pod_uid, active, xid_error, watts,
            t, piece_start, piece_ns AS gpu_ns
     FROM sample_pieces
     WHERE mig_instance IS NULL AND pods = 1
     UNION ALL
-    SELECT date, hostname, uuid, mig_instance, false AS mig, model_name, namespace, pod, pod_uid, active, xid_error, watts,
-           t, piece_start,
-           piece_ns / pods
-           + CASE WHEN ROW_NUMBER() OVER (PARTITION BY hostname, uuid, t, piece_start
-                                          ORDER BY COALESCE(pod_uid, namespace || '/' || pod), namespace, pod)
-                       <= piece_ns % pods THEN 1 ELSE 0 END AS gpu_ns
-    FROM sample_pieces
-    WHERE mig_instance IS NULL AND pods > 1
+    SELECT p.date, p.hostname, p.uuid, p.mig_instance, false AS mig, p.model_name, p.namespace, p.pod, p.pod_uid, p.active,
+           p.xid_error, p.watts, p.t, p.piece_start,
+           g.group_ns / g.group_pods
+           + CASE WHEN ROW_NUMBER() OVER (PARTITION BY p.hostname, p.uuid, p.t, p.piece_start, p.share_group
+                                          ORDER BY COALESCE(p.pod_uid, p.namespace || '/' || p.pod), p.namespace, p.pod)
+                       <= g.group_ns % g.group_pods THEN 1 ELSE 0 END AS gpu_ns
+    FROM sample_pieces p
+    JOIN shared_group_pieces g
+      ON (g.hostname IS NOT DISTINCT FROM p.hostname) AND (g.uuid IS NOT DISTINCT FROM p.uuid) AND g.t = p.t
+     AND g.piece_start = p.piece_start AND g.share_group = p.share_group
+    WHERE p.mig_instance IS NULL AND p.pods > 1
     UNION ALL
     SELECT date, hostname, uuid, mig_instance, true AS mig, model_name, namespace, pod, pod_uid, active, xid_error, watts,
            t, piece_start, gpu_ns
