@@ -391,7 +391,9 @@ const UUID: &[&str] = &["UUID", "uuid"];
 const MODEL: &[&str] = &["modelName", "model_name"];
 const NAMESPACE: &[&str] = &["exported_namespace", "namespace", "pod_namespace"];
 /// Labels kept in `labels` whose every value needs rows of its own (see `GpuIdentity`).
-const DISTINCT: &[&str] = &["__replica__", "pod_uid", "prometheus_replica", "replica"];
+/// (A DRA device two claims share has a series per claim; without pod labels only the claim
+/// tells them apart.)
+const DISTINCT: &[&str] = &["__replica__", "dra_claim_name", "dra_claim_namespace", "pod_uid", "prometheus_replica", "replica"];
 const POD: &[&str] = &["exported_pod", "pod", "pod_name"];
 const CONTAINER: &[&str] = &["exported_container", "container", "container_name"];
 
@@ -530,6 +532,31 @@ mod tests {
         assert_eq!(col(b, "gpu_util").as_primitive::<Float64Type>().value(0), 90.0);
         let extras: serde_json::Value = serde_json::from_str(col(b, "labels").as_string::<i32>().value(0)).unwrap();
         assert_eq!(extras["pod"], "nvidia-dcgm-exporter-abc", "target labels are kept, not lost");
+    }
+
+    #[test]
+    fn series_of_two_dra_claims_on_one_device_stay_on_their_own_rows() {
+        // Without pod labels, a device two claims share (shareID) has one series per claim: the
+        // claims are the only holders the ledger can tell apart, so neither may be folded into
+        // the other's row (its values would go long form, its claim lost).
+        let mut t = SampleTables::new();
+        let base = [("gpu", "0"), ("UUID", "GPU-d"), ("Hostname", "n1"), ("dra_claim_namespace", "ml"), ("dra_device_name", "gpu-0")];
+        let claim = |t: &mut SampleTables, name: &str| {
+            let mut p = base.to_vec();
+            p.push(("dra_claim_name", name));
+            t.series(pairs(&p))
+        };
+        let small = claim(&mut t, "small");
+        let large = claim(&mut t, "large");
+        let m = t.metric(b"DCGM_FI_DEV_GPU_UTIL");
+        t.push(m, small, 1000, 90.0);
+        t.push(m, large, 1000, 90.0);
+        let batches = t.take_batches().unwrap();
+        assert_eq!(batches.len(), 1, "nothing goes long form");
+        let b = &batches[0].1;
+        let labels: Vec<&str> = (0..b.num_rows()).map(|i| col(b, "labels").as_string::<i32>().value(i)).collect();
+        assert_eq!(labels.len(), 2);
+        assert!(labels.iter().any(|l| l.contains(r#""dra_claim_name":"small""#)) && labels.iter().any(|l| l.contains(r#""dra_claim_name":"large""#)), "{labels:?}");
     }
 
     #[test]
