@@ -98,7 +98,7 @@ LEFT JOIN claim_reservations c
  AND (p.pod IS NULL OR (c.pod = p.pod AND c.claim_namespace = p.namespace));
 
 -- Samples that name both a pod and a claim the capture holds, where the claim was not reserved
--- for that pod at that instant: the pod labels win, and the ledger warns with the GPU and time.
+-- for that pod at that instant: the pod labels win; this names the GPU and time of each.
 CREATE OR REPLACE VIEW dra_mismatches AS
 SELECT p.hostname, p.uuid, p.mig_instance, p.t, p.namespace, p.pod, p.claim_namespace, p.claim
 FROM (SELECT DISTINCT namespace, name FROM resource_claims) k
