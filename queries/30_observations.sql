@@ -30,13 +30,46 @@ FROM (
 )
 WHERE replica IS NULL OR replica = first_replica;
 
+-- DRA MIG (docs/accounting.md "DRA"): dcgm-exporter keys a DRA-allocated MIG device by its
+-- parent GPU, so the pod holding it is named on the parent's series (no `GPU_I_ID`), with
+-- `dra_mig_profile` and `dra_mig_device_uuid`, while the instance series carry no pod. Each
+-- distinct MIG device so named takes one pod-less instance of its profile on that GPU at that
+-- instant, the lowest `GPU_I_ID` first, in the order of the devices' UUIDs; its pods (several,
+-- where a claim is shared) hold that instance. One row per instance and pod.
+CREATE OR REPLACE VIEW dra_mig_instances AS
+WITH holders AS (
+    SELECT hostname, uuid, ts, namespace, pod, label(labels, 'dra_mig_profile') AS profile,
+           DENSE_RANK() OVER (PARTITION BY hostname, uuid, ts, label(labels, 'dra_mig_profile')
+                              ORDER BY label(labels, 'dra_mig_device_uuid')) AS slot
+    FROM replica_samples
+    WHERE mig_instance IS NULL AND pod IS NOT NULL AND strpos(labels, 'dra_mig_profile') > 0
+),
+free AS (
+    SELECT hostname, uuid, ts, mig_instance, mig_profile,
+           ROW_NUMBER() OVER (PARTITION BY hostname, uuid, ts, mig_profile ORDER BY mig_instance) AS slot
+    FROM (
+        SELECT DISTINCT s.hostname, s.uuid, s.ts, s.mig_instance, s.mig_profile
+        FROM (SELECT DISTINCT hostname, uuid, ts FROM holders) g
+        JOIN replica_samples s ON s.hostname = g.hostname AND s.uuid = g.uuid AND s.ts = g.ts
+        WHERE s.mig_instance IS NOT NULL AND s.pod IS NULL
+    )
+)
+SELECT DISTINCT f.hostname, f.uuid, f.ts, f.mig_instance, h.namespace, h.pod
+FROM holders h
+JOIN free f ON f.hostname = h.hostname AND f.uuid = h.uuid AND f.ts = h.ts AND f.mig_profile = h.profile AND f.slot = h.slot;
+
 -- The samples that count. Where a GPU has MIG instance series (that UTC day), its series
 -- without an instance (device-wide fields: power, temperature) are not a second observation
--- of the whole GPU: its time is its instances' shares and the leftover (40_states.sql).
+-- of the whole GPU: its time is its instances' shares and the leftover (40_states.sql). A
+-- pod-less instance a DRA MIG device took (dra_mig_instances) is its pods'.
 CREATE OR REPLACE VIEW counted_samples AS
-SELECT * FROM replica_samples WHERE mig_instance IS NOT NULL
+SELECT s.* EXCLUDE (namespace, pod), COALESCE(a.namespace, s.namespace) AS namespace, COALESCE(a.pod, s.pod) AS pod
+FROM replica_samples s
+LEFT JOIN dra_mig_instances a
+       ON a.hostname = s.hostname AND a.uuid = s.uuid AND a.ts = s.ts AND a.mig_instance = s.mig_instance AND s.pod IS NULL
+WHERE s.mig_instance IS NOT NULL
 UNION ALL
-SELECT s.*
+SELECT s.* EXCLUDE (namespace, pod), s.namespace, s.pod
 FROM replica_samples s
 LEFT JOIN (SELECT DISTINCT hostname, uuid, epoch_ms(ts) / 86400000 AS day_number
            FROM replica_samples WHERE mig_instance IS NOT NULL) m
