@@ -38,7 +38,17 @@ pub const WATCHED: &[Resource] = &[
     Resource { optional: true, ..r("kueue.x-k8s.io", &["v1beta2", "v1beta1"], "clusterqueues", "ClusterQueue", false) },
     Resource { optional: true, ..r("kueue.x-k8s.io", &["v1beta2", "v1beta1"], "localqueues", "LocalQueue", true) },
     Resource { optional: true, ..r("kueue.x-k8s.io", &["v1beta2", "v1beta1"], "workloads", "Workload", true) },
+    // Dynamic Resource Allocation: which device (GPU UUID, MIG slice) a pod's claim holds, and
+    // who shares it. Optional: clusters before 1.32 (or with DRA off) serve none of it.
+    Resource { optional: true, ..r("resource.k8s.io", DRA_VERSIONS, "resourceslices", "ResourceSlice", false) },
+    Resource { optional: true, ..r("resource.k8s.io", DRA_VERSIONS, "deviceclasses", "DeviceClass", false) },
+    Resource { optional: true, ..r("resource.k8s.io", DRA_VERSIONS, "resourceclaimtemplates", "ResourceClaimTemplate", true) },
+    Resource { optional: true, ..r("resource.k8s.io", DRA_VERSIONS, "resourceclaims", "ResourceClaim", true) },
 ];
+
+/// resource.k8s.io versions, newest first: v1 from Kubernetes 1.34, v1beta2 from 1.33, v1beta1
+/// from 1.32 (the tables read all three layouts).
+const DRA_VERSIONS: &[&str] = &["v1", "v1beta2", "v1beta1"];
 
 impl Resource {
     /// `group/plural` (`pods` for the core group): the name used in logs, metrics and positions.
