@@ -15,6 +15,7 @@ pub mod tag {
     pub const PICK: u64 = 7;
     pub const CORDON: u64 = 8;
     pub const INFERENCE: u64 = 9;
+    pub const DRA: u64 = 10;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -23,9 +24,15 @@ pub enum PoolId {
     A100Mig = 1,
     L4 = 2,
     T4 = 3,
+    /// H100s handed out by Dynamic Resource Allocation (NVIDIA's DRA driver) instead of the
+    /// device plugin: pods ask for them through ResourceClaims ([`crate::dra`]).
+    Dra = 4,
 }
 
-pub const POOLS: [PoolId; 4] = [PoolId::H100, PoolId::A100Mig, PoolId::L4, PoolId::T4];
+/// How many pools there are: the length of per-pool arrays.
+pub const N_POOLS: usize = 5;
+
+pub const POOLS: [PoolId; N_POOLS] = [PoolId::H100, PoolId::A100Mig, PoolId::L4, PoolId::T4, PoolId::Dra];
 
 /// What a pool's GPUs are and how they behave in DCGM.
 #[derive(Debug)]
@@ -51,6 +58,8 @@ pub struct PoolSpec {
     pub node_mem_gi: u32,
     pub pci_buses: &'static [&'static str],
     pub instance_type: &'static str,
+    /// GPUs are handed out by Dynamic Resource Allocation (no `nvidia.com/gpu` device plugin).
+    pub dra: bool,
 }
 
 const H100: PoolSpec = PoolSpec {
@@ -73,6 +82,7 @@ const H100: PoolSpec = PoolSpec {
     node_mem_gi: 2048,
     pci_buses: &["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"],
     instance_type: "p5.48xlarge",
+    dra: false,
 };
 
 const A100: PoolSpec = PoolSpec {
@@ -95,6 +105,7 @@ const A100: PoolSpec = PoolSpec {
     node_mem_gi: 1152,
     pci_buses: &["10", "16", "49", "4D", "8A", "8E", "C7", "CB"],
     instance_type: "p4de.24xlarge",
+    dra: false,
 };
 
 const L4: PoolSpec = PoolSpec {
@@ -117,6 +128,7 @@ const L4: PoolSpec = PoolSpec {
     node_mem_gi: 192,
     pci_buses: &["38", "3A", "3C", "3E"],
     instance_type: "g6.12xlarge",
+    dra: false,
 };
 
 const T4: PoolSpec = PoolSpec {
@@ -139,6 +151,21 @@ const T4: PoolSpec = PoolSpec {
     node_mem_gi: 64,
     pci_buses: &["00:04", "00:05"],
     instance_type: "n1-standard-16",
+    dra: false,
+};
+
+/// A smaller pool of H100 nodes (four GPUs each, as GCP's a3-highgpu-4g has) whose GPUs NVIDIA's
+/// DRA driver publishes in ResourceSlices; no device plugin runs there.
+const DRA_H100: PoolSpec = PoolSpec {
+    name: "h100-dra",
+    node_prefix: "gpu-dra-h100-",
+    gpus_per_node: 4,
+    node_cpu: 104,
+    node_mem_gi: 936,
+    pci_buses: &["04", "05", "0A", "0B"],
+    instance_type: "a3-highgpu-4g",
+    dra: true,
+    ..H100
 };
 
 impl PoolId {
@@ -148,6 +175,7 @@ impl PoolId {
             PoolId::A100Mig => &A100,
             PoolId::L4 => &L4,
             PoolId::T4 => &T4,
+            PoolId::Dra => &DRA_H100,
         }
     }
 }
@@ -223,7 +251,36 @@ pub struct Slot {
     pub mig: Option<(MigProfile, u32)>,
     /// Share of the physical GPU in sevenths (7 for a whole GPU).
     pub weight7: u64,
+    /// Kept out of the scheduler: a place of the hand-placed DRA sharing shapes
+    /// ([`crate::schedule`]'s `dra_sharing`), which no job template competes for.
+    pub pinned: bool,
 }
+
+/// How the pods that hold a GPU share it, and so how the exporter writes it and how its time is
+/// split among them (docs/accounting.md "Allocation", "DRA", "Measured sharing").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sharing {
+    /// One pod at a time (or MIG instances, each one pod's).
+    Exclusive,
+    /// The device plugin advertises the GPU [`TIME_SLICE_REPLICAS`] times; the exporter
+    /// (`--kubernetes-virtual-gpus`) writes the device's utilisation without pod labels beside
+    /// each pod's own, with `pod_uid` and `vgpu`. Each pod holds 1/k and is active by its own
+    /// utilisation.
+    TimeSliced,
+    /// One ResourceClaim reserved for several pods at once: a series per pod with the same
+    /// `dra_*` labels and the device's values; 1/k each, active by the GPU's activity.
+    DraClaim,
+    /// Several claims on one device (`shareID`), each consuming the capacity
+    /// [`DRA_SHARED_CAPACITY_GI`] gives its slot: split by consumed capacity among the claims
+    /// present, the device's values on every pod's series.
+    DraCapacity,
+}
+
+/// Memory (GiB) the claims on a [`Sharing::DraCapacity`] GPU consume, by slot, of the device's
+/// [`DRA_DEVICE_MEMORY_GI`].
+pub const DRA_SHARED_CAPACITY_GI: [u64; 2] = [20, 60];
+/// The memory capacity a DRA GPU's ResourceSlice publishes.
+pub const DRA_DEVICE_MEMORY_GI: u64 = 80;
 
 #[derive(Debug, Clone)]
 pub struct Gpu {
@@ -233,9 +290,20 @@ pub struct Gpu {
     /// Sevenths of a MIG GPU that no instance covers (0 for whole GPUs).
     pub leftover7: u64,
     pub slots: std::ops::Range<usize>,
-    /// Time-sliced (the device plugin advertises each GPU several times): its slots are
-    /// replicas of the whole GPU, and the pods holding them share it.
-    pub time_sliced: bool,
+    /// How the pods holding its slots share it (several slots: replicas of the whole GPU).
+    pub sharing: Sharing,
+}
+
+impl Gpu {
+    /// Several pods may hold the GPU at once, each through a slot of its own.
+    pub fn shared(&self) -> bool {
+        self.sharing != Sharing::Exclusive
+    }
+
+    /// The name NVIDIA's DRA driver gives the device in its ResourceSlice (`gpu-<index>`).
+    pub fn dra_device(&self) -> String {
+        format!("gpu-{}", self.index)
+    }
 }
 
 /// Replicas the device plugin advertises per time-sliced GPU (the T4 pool).
@@ -436,17 +504,31 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
     pub slots: Vec<Slot>,
     /// Node indices per pool.
-    pub pool_nodes: [Vec<usize>; 4],
+    pub pool_nodes: [Vec<usize>; N_POOLS],
 }
 
-/// Whole nodes per pool for a requested GPU count: about 50% H100, 25% A100 (MIG), 20% L4, and a
-/// single 2-GPU T4 node; every pool gets at least one node.
-pub fn nodes_per_pool(gpus: u32) -> [u32; 4] {
+/// Whole nodes per pool for a requested GPU count: about 50% H100, 25% A100 (MIG), 20% L4, a
+/// single 2-GPU T4 node, and about 5% H100s under DRA (4-GPU nodes); every pool gets at least
+/// one node.
+pub fn nodes_per_pool(gpus: u32) -> [u32; N_POOLS] {
     let g = gpus as f64;
     let h = ((g * 0.50) / 8.0).round().max(1.0) as u32;
     let a = ((g * 0.25) / 8.0).round().max(1.0) as u32;
     let l = ((g * 0.20) / 4.0).round().max(1.0) as u32;
-    [h, a, l, 1]
+    let d = ((g * 0.05) / 4.0).round().max(1.0) as u32;
+    [h, a, l, 1, d]
+}
+
+/// How a GPU of `pool` is shared: the T4s are time-sliced; on the first DRA node, GPU 2 is
+/// one claim's for two pods and GPU 3 two claims' by consumed capacity (the rest of the DRA
+/// GPUs, one claim and pod at a time).
+fn sharing_of(pool: PoolId, node_in_pool: u32, gpu: u32) -> Sharing {
+    match (pool, node_in_pool, gpu) {
+        (PoolId::T4, _, _) => Sharing::TimeSliced,
+        (PoolId::Dra, 0, 2) => Sharing::DraClaim,
+        (PoolId::Dra, 0, 3) => Sharing::DraCapacity,
+        _ => Sharing::Exclusive,
+    }
 }
 
 fn gpu_uuid(rng: &mut Rng) -> String {
@@ -459,7 +541,7 @@ pub fn build(seed: u64, tl: &Timeline, gpus: u32) -> Cluster {
     let mut rng = Rng::stream(seed, tag::CLUSTER, 0);
     let mut nodes = Vec::new();
     let mut slots = Vec::new();
-    let mut pool_nodes: [Vec<usize>; 4] = Default::default();
+    let mut pool_nodes: [Vec<usize>; N_POOLS] = Default::default();
     let mut ip_host = 10u32;
     for pool in POOLS {
         let spec = pool.spec();
@@ -477,6 +559,7 @@ pub fn build(seed: u64, tl: &Timeline, gpus: u32) -> Cluster {
                 };
                 let gs = slots.len();
                 let mut leftover = 0;
+                let sharing = sharing_of(pool, n, g);
                 if spec.mig {
                     let layout = MIG_LAYOUTS[g as usize % MIG_LAYOUTS.len()];
                     let mut used = 0;
@@ -487,18 +570,25 @@ pub fn build(seed: u64, tl: &Timeline, gpus: u32) -> Cluster {
                             gpu: g,
                             mig: Some((p, id)),
                             weight7: p.sevenths(),
+                            pinned: false,
                         });
                     }
                     leftover = 7 - used;
                 } else {
-                    // T4s are time-sliced: up to four pods share a GPU.
-                    let replicas = if pool == PoolId::T4 { TIME_SLICE_REPLICAS } else { 1 };
+                    // T4s are time-sliced: up to four pods share a GPU. A shared DRA GPU has a
+                    // slot per pod or claim of its shape.
+                    let replicas = match sharing {
+                        Sharing::Exclusive => 1,
+                        Sharing::TimeSliced => TIME_SLICE_REPLICAS,
+                        Sharing::DraClaim | Sharing::DraCapacity => DRA_SHARED_CAPACITY_GI.len() as u32,
+                    };
                     for _ in 0..replicas {
                         slots.push(Slot {
                             node: node_idx as u32,
                             gpu: g,
                             mig: None,
                             weight7: 7,
+                            pinned: matches!(sharing, Sharing::DraClaim | Sharing::DraCapacity),
                         });
                     }
                 }
@@ -508,7 +598,7 @@ pub fn build(seed: u64, tl: &Timeline, gpus: u32) -> Cluster {
                     pci_bus_id: pci,
                     leftover7: leftover,
                     slots: gs..slots.len(),
-                    time_sliced: pool == PoolId::T4,
+                    sharing,
                 });
             }
             let offset = rng.range(0, tl.interval_ms - 1);
@@ -599,11 +689,14 @@ fn plan_outages(seed: u64, tl: &Timeline, nodes: &mut [Node]) {
 /// pod starts there, and its free GPUs are `cordoned` time (docs/accounting.md "Why GPUs were idle").
 /// Like the outage, only in captures of at least 200 scrapes.
 fn plan_cordon(seed: u64, tl: &Timeline, nodes: &mut [Node]) {
-    if tl.scrapes < 200 || nodes.len() < 2 {
+    // Among the nodes of the pools before the DRA one (they come last), so that adding that
+    // pool moved no cordon.
+    let candidates = nodes.iter().filter(|n| n.pool != PoolId::Dra).count();
+    if tl.scrapes < 200 || candidates < 2 {
         return;
     }
     let mut rng = Rng::stream(seed, tag::CORDON, 0);
-    let node = rng.range(1, nodes.len() as i64 - 1) as usize;
+    let node = rng.range(1, candidates as i64 - 1) as usize;
     let span = tl.end_s - tl.start_s;
     let len = rng.range(3 * 3600, 5 * 3600).min(span * 15 / 100);
     // Clear of the capture's first and last tenth, so both changes fall between scrapes.
@@ -617,11 +710,38 @@ mod tests {
 
     #[test]
     fn pools_scale_and_never_vanish() {
-        assert_eq!(nodes_per_pool(1), [1, 1, 1, 1]);
-        assert_eq!(nodes_per_pool(64), [4, 2, 3, 1]);
+        assert_eq!(nodes_per_pool(1), [1, 1, 1, 1, 1]);
+        assert_eq!(nodes_per_pool(64), [4, 2, 3, 1, 1]);
         let big = nodes_per_pool(1200);
         assert_eq!(big[0] * 8, 600);
-        assert_eq!(big[3], 1);
+        assert_eq!((big[3], big[4] * 4), (1, 60));
+    }
+
+    /// The DRA pool's first node carries the sharing shapes on its GPUs 2 and 3 (two pinned
+    /// slots each); T4s are time-sliced; every other GPU is one pod's at a time.
+    #[test]
+    fn dra_sharing_shapes_sit_on_the_first_dra_node() {
+        let tl = Timeline { start_s: 1_000_000, end_s: 1_086_400, obj_start_s: 950_000, interval_ms: 60_000, scrapes: 1440 };
+        let cl = build(1, &tl, 200);
+        let dra = &cl.pool_nodes[PoolId::Dra as usize];
+        assert_eq!(dra.len(), 3);
+        for (i, &n) in dra.iter().enumerate() {
+            let node = &cl.nodes[n];
+            assert!(node.name.starts_with("gpu-dra-h100-") && node.gpus.len() == 4);
+            for g in &node.gpus {
+                let want = match (i, g.index) {
+                    (0, 2) => Sharing::DraClaim,
+                    (0, 3) => Sharing::DraCapacity,
+                    _ => Sharing::Exclusive,
+                };
+                assert_eq!(g.sharing, want, "{} GPU {}", node.name, g.index);
+                assert_eq!(g.slots.len(), if g.shared() { 2 } else { 1 });
+                assert!(g.slots.clone().all(|s| cl.slots[s].pinned == g.shared()));
+            }
+        }
+        let t4 = &cl.nodes[cl.pool_nodes[PoolId::T4 as usize][0]];
+        assert!(t4.gpus.iter().all(|g| g.sharing == Sharing::TimeSliced && g.slots.len() == TIME_SLICE_REPLICAS as usize));
+        assert_eq!(cl.slots.iter().filter(|s| s.pinned).count(), 4);
     }
 
     #[test]

@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use crate::cluster::{Cluster, PoolId, Timeline, tag};
+use crate::cluster::{Cluster, DRA_SHARED_CAPACITY_GI, PoolId, Sharing, Timeline, tag};
 use crate::error::{Result, SimError};
 use crate::out::{MS_PER_DAY, day_string, push_fixed6, push_u64};
 use crate::sink::{DayGate, DcgmSink};
@@ -204,12 +204,16 @@ pub struct Ctx<'a> {
     pub seg_class: Vec<SegClass>,
     pub months: &'a Months,
     /// Per pool, when its free GPUs are stranded ([`crate::truth::stranding_windows`]).
-    pub stranding: [Vec<(i64, i64)>; 4],
+    pub stranding: [Vec<(i64, i64)>; crate::cluster::N_POOLS],
     /// The capture-relative directory of the DCGM files (`dcgm`).
     pub dir: PathBuf,
     pub seed: u64,
     /// Which samples are written; all are simulated and accounted whatever it is.
     pub window: Window,
+    /// The DRA pods' claims, which their GPUs' series name.
+    pub claims: &'a crate::dra::Claims,
+    /// DRA series carry pod labels beside the `dra_*` ones ([`crate::SimOptions`]).
+    pub dra_pod_labels: bool,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -362,7 +366,10 @@ struct Series {
     slot: usize,
     gpu: usize,
     head: Vec<u8>,
+    /// The labels after `head` (pod labels, `dra_*`, `vgpu`) with the closing brace.
     tail: Vec<u8>,
+    /// A time-sliced pod's own DCGM_FI_DEV_GPU_UTIL series: its labels with `pod_uid`.
+    util_tail: Vec<u8>,
     holder: Option<u32>,
     hold_i: usize,
     idle_i: usize,
@@ -370,8 +377,22 @@ struct Series {
     mem_mib: u64,
     reserved_mib: u64,
     vals: [u64; N_METRICS],
-    /// Written at this scrape (a time-sliced GPU's free replicas are not).
+    /// The slot's index within its GPU: a time-sliced replica's `vgpu` label.
+    vgpu: u32,
+    /// The memory (GiB) a [`Sharing::DraCapacity`] slot's claims consume.
+    capacity_gi: u64,
+    /// Accounted at this scrape (a shared GPU's free slots are not, but for its first when
+    /// nobody holds it, which stands for the whole GPU).
+    accounted: bool,
+    /// Written at this scrape: accounted, and not the same series as another (a claim's second
+    /// pod without pod labels).
     write: bool,
+    /// The holder is busy (not in one of its idle stretches).
+    busy: bool,
+    /// The activity its time is accounted by: its own, or for a DRA-shared GPU the GPU's.
+    active: bool,
+    /// With `sharing = "measured"`: its part of a time-sliced GPU in millionths (None: even).
+    measured_ppm: Option<u64>,
     /// The holder's allocated-idle amounts (month, amount) whose reason is not known yet:
     /// those since its last active observation, or since it came when it has none yet.
     idle_open: Vec<(usize, u64)>,
@@ -456,6 +477,126 @@ type Replica<'a> = (Option<&'a [u8]>, Vec<u8>, i64);
 
 const EMPTY_TAIL: &[u8] = b"container=\"\",namespace=\"\",pod=\"\"}";
 
+/// Measured shares are integer millionths (docs/accounting.md "Measured sharing").
+const PPM: u128 = 1_000_000;
+
+/// One line: `metric{<replica,>head tail} value<suffix>`.
+fn push_line(buf: &mut Vec<u8>, metric: &Metric, replica: Option<&[u8]>, head: &[u8], tail: &[u8], v: u64, suffix: &[u8]) {
+    buf.extend_from_slice(metric.name);
+    match replica {
+        Some(r) => {
+            buf.extend_from_slice(b"{prometheus_replica=\"");
+            buf.extend_from_slice(r);
+            buf.extend_from_slice(b"\",");
+            buf.extend_from_slice(&head[1..]);
+        }
+        None => buf.extend_from_slice(head),
+    }
+    buf.extend_from_slice(tail);
+    buf.push(b' ');
+    if metric.fixed6 {
+        push_fixed6(buf, v);
+    } else {
+        push_u64(buf, v);
+    }
+    buf.extend_from_slice(suffix);
+}
+
+/// `key="value",` into `buf`.
+fn push_label(buf: &mut Vec<u8>, key: &[u8], value: &[u8]) {
+    buf.extend_from_slice(key);
+    buf.extend_from_slice(b"=\"");
+    buf.extend_from_slice(value);
+    buf.extend_from_slice(b"\",");
+}
+
+/// The labels after a series' head for its holder (as dcgm-exporter writes them, the attribute
+/// names in sorted order after the device's): none, the pod's, with `vgpu` on a time-sliced
+/// GPU (and `pod_uid` on its own utilisation's series), and the `dra_*` labels of the claim a
+/// DRA pod holds the GPU through (without the pod's where the options drop them).
+fn set_tails(ctx: &Ctx, ni: usize, s: &mut Series) {
+    s.tail.clear();
+    s.util_tail.clear();
+    let Some(p) = s.holder else {
+        s.tail.extend_from_slice(EMPTY_TAIL);
+        return;
+    };
+    let node = &ctx.cl.nodes[ni];
+    let gpu = &node.gpus[s.gpu];
+    let pod = &ctx.sim.pods[p as usize];
+    let ns = crate::cluster::NAMESPACES[ctx.sim.jobs[pod.job as usize].ns].name.as_bytes();
+    let claim = ctx.claims.of(p);
+    let pod_labels = claim.is_none() || ctx.dra_pod_labels;
+    let t = &mut s.tail;
+    if pod_labels {
+        push_label(t, b"container", b"main");
+    }
+    if let Some(c) = claim {
+        push_label(t, b"dra_claim_name", c.name.as_bytes());
+        push_label(t, b"dra_claim_namespace", crate::cluster::NAMESPACES[c.ns].name.as_bytes());
+        push_label(t, b"dra_device_name", gpu.dra_device().as_bytes());
+        push_label(t, b"dra_driver_name", crate::dra::DRIVER.as_bytes());
+        push_label(t, b"dra_pool_name", node.name.as_bytes());
+    }
+    if pod_labels {
+        push_label(t, b"namespace", ns);
+        push_label(t, b"pod", pod.name.as_bytes());
+    }
+    if gpu.sharing == Sharing::TimeSliced {
+        s.util_tail.extend_from_slice(t);
+        push_label(&mut s.util_tail, b"pod_uid", pod.uid.as_bytes());
+        let vgpu = s.vgpu.to_string();
+        push_label(t, b"vgpu", vgpu.as_bytes());
+        push_label(&mut s.util_tail, b"vgpu", vgpu.as_bytes());
+        s.util_tail.pop();
+        s.util_tail.push(b'}');
+    }
+    t.pop();
+    t.push(b'}');
+}
+
+/// A shared GPU at one scrape: its holders, together ([`Sharing`]).
+#[derive(Debug, Clone, Copy)]
+struct Share {
+    /// Pods holding it, whether any of them is busy, the memory their claims consume.
+    pods: u64,
+    any_busy: bool,
+    capacity_gi: u64,
+    /// Its first series, and its first held one (`usize::MAX`: none).
+    first: usize,
+    first_held: usize,
+    /// A time-sliced GPU's own utilisation: its pods' together.
+    device_util: u64,
+}
+
+impl Default for Share {
+    fn default() -> Self {
+        Share { pods: 0, any_busy: false, capacity_gi: 0, first: usize::MAX, first_held: usize::MAX, device_util: 0 }
+    }
+}
+
+/// Each pod's part of a time-sliced GPU's observation under `sharing = "measured"`
+/// (docs/accounting.md "Measured sharing"), from (pod uid, its utilisation) in series order:
+/// utilisation over the sum in integer millionths, the millionths the floors leave given one
+/// each by largest remainder (ties: the smaller uid). None when all are zero (even shares).
+fn measured_shares(utils: &[(String, u64)]) -> Option<Vec<u64>> {
+    let total: u64 = utils.iter().map(|u| u.1).sum();
+    if total == 0 {
+        return None;
+    }
+    let mut ppm: Vec<u64> = utils.iter().map(|u| u.1 * 1_000_000 / total).collect();
+    let mut order: Vec<usize> = (0..utils.len()).collect();
+    order.sort_by(|&a, &b| {
+        let rem = |i: usize| utils[i].1 * 1_000_000 % total;
+        rem(b).cmp(&rem(a)).then_with(|| utils[a].0.cmp(&utils[b].0))
+    });
+    let left = 1_000_000 - ppm.iter().sum::<u64>();
+    for &i in order.iter().take(left as usize) {
+        ppm[i] += 1;
+    }
+    Some(ppm)
+}
+
 fn driver_version(pool: PoolId) -> &'static str {
     match pool {
         PoolId::T4 => "535.183.01",
@@ -522,11 +663,13 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64, sink: &mut 
             head.extend_from_slice(b"\",DCGM_FI_DRIVER_VERSION=\"");
             head.extend_from_slice(driver_version(pool).as_bytes());
             head.extend_from_slice(b"\",");
+            let vgpu = (s - g.slots.start) as u32;
             series.push(Series {
                 slot: s,
                 gpu: gi,
                 head,
                 tail: EMPTY_TAIL.to_vec(),
+                util_tail: Vec::new(),
                 holder: None,
                 hold_i: 0,
                 idle_i: 0,
@@ -534,7 +677,13 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64, sink: &mut 
                 mem_mib: mem,
                 reserved_mib: reserved,
                 vals: [0; N_METRICS],
+                vgpu,
+                capacity_gi: if g.sharing == Sharing::DraCapacity { DRA_SHARED_CAPACITY_GI[vgpu as usize] } else { 0 },
+                accounted: true,
                 write: true,
+                busy: false,
+                active: false,
+                measured_ppm: None,
                 idle_open: Vec::new(),
                 active_seen: false,
             });
@@ -569,6 +718,7 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64, sink: &mut 
     let reset_at = tl.start_ms() + (tl.end_ms() - tl.start_ms()) / 2;
     let mut local_done = 0u64;
     let mut free_reason = FreeReason::new(node, &ctx.stranding[pool as usize]);
+    let mut shares = vec![Share::default(); node.gpus.len()];
 
     for (k, &next_k) in next_present.iter().enumerate() {
         local_done += 1;
@@ -613,24 +763,8 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64, sink: &mut 
             g.busy_micro = 0;
             g.held = false;
         }
-        // Time-sliced GPUs: how many pods hold each at t (they share it: 1/k each), whether
-        // any of them is busy (the GPU's activity is each pod's), and its first series (the
-        // one written, without a pod, when nobody holds it).
-        let mut sliced: Vec<(u64, bool, usize)> = vec![(0, false, usize::MAX); node.gpus.len()];
-        for (i, s) in series.iter().enumerate() {
-            if !node.gpus[s.gpu].time_sliced {
-                continue;
-            }
-            let entry = &mut sliced[s.gpu];
-            entry.2 = entry.2.min(i);
-            let holds = &ctx.holds[s.slot];
-            if let Some(h) = holds[s.hold_i.min(holds.len())..].iter().find(|h| h.to_ms > t).filter(|h| h.from_ms <= t) {
-                let pod = &sim.pods[h.pod as usize];
-                entry.0 += 1;
-                entry.1 |= !pod.idle.iter().any(|w| w.0 <= t && t < w.1);
-            }
-        }
-        for (si, s) in series.iter_mut().enumerate() {
+        // Who holds each series at t, and whether that pod is busy.
+        for s in series.iter_mut() {
             let holds = &ctx.holds[s.slot];
             while s.hold_i < holds.len() && holds[s.hold_i].to_ms <= t {
                 s.hold_i += 1;
@@ -643,21 +777,9 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64, sink: &mut 
                 s.end_hold(acc, sim, pool);
                 s.holder = holder;
                 s.idle_i = 0;
-                s.tail.clear();
-                match holder {
-                    Some(p) => {
-                        let pod = &sim.pods[p as usize];
-                        let ns = crate::cluster::NAMESPACES[sim.jobs[pod.job as usize].ns].name;
-                        s.tail.extend_from_slice(b"container=\"main\",namespace=\"");
-                        s.tail.extend_from_slice(ns.as_bytes());
-                        s.tail.extend_from_slice(b"\",pod=\"");
-                        s.tail.extend_from_slice(pod.name.as_bytes());
-                        s.tail.extend_from_slice(b"\"}");
-                    }
-                    None => s.tail.extend_from_slice(EMPTY_TAIL),
-                }
+                set_tails(ctx, ni, s);
             }
-            let active = match holder {
+            s.busy = match holder {
                 Some(p) => {
                     let idle = &sim.pods[p as usize].idle;
                     while s.idle_i < idle.len() && idle[s.idle_i].1 <= t {
@@ -667,77 +789,41 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64, sink: &mut 
                 }
                 None => false,
             };
-            // What this series weighs (sevenths x SCALE), whether it is written at all, and the
-            // activity its pod is accounted by.
-            let (weight, active) = if node.gpus[s.gpu].time_sliced {
-                let (k, any_active, first) = sliced[s.gpu];
-                s.write = holder.is_some() || (k == 0 && si == first);
-                (if holder.is_some() { 7 * SCALE / k.max(1) } else { 7 * SCALE }, any_active && holder.is_some())
-            } else {
-                s.write = true;
-                (s.weight7 * SCALE, active)
-            };
-            if !s.write {
+        }
+        // Shared GPUs: how many pods hold each at t, whether any of them is busy, the memory
+        // their claims consume, and its first series (which, when nobody holds the GPU, is
+        // written without a pod and stands for it).
+        for sh in shares.iter_mut() {
+            *sh = Share::default();
+        }
+        for (i, s) in series.iter().enumerate() {
+            let sh = &mut shares[s.gpu];
+            sh.first = sh.first.min(i);
+            if s.holder.is_some() {
+                sh.pods += 1;
+                sh.any_busy |= s.busy;
+                sh.capacity_gi += s.capacity_gi;
+                sh.first_held = sh.first_held.min(i);
+            }
+        }
+        // Which series are accounted and written, by what activity, with what values.
+        for (si, s) in series.iter_mut().enumerate() {
+            let sharing = node.gpus[s.gpu].sharing;
+            let sh = &shares[s.gpu];
+            s.accounted = sharing == Sharing::Exclusive || s.holder.is_some() || (sh.pods == 0 && si == sh.first);
+            // Without pod labels, the pods of one claim have one series between them.
+            s.write = s.accounted && !(sharing == Sharing::DraClaim && !ctx.dra_pod_labels && s.holder.is_some() && si != sh.first_held);
+            if !s.accounted {
                 continue;
             }
-
-            // The accounting of this sample.
-            match holder {
-                Some(p) => {
-                    let pod = &sim.pods[p as usize];
-                    let class = ctx.seg_class[pod.seg as usize];
-                    // A pod that failed while its segment went on (the job retried it) is a
-                    // failed attempt: failed time, whatever its activity.
-                    let attempt_failed = matches!(pod.term, Term::OomKilled | Term::Error) && pod.end_s < ctx.tl.end_s;
-                    let state = match class {
-                        SegClass::Failed => State::Failed,
-                        SegClass::Preempted => State::Preempted,
-                        _ if attempt_failed => State::Failed,
-                        _ if active => State::Productive,
-                        _ => State::AllocatedIdle,
-                    };
-                    // An active observation settles the idle time before it, whatever the state.
-                    if active {
-                        let reason = if s.active_seen { Reason::Stall } else { Reason::Startup };
-                        s.settle_idle(acc, pod.team, pool, reason);
-                        s.active_seen = true;
-                    }
-                    for &(month, ms) in &pieces {
-                        let amount = ms as u64 * weight;
-                        acc.add(
-                            month,
-                            pod.team,
-                            state,
-                            pool,
-                            amount,
-                            class == SegClass::Running,
-                        );
-                        if state == State::AllocatedIdle {
-                            s.idle_open.push((month, amount));
-                        }
-                        acc.seg[pod.seg as usize] += amount;
-                        gpus[s.gpu].pending.push((month, pod.team, state, amount));
-                        if matches!(state, State::Failed | State::Preempted) {
-                            acc.add_lost(pod.seg, month, pool, ni as u32, s.gpu as u32, amount);
-                        }
-                    }
-                }
-                None => {
-                    for &(month, ms) in &pieces {
-                        acc.add(
-                            month,
-                            0,
-                            State::Unallocated,
-                            pool,
-                            ms as u64 * weight,
-                            false,
-                        );
-                        acc.add_reason(month, 0, unallocated_reason, pool, ms as u64 * weight);
-                        gpus[s.gpu].pending.push((month, 0, State::Unallocated, ms as u64 * weight));
-                    }
-                }
-            }
-
+            // A time-sliced pod is active by its own utilisation (the exporter writes it per
+            // process); the pods of a DRA-shared GPU see the device's values, so its activity.
+            s.active = match sharing {
+                Sharing::Exclusive | Sharing::TimeSliced => s.busy,
+                Sharing::DraClaim | Sharing::DraCapacity => sh.any_busy && s.holder.is_some(),
+            };
+            let active = s.active;
+            let holder = s.holder;
             // Per-instance values.
             let r = rng.next_u64();
             let v = &mut s.vals;
@@ -759,6 +845,10 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64, sink: &mut 
                 v[TENSOR] = 0;
                 v[DRAM] = (r >> 38) % 50;
                 v[COPY] = 0;
+            }
+            // A time-sliced pod's own utilisation: 30 to 90 while it works, else nothing.
+            if sharing == Sharing::TimeSliced && holder.is_some() {
+                v[UTIL] = if active { 30 + (r >> 20) % 61 } else { 0 };
             }
             v[ENC] = 0;
             v[DEC] = 0;
@@ -800,6 +890,109 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64, sink: &mut 
             };
             g.busy_micro += busy * s.weight7 / 7;
         }
+        // A shared GPU's pods' series repeat the device's values: those of its first busy
+        // holder (else its first holder), the framebuffer their pods use together. A
+        // time-sliced pod's own utilisation stays its own, and the device's is their sum.
+        for (gi, g) in node.gpus.iter().enumerate() {
+            let sh = &mut shares[gi];
+            if !g.shared() || sh.pods == 0 {
+                continue;
+            }
+            let held = || series.iter().filter(|s| s.gpu == gi && s.holder.is_some());
+            let lead = held().find(|s| s.busy).or_else(|| held().next()).map(|s| s.vals);
+            let Some(lead) = lead else { continue };
+            let usable = held().map(|s| s.mem_mib - s.reserved_mib).next().unwrap_or(0);
+            let used = held().map(|s| s.vals[FB_USED]).sum::<u64>().min(usable);
+            let xid = held().map(|s| s.vals[XID]).max().unwrap_or(0);
+            let utils: Vec<(String, u64)> = held().map(|s| (sim.pods[s.holder.unwrap_or_default() as usize].uid.clone(), s.vals[UTIL])).collect();
+            sh.device_util = utils.iter().map(|u| u.1).sum::<u64>().min(100);
+            let ppm = (g.sharing == Sharing::TimeSliced).then(|| measured_shares(&utils)).flatten();
+            for (k, s) in series.iter_mut().filter(|s| s.gpu == gi && s.holder.is_some()).enumerate() {
+                for m in [GR, TENSOR, DRAM, COPY, ENC, DEC] {
+                    s.vals[m] = lead[m];
+                }
+                if g.sharing != Sharing::TimeSliced {
+                    s.vals[UTIL] = lead[UTIL];
+                }
+                s.vals[FB_USED] = used;
+                s.vals[FB_FREE] = usable - used;
+                s.vals[XID] = xid;
+                s.measured_ppm = ppm.as_ref().map(|p| p[k]);
+            }
+        }
+        // The accounting of each accounted series.
+        for s in series.iter_mut().filter(|s| s.accounted) {
+            let sh = &shares[s.gpu];
+            // What this series weighs (sevenths x SCALE).
+            let weight = match (node.gpus[s.gpu].sharing, s.holder) {
+                (Sharing::Exclusive, _) => s.weight7 * SCALE,
+                (_, None) => 7 * SCALE,
+                (Sharing::TimeSliced | Sharing::DraClaim, Some(_)) => 7 * SCALE / sh.pods,
+                // Split by the memory the claims present consume (exact: 20 and 60 of 80 GiB).
+                (Sharing::DraCapacity, Some(_)) => {
+                    debug_assert_eq!(7 * SCALE * s.capacity_gi % sh.capacity_gi, 0);
+                    7 * SCALE * s.capacity_gi / sh.capacity_gi
+                }
+            };
+            let active = s.active;
+            match s.holder {
+                Some(p) => {
+                    let pod = &sim.pods[p as usize];
+                    let class = ctx.seg_class[pod.seg as usize];
+                    // A pod that failed while its segment went on (the job retried it) is a
+                    // failed attempt: failed time, whatever its activity.
+                    let attempt_failed = matches!(pod.term, Term::OomKilled | Term::Error) && pod.end_s < ctx.tl.end_s;
+                    let state = match class {
+                        SegClass::Failed => State::Failed,
+                        SegClass::Preempted => State::Preempted,
+                        _ if attempt_failed => State::Failed,
+                        _ if active => State::Productive,
+                        _ => State::AllocatedIdle,
+                    };
+                    // An active observation settles the idle time before it, whatever the state.
+                    if active {
+                        let reason = if s.active_seen { Reason::Stall } else { Reason::Startup };
+                        s.settle_idle(acc, pod.team, pool, reason);
+                        s.active_seen = true;
+                    }
+                    for &(month, ms) in &pieces {
+                        let amount = ms as u64 * weight;
+                        acc.add(
+                            month,
+                            pod.team,
+                            state,
+                            pool,
+                            amount,
+                            class == SegClass::Running,
+                        );
+                        // Measured sharing: the piece's nanoseconds (ms x 10^6) split by the
+                        // millionths exactly, so ms x 7 x SCALE x ppm in these units.
+                        let measured = match s.measured_ppm {
+                            Some(ppm) => ms as u128 * (7 * SCALE) as u128 * ppm as u128,
+                            None => amount as u128 * PPM,
+                        };
+                        acc.add_measured(month, pod.team, state, pool, measured);
+                        if state == State::AllocatedIdle {
+                            s.idle_open.push((month, amount));
+                        }
+                        acc.seg[pod.seg as usize] += amount;
+                        gpus[s.gpu].pending.push((month, pod.team, state, amount));
+                        if matches!(state, State::Failed | State::Preempted) {
+                            acc.add_lost(pod.seg, month, pool, ni as u32, s.gpu as u32, amount);
+                        }
+                    }
+                }
+                None => {
+                    for &(month, ms) in &pieces {
+                        let amount = ms as u64 * weight;
+                        acc.add(month, 0, State::Unallocated, pool, amount, false);
+                        acc.add_measured(month, 0, State::Unallocated, pool, amount as u128 * PPM);
+                        acc.add_reason(month, 0, unallocated_reason, pool, amount);
+                        gpus[s.gpu].pending.push((month, 0, State::Unallocated, amount));
+                    }
+                }
+            }
+        }
 
         // Whole-GPU accounting: what MIG instances leave over, and unobserved time.
         for (gi, g) in node.gpus.iter().enumerate() {
@@ -807,6 +1000,7 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64, sink: &mut 
                 for &(month, ms) in &pieces {
                     let amount = ms as u64 * g.leftover7 * SCALE;
                     acc.add(month, 0, State::Unallocated, pool, amount, false);
+                    acc.add_measured(month, 0, State::Unallocated, pool, amount as u128 * PPM);
                     acc.add_reason(month, 0, unallocated_reason, pool, amount);
                     gpus[gi].pending.push((month, 0, State::Unallocated, amount));
                 }
@@ -874,7 +1068,6 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64, sink: &mut 
                 s.vals[MEM_CLOCK] = spec.mem_clock;
                 s.vals[GPU_TEMP] = temp;
                 s.vals[MEM_TEMP] = if blank_rng.next_u64().is_multiple_of(blank_den) {
-                    stats.blanks += 1;
                     BLANK
                 } else {
                     temp + 4 + (r >> 36) % 4
@@ -907,14 +1100,16 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64, sink: &mut 
             replicas.push((None, ts_suffix.clone(), t));
         }
         let copies = replicas.len();
+        // Lines and rows of one copy: every written series has each metric once; a time-sliced
+        // pod's utilisation is a row of its own (with `pod_uid`), beside the device's.
         let written = series.iter().filter(|s| s.write).count();
-        stats.samples += (written * n_metrics * copies) as u64;
-        stats.rows += (written * copies) as u64;
-        // Blank values are counted where they are drawn; the second replica repeats them, and
-        // a series not written drops its own.
-        let blanks = series.iter().filter(|s| s.vals[MEM_TEMP] == BLANK);
-        stats.blanks += (copies as u64 - 1) * blanks.clone().filter(|s| s.write).count() as u64;
-        stats.blanks -= blanks.filter(|s| !s.write).count() as u64;
+        let own_util = series.iter().filter(|s| s.write && s.holder.is_some() && node.gpus[s.gpu].sharing == Sharing::TimeSliced).count();
+        let device_utils = shares.iter().zip(&node.gpus).filter(|(sh, g)| g.sharing == Sharing::TimeSliced && sh.pods > 0).count();
+        let lines = written * n_metrics + device_utils;
+        let rows = written + own_util + device_utils;
+        stats.samples += (lines * copies) as u64;
+        stats.rows += (rows * copies) as u64;
+        stats.blanks += (copies * series.iter().filter(|s| s.write && s.vals[MEM_TEMP] == BLANK).count()) as u64;
 
         // Outside the window only the writing is skipped: everything above ran, so the next
         // scrape's values and the truth are those of the whole capture. Each replica's copy goes
@@ -943,32 +1138,23 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64, sink: &mut 
                     b" gauge\n"
                 });
             }
-            for s in series.iter().filter(|s| s.write) {
+            for (si, s) in series.iter().enumerate().filter(|(_, s)| s.write) {
+                let sliced = node.gpus[s.gpu].sharing == Sharing::TimeSliced && s.holder.is_some();
+                let own_util = sliced && mi == UTIL;
+                // A time-sliced GPU's own utilisation, without pod labels, before its pods'.
+                if own_util && si == shares[s.gpu].first_held {
+                    for (replica, suffix, _) in replicas.iter() {
+                        push_line(&mut buf, metric, *replica, &s.head, EMPTY_TAIL, shares[s.gpu].device_util, suffix);
+                    }
+                }
+                let tail = if own_util { &s.util_tail } else { &s.tail };
                 for (replica, suffix, _) in replicas.iter() {
-                    buf.extend_from_slice(metric.name);
-                    match replica {
-                        Some(r) => {
-                            buf.extend_from_slice(b"{prometheus_replica=\"");
-                            buf.extend_from_slice(r);
-                            buf.extend_from_slice(b"\",");
-                            buf.extend_from_slice(&s.head[1..]);
-                        }
-                        None => buf.extend_from_slice(&s.head),
-                    }
-                    buf.extend_from_slice(&s.tail);
-                    buf.push(b' ');
-                    let v = s.vals[mi];
-                    if metric.fixed6 {
-                        push_fixed6(&mut buf, v);
-                    } else {
-                        push_u64(&mut buf, v);
-                    }
-                    buf.extend_from_slice(suffix);
+                    push_line(&mut buf, metric, *replica, &s.head, tail, s.vals[mi], suffix);
                 }
             }
         }
-        stats.emitted_samples += (written * n_metrics * replicas.len()) as u64;
-        stats.emitted_rows += (written * replicas.len()) as u64;
+        stats.emitted_samples += ((written * n_metrics + device_utils) * replicas.len()) as u64;
+        stats.emitted_rows += (rows * replicas.len()) as u64;
         stats.bytes += buf.len() as u64;
         if per_scrape_files {
             let path = dir.join(format!("{t}.prom"));
@@ -999,4 +1185,25 @@ fn write_node(ctx: &Ctx, ni: usize, acc: &mut Acc, done: &AtomicU64, sink: &mut 
     }
     done.fetch_add(local_done, Ordering::Relaxed);
     Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pods(utils: &[(&str, u64)]) -> Vec<(String, u64)> {
+        utils.iter().map(|(u, v)| (u.to_string(), *v)).collect()
+    }
+
+    /// queries/tests/measured_sharing.slt's cases: 60 and 20 split 3:1; three equal values give
+    /// the millionth left over to the smallest uid; all zero is even (None).
+    #[test]
+    fn measured_shares_are_millionths_by_largest_remainder() {
+        assert_eq!(measured_shares(&pods(&[("u-a", 60), ("u-b", 20)])), Some(vec![750_000, 250_000]));
+        assert_eq!(measured_shares(&pods(&[("u-r", 1), ("u-q", 1), ("u-p", 1)])), Some(vec![333_333, 333_333, 333_334]));
+        assert_eq!(measured_shares(&pods(&[("u-a", 30), ("u-b", 0)])), Some(vec![1_000_000, 0]));
+        assert_eq!(measured_shares(&pods(&[("u-a", 0), ("u-b", 0)])), None);
+        // 1/7 and 6/7: remainders 1 and 6 of 7, so the larger one gets the millionth.
+        assert_eq!(measured_shares(&pods(&[("u-a", 10), ("u-b", 60)])), Some(vec![142_857, 857_143]));
+    }
 }

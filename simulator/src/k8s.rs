@@ -24,13 +24,14 @@ use serde_json::{Value, json};
 
 use crate::cluster::{
     CLUSTER_QUEUES, COHORT, Cluster, LOCAL_QUEUE, MigProfile, NAMESPACES, NodeChange, PoolId,
-    Timeline, tag,
+    Sharing, Timeline, tag,
 };
+use crate::dra::{self, Claims};
 use crate::error::{Result, SimError};
 use crate::out::{rfc3339, rfc3339_micros, write_atomic};
 use crate::rng::Rng;
 use crate::window::Window;
-use crate::schedule::{FailReason, Group, Job, Kind, Plan, Pod, SegEnd, Shape, Sim, Term, ray_cluster_name, slot_group};
+use crate::schedule::{ClaimSource, FailReason, Group, Job, Kind, Plan, Pod, SegEnd, Shape, Sim, Term, ray_cluster_name, slot_group};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stream {
@@ -38,11 +39,12 @@ enum Stream {
     Jobs,
     Pods,
     Nodes,
+    Claims,
 }
 
 impl Stream {
     /// In the order the files are written; `stream as usize` indexes it.
-    const ALL: [Stream; 4] = [Stream::Workloads, Stream::Jobs, Stream::Pods, Stream::Nodes];
+    const ALL: [Stream; 5] = [Stream::Workloads, Stream::Jobs, Stream::Pods, Stream::Nodes, Stream::Claims];
 
     fn file(self) -> &'static str {
         match self {
@@ -51,6 +53,7 @@ impl Stream {
             Stream::Jobs => "jobs.watch.jsonl",
             Stream::Pods => "pods.watch.jsonl",
             Stream::Nodes => "nodes.watch.jsonl",
+            Stream::Claims => "resourceclaims.watch.jsonl",
         }
     }
 }
@@ -192,6 +195,7 @@ struct Emitter<'a> {
     cl: &'a Cluster,
     tl: &'a Timeline,
     sim: &'a Sim,
+    claims: &'a Claims,
     /// Each stream's watch events, by `Stream as usize`.
     spills: Vec<Spill>,
     /// How many versions of each kind were emitted, for `expected.json`.
@@ -324,12 +328,28 @@ fn image_repo(image: &str) -> &str {
 }
 
 fn resources(job: &Job) -> Value {
+    // A DRA pod's container names its claim instead of asking for a device plugin's resource.
+    if job.claim.is_some() {
+        return json!({
+            "limits": { "memory": format!("{}Gi", job.mem_gi) },
+            "requests": { "cpu": job.cpu.to_string(), "memory": format!("{}Gi", job.mem_gi) },
+            "claims": [{ "name": dra::POD_CLAIM }],
+        });
+    }
     let units = job.per_pod.to_string();
     let res = job.group.resource();
     json!({
         "limits": { res: units, "memory": format!("{}Gi", job.mem_gi) },
         "requests": { res: units, "cpu": job.cpu.to_string(), "memory": format!("{}Gi", job.mem_gi) },
     })
+}
+
+/// A DRA pod's `spec.resourceClaims`.
+fn pod_resource_claims(source: &ClaimSource) -> Value {
+    match source {
+        ClaimSource::Template(t) => json!([{ "name": dra::POD_CLAIM, "resourceClaimTemplateName": t }]),
+        ClaimSource::Named(n) => json!([{ "name": dra::POD_CLAIM, "resourceClaimName": n }]),
+    }
 }
 
 fn command(job: &Job) -> Value {
@@ -362,7 +382,7 @@ fn restart_policy(job: &Job) -> &'static str {
 }
 
 fn pod_template_spec(job: &Job) -> Value {
-    json!({
+    let mut spec = json!({
         "containers": [{
             "name": "main",
             "image": job.image,
@@ -379,7 +399,11 @@ fn pod_template_spec(job: &Job) -> Value {
         "terminationGracePeriodSeconds": 30,
         "dnsPolicy": "ClusterFirst",
         "securityContext": {},
-    })
+    });
+    if let Some(source) = &job.claim {
+        spec["resourceClaims"] = pod_resource_claims(source);
+    }
+    spec
 }
 
 fn pending_message(cl: &Cluster, job: &Job) -> String {
@@ -441,7 +465,7 @@ impl<'a> Emitter<'a> {
         bytes.clear();
         let res = match stream {
             Stream::Workloads => pretty(&ev, &mut bytes),
-            Stream::Jobs | Stream::Pods | Stream::Nodes => serde_json::to_writer(&mut bytes, &ev),
+            Stream::Jobs | Stream::Pods | Stream::Nodes | Stream::Claims => serde_json::to_writer(&mut bytes, &ev),
         };
         bytes.push(b'\n');
         if let Err(e) = res {
@@ -629,12 +653,11 @@ impl<'a> Emitter<'a> {
         let mut conds: Vec<Value> = Vec::new();
         let nodes_total = self.cl.nodes.len();
         if pod.unschedulable {
+            let in_pool = self.cl.pool_nodes[job.pool as usize].len();
+            let why = if job.claim.is_some() { "cannot allocate all claims".to_string() } else { format!("Insufficient {}", job.group.resource()) };
             let msg = format!(
-                "0/{nodes_total} nodes are available: {} Insufficient {}, {} node(s) didn't match Pod's node affinity/selector. preemption: 0/{nodes_total} nodes are available: {} No preemption victims found for incoming pod.",
-                self.cl.pool_nodes[job.pool as usize].len(),
-                job.group.resource(),
-                nodes_total - self.cl.pool_nodes[job.pool as usize].len(),
-                self.cl.pool_nodes[job.pool as usize].len(),
+                "0/{nodes_total} nodes are available: {in_pool} {why}, {} node(s) didn't match Pod's node affinity/selector. preemption: 0/{nodes_total} nodes are available: {in_pool} No preemption victims found for incoming pod.",
+                nodes_total - in_pool,
             );
             conds.push(pod_cond(
                 "PodScheduled",
@@ -660,6 +683,10 @@ impl<'a> Emitter<'a> {
                 None,
                 Some((count, last)),
             );
+        }
+        // The resourceclaim controller names the claim it made for the pod from its template.
+        if let Some(c) = self.claims.of(pid as u32).filter(|c| c.template.is_some()) {
+            o["status"]["resourceClaimStatuses"] = json!([{ "name": dra::POD_CLAIM, "resourceClaimName": c.name }]);
         }
         self.push(pod.created_s, Stream::Pods, "ADDED", &mut o);
         let img = job.image;
@@ -1532,6 +1559,63 @@ impl<'a> Emitter<'a> {
         }
     }
 
+    /// Each ResourceClaim's versions ([`crate::dra`]): made (with its pod, or by name before
+    /// its pods), allocated and reserved for its pods when they are scheduled, deleted. Each
+    /// version's latest time is its change's, so that it is observed then.
+    fn emit_claims(&mut self) {
+        let (cl, sim, claims) = (self.cl, self.sim, self.claims);
+        for c in &claims.claims {
+            let node = &cl.nodes[c.node as usize];
+            let mut metadata = json!({
+                "name": c.name,
+                "namespace": NAMESPACES[c.ns].name,
+                "uid": c.uid,
+                "creationTimestamp": rfc3339(c.created_s),
+                "finalizers": ["resource.kubernetes.io/delete-protection"],
+            });
+            if c.template.is_some() {
+                let pod = &sim.pods[c.pods[0] as usize];
+                metadata["generateName"] = json!(format!("{}-{}-", pod.name, dra::POD_CLAIM));
+                metadata["annotations"] = json!({ "resource.kubernetes.io/pod-claim-name": dra::POD_CLAIM });
+                metadata["ownerReferences"] = json!([{ "apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid, "controller": true, "blockOwnerDeletion": true }]);
+            }
+            let mut o = json!({
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": metadata,
+                "spec": { "devices": { "requests": [device_request(c.share.as_ref().map(|s| s.1))] } },
+                "status": {},
+            });
+            self.push(c.created_s, Stream::Claims, "ADDED", &mut o);
+            if let Some(at) = c.allocated_s {
+                let mut result = json!({ "request": dra::POD_CLAIM, "driver": dra::DRIVER, "pool": node.name, "device": node.gpus[c.gpu as usize].dra_device() });
+                if let Some((share_id, gi)) = &c.share {
+                    result["shareID"] = json!(share_id);
+                    result["consumedCapacity"] = json!({ dra::CAPACITY_KEY: format!("{gi}Gi") });
+                }
+                let reserved: Vec<Value> = c
+                    .pods
+                    .iter()
+                    .map(|&p| json!({ "resource": "pods", "name": sim.pods[p as usize].name, "uid": sim.pods[p as usize].uid }))
+                    .collect();
+                o["status"] = json!({
+                    "allocation": {
+                        "devices": { "results": [result] },
+                        "nodeSelector": { "nodeSelectorTerms": [{ "matchFields": [{ "key": "metadata.name", "operator": "In", "values": [node.name] }] }] },
+                        "allocationTimestamp": rfc3339(at),
+                    },
+                    "reservedFor": reserved,
+                });
+                self.push(at, Stream::Claims, "MODIFIED", &mut o);
+            }
+            if let Some(del) = c.deleted_s {
+                o["metadata"]["deletionTimestamp"] = json!(rfc3339(del));
+                o["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+                self.push(del, Stream::Claims, "DELETED", &mut o);
+            }
+        }
+    }
+
     fn emit_nodes_events(&mut self) {
         for n in &self.cl.nodes {
             if let Some((down, up)) = n.not_ready {
@@ -1623,6 +1707,106 @@ fn apply_node_change(o: &mut Value, change: &NodeChange) {
             c["message"] = json!("[container runtime is down, PLEG is not healthy: pleg was last seen active 3m0s ago; threshold is 3m0s]");
         }
     }
+}
+
+/// A claim's (or a template's) one request: a whole GPU of the driver's class, or where
+/// `memory_gi` is given, that much of a shared device's memory (consumable capacity).
+fn device_request(memory_gi: Option<u64>) -> Value {
+    let mut exactly = json!({ "deviceClassName": dra::DEVICE_CLASS, "allocationMode": "ExactCount", "count": 1 });
+    if let Some(gi) = memory_gi {
+        exactly["capacity"] = json!({ "requests": { dra::CAPACITY_KEY: format!("{gi}Gi") } });
+    }
+    json!({ "name": dra::POD_CLAIM, "exactly": exactly })
+}
+
+/// The DRA objects that do not change over the capture, as of its start (`snap`): the GPUs'
+/// DeviceClass, the ResourceClaimTemplates of the namespaces that use them, and a ResourceSlice
+/// per DRA node publishing its GPUs (each device's `uuid` attribute is the UUID its DCGM series
+/// carry).
+fn dra_docs(seed: u64, cl: &Cluster, snap: i64, rv: &mut u64, w: &mut Written) -> Vec<Value> {
+    let mut rng = Rng::stream(seed, tag::DRA, 1 << 41);
+    let mut docs = Vec::new();
+    let mut meta = |name: &str, ns: Option<&str>, created: i64, rng: &mut Rng| {
+        *rv += 1;
+        let mut m = json!({ "name": name, "uid": rng.uuid(), "resourceVersion": rv.to_string(), "creationTimestamp": rfc3339(created), "generation": 1 });
+        if let Some(ns) = ns {
+            m["namespace"] = json!(ns);
+        }
+        m
+    };
+    let installed = snap - 86_400 * 40;
+    docs.push(json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": meta(dra::DEVICE_CLASS, None, installed, &mut rng),
+        "spec": { "selectors": [{ "cel": { "expression": format!("device.driver == '{}'", dra::DRIVER) } }] },
+    }));
+    w.count("DeviceClass");
+    let mut templates: Vec<(&str, &str, Option<u64>)> = Vec::new();
+    for t in crate::schedule::TEMPLATES.iter().filter(|t| t.pool.spec().dra) {
+        if !templates.iter().any(|x| x.0 == t.ns) {
+            templates.push((t.ns, dra::SINGLE_GPU_TEMPLATE, None));
+        }
+    }
+    for (name, gi) in dra::SHARED_TEMPLATES.iter().zip(crate::cluster::DRA_SHARED_CAPACITY_GI) {
+        templates.push(("serving", name, Some(gi)));
+    }
+    for (ns, name, gi) in templates {
+        docs.push(json!({
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": meta(name, Some(ns), installed + 3600, &mut rng),
+            "spec": { "spec": { "devices": { "requests": [device_request(gi)] } } },
+        }));
+        w.count("ResourceClaimTemplate");
+    }
+    for &ni in &cl.pool_nodes[PoolId::Dra as usize] {
+        let node = &cl.nodes[ni];
+        let spec = node.pool.spec();
+        let devices: Vec<Value> = node
+            .gpus
+            .iter()
+            .map(|g| {
+                let memory = format!("{}Gi", crate::cluster::DRA_DEVICE_MEMORY_GI);
+                let mut d = json!({
+                    "name": g.dra_device(),
+                    "attributes": {
+                        "type": { "string": "gpu" },
+                        "uuid": { "string": g.uuid },
+                        "productName": { "string": spec.model },
+                        "index": { "int": g.index },
+                        "brand": { "string": "Nvidia" },
+                        "architecture": { "string": "Hopper" },
+                        "cudaComputeCapability": { "version": "9.0.0" },
+                        "driverVersion": { "version": "550.54.15" },
+                        "pcieBusID": { "string": g.pci_bus_id.to_lowercase() },
+                    },
+                    "capacity": { dra::CAPACITY_KEY: { "value": memory } },
+                });
+                // Claims may share this one by consuming parts of its memory.
+                if g.sharing == Sharing::DraCapacity {
+                    d["allowMultipleAllocations"] = json!(true);
+                    d["capacity"][dra::CAPACITY_KEY]["requestPolicy"] = json!({ "default": memory, "validRange": { "min": "1Gi", "max": memory } });
+                }
+                d
+            })
+            .collect();
+        let mut m = meta(&format!("{}-{}-{}", node.name, dra::DRIVER, rng.name_suffix(5)), None, node.created_s + 120, &mut rng);
+        m["ownerReferences"] = json!([{ "apiVersion": "v1", "kind": "Node", "name": node.name, "uid": node.uid, "controller": true }]);
+        docs.push(json!({
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": m,
+            "spec": {
+                "driver": dra::DRIVER,
+                "nodeName": node.name,
+                "pool": { "name": node.name, "generation": 1, "resourceSliceCount": 1 },
+                "devices": devices,
+            },
+        }));
+        w.count("ResourceSlice");
+    }
+    docs
 }
 
 /// kubectl's JSON layout: four-space indentation.
@@ -1764,7 +1948,7 @@ fn event_object(e: &EventRec, name: &str, uid: &str, rv: u64) -> Value {
 }
 
 /// Writes everything under `<out>/kubernetes/` (of the streams, what `window` holds).
-pub fn write_all(seed: u64, cl: &Cluster, tl: &Timeline, sim: &Sim, window: &Window, out: &Path) -> Result<Written> {
+pub fn write_all(seed: u64, cl: &Cluster, tl: &Timeline, sim: &Sim, claims: &Claims, window: &Window, out: &Path) -> Result<Written> {
     let dir = out.join("kubernetes");
     crate::out::create_dir(&dir)?;
     let mut w = Written::default();
@@ -1818,11 +2002,20 @@ pub fn write_all(seed: u64, cl: &Cluster, tl: &Timeline, sim: &Sim, window: &Win
             "nvidia.com/gpu": if spec.mig { "0".to_string() } else { spec.gpus_per_node.to_string() },
         });
         // A time-sliced node advertises each GPU once per replica (GPU feature discovery's labels).
-        if n.gpus.first().is_some_and(|g| g.time_sliced) {
+        if n.gpus.first().is_some_and(|g| g.sharing == Sharing::TimeSliced) {
             let replicas = crate::cluster::TIME_SLICE_REPLICAS;
             capacity["nvidia.com/gpu"] = json!((spec.gpus_per_node * replicas).to_string());
             labels["nvidia.com/gpu.replicas"] = json!(replicas.to_string());
             labels["nvidia.com/gpu.sharing-strategy"] = json!("time-slicing");
+        }
+        // NVIDIA's DRA driver publishes these GPUs in ResourceSlices; no device plugin
+        // advertises them as an extended resource.
+        if spec.dra {
+            if let Some(c) = capacity.as_object_mut() {
+                c.remove("nvidia.com/gpu");
+            }
+            labels["nvidia.com/gpu.deploy.device-plugin"] = json!("false");
+            labels["nvidia.com/dra-kubelet-plugin"] = json!("true");
         }
         if spec.mig {
             labels["nvidia.com/mig.strategy"] = json!("mixed");
@@ -1894,6 +2087,12 @@ pub fn write_all(seed: u64, cl: &Cluster, tl: &Timeline, sim: &Sim, window: &Win
     w.bytes += write_atomic(&path, &yaml_docs(&docs, &path)?)?;
     w.files += 1;
 
+    // DRA: the device class, claim templates and ResourceSlices.
+    let path = dir.join("dra.yaml");
+    let docs = dra_docs(seed, cl, snap, &mut rv, &mut w);
+    w.bytes += write_atomic(&path, &yaml_docs(&docs, &path)?)?;
+    w.files += 1;
+
     // Streams.
     let mut spills = Vec::with_capacity(Stream::ALL.len());
     for stream in Stream::ALL {
@@ -1903,6 +2102,7 @@ pub fn write_all(seed: u64, cl: &Cluster, tl: &Timeline, sim: &Sim, window: &Win
         cl,
         tl,
         sim,
+        claims,
         spills,
         kinds: BTreeMap::new(),
         window: *window,
@@ -1921,6 +2121,7 @@ pub fn write_all(seed: u64, cl: &Cluster, tl: &Timeline, sim: &Sim, window: &Win
     for p in 0..sim.pods.len() {
         em.emit_pod(p);
     }
+    em.emit_claims();
     em.emit_nodes_events();
     em.emit_node_versions(&items);
     let Emitter {
@@ -2026,7 +2227,7 @@ fn kueue_docs(cl: &Cluster, snap: i64, rng: &mut Rng, rv: &mut u64, w: &mut Writ
         }));
         w.count("ResourceFlavor");
     }
-    let cap = |g: Group| cl.slots.iter().filter(|s| slot_group(cl, s) == g).count() as f64;
+    let cap = |g: Group| crate::schedule::capacity(cl, g) as f64;
     let cpu_total: u32 = cl.nodes.iter().map(|n| n.pool.spec().node_cpu).sum();
     let mem_total: u32 = cl.nodes.iter().map(|n| n.pool.spec().node_mem_gi).sum();
     for (i, &(name, share)) in CLUSTER_QUEUES.iter().enumerate() {
@@ -2061,6 +2262,11 @@ fn kueue_docs(cl: &Cluster, snap: i64, rng: &mut Rng, rv: &mut u64, w: &mut Writ
                 {
                     "coveredResources": MigProfile::ALL.iter().map(|p| p.resource()).collect::<Vec<_>>(),
                     "flavors": [{ "name": PoolId::A100Mig.spec().name, "resources": mig_resources }],
+                },
+                // DRA GPUs, under the name Kueue's deviceClassMappings give their device class.
+                {
+                    "coveredResources": [dra::KUEUE_RESOURCE],
+                    "flavors": [{ "name": PoolId::Dra.spec().name, "resources": [{ "name": dra::KUEUE_RESOURCE, "nominalQuota": q(Group::Whole(PoolId::Dra)) }] }],
                 },
             ],
         });

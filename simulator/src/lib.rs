@@ -38,6 +38,7 @@
 
 mod cluster;
 mod dcgm;
+mod dra;
 mod error;
 mod inference;
 mod k8s;
@@ -99,6 +100,24 @@ impl Default for SimConfig {
                 .single()
                 .unwrap_or_default(),
         }
+    }
+}
+
+/// How the capture is written, beyond what is simulated: whatever these are, the cluster, its
+/// values and `expected.json`'s figures are the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimOptions {
+    /// DCGM series of GPUs held through DRA claims carry the pod labels (`container`,
+    /// `namespace`, `pod`) beside the `dra_*` ones, as dcgm-exporter writes them. With false
+    /// they carry only the `dra_*` labels (a capture whose pod labels were dropped by
+    /// relabelling: one series per claim), and the ledger must find the pods through the claims'
+    /// `reservedFor`.
+    pub dra_pod_labels: bool,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions { dra_pod_labels: true }
     }
 }
 
@@ -166,23 +185,34 @@ pub fn simulate_window(
     out: &Path,
     progress: &mut dyn FnMut(f64),
 ) -> Result<SimSummary, SimError> {
+    simulate_window_with(cfg, &SimOptions::default(), window, out, progress)
+}
+
+/// [`simulate_window`], written as `opts` say.
+pub fn simulate_window_with(
+    cfg: &SimConfig,
+    opts: &SimOptions,
+    window: &Window,
+    out: &Path,
+    progress: &mut dyn FnMut(f64),
+) -> Result<SimSummary, SimError> {
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
         .min(16);
-    simulate_files_in(cfg, window, out, threads, progress)
+    simulate_files_in(cfg, opts, window, out, threads, progress)
 }
 
 /// [`simulate`] on `threads` threads.
 #[cfg(test)]
 fn simulate_files(cfg: &SimConfig, out: &Path, threads: usize, progress: &mut dyn FnMut(f64)) -> Result<SimSummary, SimError> {
-    simulate_files_in(cfg, &Window::ALL, out, threads, progress)
+    simulate_files_in(cfg, &SimOptions::default(), &Window::ALL, out, threads, progress)
 }
 
-/// [`simulate_window`] on `threads` threads.
-fn simulate_files_in(cfg: &SimConfig, window: &Window, out: &Path, threads: usize, progress: &mut dyn FnMut(f64)) -> Result<SimSummary, SimError> {
+/// [`simulate_window_with`] on `threads` threads.
+fn simulate_files_in(cfg: &SimConfig, opts: &SimOptions, window: &Window, out: &Path, threads: usize, progress: &mut dyn FnMut(f64)) -> Result<SimSummary, SimError> {
     let root = out.to_path_buf();
-    simulate_on(cfg, window, out, Dcgm::Files { threads, sink: &move || Box::new(FileSink::new(&root)) }, progress)
+    simulate_on(cfg, opts, window, out, Dcgm::Files { threads, sink: &move || Box::new(FileSink::new(&root)) }, progress)
 }
 
 /// Simulates like [`simulate`], but hands the DCGM text to sinks made by `sink` instead of
@@ -197,7 +227,19 @@ pub fn simulate_to(
     sink: &(dyn Fn() -> Box<dyn DcgmSink> + Sync),
     progress: &mut dyn FnMut(f64),
 ) -> Result<SimSummary, SimError> {
-    simulate_on(cfg, window, out, Dcgm::ByDay { sink }, progress)
+    simulate_to_with(cfg, &SimOptions::default(), window, out, sink, progress)
+}
+
+/// [`simulate_to`], written as `opts` say.
+pub fn simulate_to_with(
+    cfg: &SimConfig,
+    opts: &SimOptions,
+    window: &Window,
+    out: &Path,
+    sink: &(dyn Fn() -> Box<dyn DcgmSink> + Sync),
+    progress: &mut dyn FnMut(f64),
+) -> Result<SimSummary, SimError> {
+    simulate_on(cfg, opts, window, out, Dcgm::ByDay { sink }, progress)
 }
 
 /// How the DCGM text is written (see [`simulate`], [`simulate_to`]).
@@ -224,6 +266,7 @@ fn timeline(cfg: &SimConfig) -> cluster::Timeline {
 
 fn simulate_on(
     cfg: &SimConfig,
+    opts: &SimOptions,
     window: &Window,
     out: &Path,
     dcgm: Dcgm<'_>,
@@ -236,6 +279,7 @@ fn simulate_on(
     out::create_dir(out)?;
     let cl = cluster::build(cfg.seed, &tl, cfg.gpus);
     let sim = schedule::run(cfg.seed, &cl, &tl);
+    let claims = dra::build(cfg.seed, &cl, &sim);
     progress(0.03);
 
     let months = truth::Months::new(
@@ -253,11 +297,13 @@ fn simulate_on(
         dir: Path::new("dcgm").to_path_buf(),
         seed: cfg.seed,
         window: *window,
+        claims: &claims,
+        dra_pod_labels: opts.dra_pod_labels,
     };
     // Objects (CPU-bound JSON) are written beside the samples (mostly disk-bound); neither
     // depends on the other, so this changes no byte.
     let (written, ((stats, acc), counted)) = std::thread::scope(|scope| {
-        let objects = scope.spawn(|| k8s::write_all(cfg.seed, &cl, &tl, &sim, window, out));
+        let objects = scope.spawn(|| k8s::write_all(cfg.seed, &cl, &tl, &sim, &claims, window, out));
         let mut progress = |f| progress(0.03 + 0.95 * f);
         let (samples, sink) = match dcgm {
             Dcgm::Files { threads, sink } => (dcgm::write_all(&ctx, threads, sink, &mut progress), sink),
@@ -272,6 +318,7 @@ fn simulate_on(
 
     let expected = truth::build_expected(
         cfg,
+        opts,
         &cl,
         &tl,
         &sim,
@@ -795,13 +842,13 @@ mod tests {
         let cut_ms = cut(&whole);
         let at = DateTime::from_timestamp_millis(cut_ms).unwrap();
         let (until, from) = (Window::new(None, Some(at)).unwrap(), Window::new(Some(at), None).unwrap());
-        let before_summary = simulate_files_in(cfg, &until, dirs[1].path(), 2, &mut |_| {}).unwrap();
+        let before_summary = simulate_files_in(cfg, &SimOptions::default(), &until, dirs[1].path(), 2, &mut |_| {}).unwrap();
         let handed = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
         let make = || -> Box<dyn DcgmSink> { Box::new(MemSink { files: handed.clone(), open: None }) };
         let after_summary = simulate_to(cfg, &from, dirs[2].path(), &make, &mut |_| {}).unwrap();
         let mut after = read_tree(dirs[2].path());
         after.extend(handed.lock().unwrap().clone());
-        let after_files = simulate_files_in(cfg, &from, dirs[3].path(), 3, &mut |_| {}).unwrap();
+        let after_files = simulate_files_in(cfg, &SimOptions::default(), &from, dirs[3].path(), 3, &mut |_| {}).unwrap();
         assert_eq!(after_summary, after_files);
         assert_same_tree(&after, &read_tree(dirs[3].path()), "sinks and files after the cut");
         Split { cut_ms, before: read_tree(dirs[1].path()), whole, after, summaries: [whole_summary, before_summary, after_summary] }
@@ -855,7 +902,7 @@ mod tests {
                 got.sort_unstable();
                 want.sort_unstable();
                 assert!(got == want, "{}: the halves' lines are not the whole's", rel.display());
-            } else if ["namespaces.yaml", "nodes.json", "kueue.yaml", TRUTH_FILE].contains(&name) {
+            } else if ["namespaces.yaml", "nodes.json", "kueue.yaml", "dra.yaml", TRUTH_FILE].contains(&name) {
                 assert!(of(0) == Some(bytes) && of(1) == Some(bytes), "{} is not whole in both halves", rel.display());
                 snapshot_objects += match name {
                     "nodes.json" => serde_json::from_slice::<serde_json::Value>(bytes).unwrap()["items"].as_array().unwrap().len() as u64,
@@ -957,7 +1004,7 @@ mod tests {
         let cfg = SimConfig { days: 1, ..split_config() };
         let dir = tempfile::tempdir().unwrap();
         let until = Window::new(None, Some(cfg.start - chrono::Duration::days(2))).unwrap();
-        let s = simulate_files_in(&cfg, &until, dir.path(), 2, &mut |_| {}).unwrap();
+        let s = simulate_files_in(&cfg, &SimOptions::default(), &until, dir.path(), 2, &mut |_| {}).unwrap();
         assert_eq!((s.samples, s.gpu_rows), (0, 0));
         assert!(!dir.path().join("dcgm").exists());
         let tree = read_tree(dir.path());

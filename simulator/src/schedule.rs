@@ -11,7 +11,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
-use crate::cluster::{Cluster, MigProfile, NAMESPACES, PoolId, Timeline, ns_index, tag};
+use crate::cluster::{Cluster, MigProfile, NAMESPACES, PoolId, Sharing, Timeline, ns_index, tag};
 use crate::rng::Rng;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +42,16 @@ pub enum Shape {
     /// A pod no controller and no Kueue manages, named like the job: evicted and created again
     /// under the same name (a new uid), each pod its own run.
     BarePod,
+}
+
+/// Where a DRA pod's claim (the pod's `spec.resourceClaims` entry [`crate::dra::POD_CLAIM`])
+/// comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimSource {
+    /// `resourceClaimTemplateName`: a claim made for each pod from this template of its namespace.
+    Template(&'static str),
+    /// `resourceClaimName`: one claim, made by name, that several pods share.
+    Named(String),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -347,6 +357,43 @@ pub const TEMPLATES: &[Template] = &[
         cpu_per_unit: 4,
         mem_gi_per_unit: 16,
     },
+    // The DRA pool's jobs come last, so that the arrival streams (one per template index) of
+    // the others stay as they were. Each pod asks for one GPU through the namespace's
+    // `single-gpu` ResourceClaimTemplate.
+    Template {
+        prefixes: &["dra-train-embed", "dra-train-asr"],
+        ns: "ml-research",
+        pool: PoolId::Dra,
+        res: TRes::Gpu(&[1]),
+        pods: &[1],
+        dur_h: (0.5, 5.0),
+        prio: LOW,
+        kind: Kind::Train,
+        share: 0.45,
+        p_oom: 0.08,
+        p_err: 0.06,
+        units: Units::None,
+        image: "nvcr.io/nvidia/pytorch:24.05-py3",
+        cpu_per_unit: 16,
+        mem_gi_per_unit: 160,
+    },
+    Template {
+        prefixes: &["dra-serve-summarize"],
+        ns: "serving",
+        pool: PoolId::Dra,
+        res: TRes::Gpu(&[1]),
+        pods: &[1],
+        dur_h: (6.0, 24.0),
+        prio: HIGH,
+        kind: Kind::Serve,
+        share: 0.30,
+        p_oom: 0.0,
+        p_err: 0.0,
+        units: Units::JobCountAtEnd("1k-requests", 50.0, 300.0),
+        image: "nvcr.io/nvidia/tritonserver:24.05-py3",
+        cpu_per_unit: 12,
+        mem_gi_per_unit: 96,
+    },
 ];
 
 /// The pools whose `nvidia.com/gpu` flavor ClusterQueue `cq` lists: those its namespaces'
@@ -377,20 +424,23 @@ impl Group {
             Group::Whole(PoolId::L4) => 1,
             Group::Whole(PoolId::T4) => 2,
             Group::Whole(PoolId::A100Mig) => 6,
+            Group::Whole(PoolId::Dra) => 7,
             Group::Mig(p) => 3 + p as usize,
         }
     }
 
-    /// The extended resource name pods and quotas use.
+    /// The resource name quotas use: the extended resource pods ask for, or for DRA GPUs the
+    /// name Kueue's `deviceClassMappings` give the GPU device class ([`crate::dra::KUEUE_RESOURCE`]).
     pub fn resource(self) -> &'static str {
         match self {
+            Group::Whole(PoolId::Dra) => crate::dra::KUEUE_RESOURCE,
             Group::Whole(_) => "nvidia.com/gpu",
             Group::Mig(p) => p.resource(),
         }
     }
 }
 
-const GROUPS: usize = 7;
+const GROUPS: usize = 8;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Plan {
@@ -449,6 +499,8 @@ pub struct Job {
     pub wl_team: Option<&'static str>,
     pub pod_team: Option<&'static str>,
     pub shape: Shape,
+    /// How its pods ask for a DRA GPU (`spec.resourceClaims`), for jobs of the DRA pool.
+    pub claim: Option<ClaimSource>,
     pub segments: Vec<u32>,
     /// When the Job and Workload finished, and whether they succeeded.
     pub finished: Option<(i64, bool)>,
@@ -547,8 +599,9 @@ pub fn run_team(job: &Job) -> &'static str {
         .unwrap_or(ns.name)
 }
 
+/// Slots of group `g` the scheduler hands out (pinned ones are not).
 pub fn capacity(cl: &Cluster, g: Group) -> usize {
-    cl.slots.iter().filter(|s| slot_group(cl, s) == g).count()
+    cl.slots.iter().filter(|s| !s.pinned && slot_group(cl, s) == g).count()
 }
 
 pub fn slot_group(cl: &Cluster, s: &crate::cluster::Slot) -> Group {
@@ -619,8 +672,10 @@ fn generate_jobs(seed: u64, cl: &Cluster, tl: &Timeline) -> Vec<Job> {
     arrivals.sort();
     let mut jobs: Vec<Job> = Vec::with_capacity(arrivals.len() + 1);
     for &(created, ti, n) in &arrivals {
-        // Some training and batch-inference jobs are other kinds of object than batch/v1 Jobs.
-        let nth = jobs.iter().filter(|j| j.kind == TEMPLATES[ti].kind).count();
+        // Some training and batch-inference jobs are other kinds of object than batch/v1 Jobs
+        // (counted without the DRA pool's, whose jobs are batch/v1 Jobs all, so that adding
+        // them changed no other job's shape).
+        let nth = jobs.iter().filter(|j| j.kind == TEMPLATES[ti].kind && !j.pool.spec().dra).count();
         jobs.push(make_job(seed, created, ti, n, multi_node_ok, nth));
     }
     mark_special_jobs(&mut jobs, tl.start_s);
@@ -744,6 +799,7 @@ fn make_job(seed: u64, created: i64, ti: usize, n: u64, multi_node_ok: bool, nth
     }
     let ns = ns_index(t.ns);
     let shape = match (t.kind, nth % 3) {
+        _ if t.pool.spec().dra => Shape::Batch,
         (Kind::Train, 1) => Shape::TrainJob,
         (Kind::Train, 2) => Shape::PyTorchJob,
         (Kind::BatchInfer, 1) => Shape::RayJob,
@@ -780,6 +836,7 @@ fn make_job(seed: u64, created: i64, ti: usize, n: u64, multi_node_ok: bool, nth
         wl_team: None,
         pod_team: matches!(t.units, Units::VllmCounters).then_some(INFERENCE_TEAM),
         shape,
+        claim: t.pool.spec().dra.then_some(ClaimSource::Template(crate::dra::SINGLE_GPU_TEMPLATE)),
         segments: Vec::new(),
         finished: None,
         deleted_s: None,
@@ -940,7 +997,7 @@ pub fn run(seed: u64, cl: &Cluster, tl: &Timeline) -> Sim {
     let jobs = generate_jobs(seed, cl, tl);
     let mut node_free = vec![[0u32; GROUPS]; cl.nodes.len()];
     let mut group_free = [0u32; GROUPS];
-    for s in &cl.slots {
+    for s in cl.slots.iter().filter(|s| !s.pinned) {
         let g = slot_group(cl, s).index();
         node_free[s.node as usize][g] += 1;
         group_free[g] += 1;
@@ -950,7 +1007,8 @@ pub fn run(seed: u64, cl: &Cluster, tl: &Timeline) -> Sim {
         jobs,
         segs: Vec::new(),
         pods: Vec::new(),
-        owner: vec![None; cl.slots.len()],
+        // Pinned slots are never free: no job is placed on them.
+        owner: cl.slots.iter().map(|s| s.pinned.then_some(RESERVED)).collect(),
         node_free,
         group_free,
         heap: BinaryHeap::new(),
@@ -1005,8 +1063,159 @@ pub fn run(seed: u64, cl: &Cluster, tl: &Timeline) -> Sim {
         pods: sch.pods,
         teams: vec![crate::cluster::PLATFORM_TEAM.to_string()],
     };
+    dra_sharing(seed, cl, tl, &mut sim);
     finish(seed, cl, tl, &mut sim);
     sim
+}
+
+/// The pods of the hand-placed DRA sharing shapes, on the pinned GPUs of the first DRA node
+/// ([`Sharing::DraClaim`], [`Sharing::DraCapacity`]), one after another over the capture with
+/// gaps between them (so that each GPU is also seen unallocated, and a capacity-shared GPU held
+/// by one claim or by both). They are serving pods no controller and no Kueue manages (each its
+/// own run), so they wait for nothing:
+/// - a shared claim's GPU: pairs of replicas, both pods of a pair created, started and ended
+///   together, referring to one ResourceClaim `shared-gpu-<n>` made by name
+///   (`resourceClaimName`), reserved for both;
+/// - a capacity-shared GPU: two independent successions of pods, each pod with a claim from
+///   the `gpu-20gi` or `gpu-60gi` template (slot 0 or 1), which consumes that much of the
+///   device's memory.
+///
+/// Their jobs come after every scheduled one, so nothing else moves for them.
+fn dra_sharing(seed: u64, cl: &Cluster, tl: &Timeline, sim: &mut Sim) {
+    let serving = ns_index("serving");
+    let mut pairs = 0u32;
+    for &ni in &cl.pool_nodes[PoolId::Dra as usize] {
+        for g in &cl.nodes[ni].gpus {
+            let slots: Vec<u32> = g.slots.clone().map(|s| s as u32).collect();
+            let mut rng = Rng::stream(seed, tag::DRA, g.slots.start as u64);
+            match g.sharing {
+                Sharing::DraClaim => {
+                    let mut t = tl.obj_start_s + rng.range(600, 3 * 3600);
+                    while t < tl.end_s {
+                        let claim = ClaimSource::Named(format!("shared-gpu-{pairs}"));
+                        let suffix = rng.name_suffix(5);
+                        let (pull, life) = (rng.range(20, 90), rng.range(6 * 3600, 30 * 3600));
+                        let mut end = t;
+                        for (i, &slot) in slots.iter().enumerate() {
+                            let fb_milli = rng.range(300, 450) as u64;
+                            let name = format!("llm-shared-{suffix}-{i}");
+                            end = pinned_pod(sim, tl, &mut rng, (serving, name, claim.clone()), slot, ni as u32, (t, pull, life), fb_milli);
+                        }
+                        pairs += 1;
+                        t = end + rng.range(1800, 3 * 3600);
+                    }
+                }
+                Sharing::DraCapacity => {
+                    for (i, &slot) in slots.iter().enumerate() {
+                        let mut t = tl.obj_start_s + rng.range(600, 4 * 3600);
+                        let gi = crate::cluster::DRA_SHARED_CAPACITY_GI[i];
+                        // Within the memory its claim consumes, of the device's.
+                        let share_milli = 1000 * gi / crate::cluster::DRA_DEVICE_MEMORY_GI;
+                        while t < tl.end_s {
+                            let name = format!("embed-{gi}gi-{}", rng.name_suffix(5));
+                            let claim = ClaimSource::Template(crate::dra::SHARED_TEMPLATES[i]);
+                            let (pull, life) = (rng.range(20, 90), rng.range(2 * 3600, 16 * 3600));
+                            let fb_milli = share_milli * rng.range(80, 95) as u64 / 100;
+                            let end = pinned_pod(sim, tl, &mut rng, (serving, name, claim), slot, ni as u32, (t, pull, life), fb_milli);
+                            t = end + rng.range(900, 4 * 3600);
+                        }
+                    }
+                }
+                Sharing::Exclusive | Sharing::TimeSliced => {}
+            }
+        }
+    }
+}
+
+/// One pod of [`dra_sharing`], with its job and segment: a bare serving pod `name` in
+/// namespace `ns` on `slot` of `node`, created at `when.0`, its image pulled in `when.1`
+/// seconds, running `when.2` seconds; returns when its container ends.
+#[allow(clippy::too_many_arguments)]
+fn pinned_pod(sim: &mut Sim, tl: &Timeline, rng: &mut Rng, who: (usize, String, ClaimSource), slot: u32, node: u32, when: (i64, i64, i64), fb_milli: u64) -> i64 {
+    let (ns, name, claim) = who;
+    let (created, pull, life) = when;
+    let (j, seg, pid) = (sim.jobs.len() as u32, sim.segs.len() as u32, sim.pods.len() as u32);
+    let sched = created + 2;
+    let started = sched + 1 + pull;
+    let end = started + life;
+    let finished = (end < tl.end_s).then_some((end, true));
+    let mut job_rng = Rng::stream(rng.next_u64(), tag::DRA, u64::from(pid));
+    let idle = idle_windows(Kind::Serve, started, end, &mut job_rng);
+    let ip = format!("10.127.{}.{}", rng.range(0, 249), rng.range(2, 251));
+    sim.jobs.push(Job {
+        ns,
+        uid: job_rng.uuid(),
+        wl_uid: job_rng.uuid(),
+        wl_name: format!("job-{name}-{}", job_rng.hex(5)),
+        name: name.clone(),
+        group: Group::Whole(PoolId::Dra),
+        pool: PoolId::Dra,
+        per_pod: 1,
+        pods: 1,
+        created_s: created,
+        priority: HIGH.0,
+        priority_class: HIGH.1,
+        kind: Kind::Serve,
+        plan: Plan::Succeed,
+        backoff_limit: 0,
+        image: "ghcr.io/huggingface/text-generation-inference:2.4",
+        cpu: 8,
+        mem_gi: 64,
+        wl_v1beta1: false,
+        ttl_s: None,
+        job_annotations: BTreeMap::new(),
+        job_end_annotations: BTreeMap::new(),
+        wl_annotations: BTreeMap::new(),
+        wl_team: None,
+        pod_team: None,
+        shape: Shape::BarePod,
+        claim: Some(claim),
+        segments: vec![seg],
+        finished,
+        deleted_s: None,
+        remaining_s: life,
+        queued_since: created,
+        epoch: 0,
+        preemptions: 0,
+        rng: job_rng.clone(),
+    });
+    sim.segs.push(Segment {
+        job: j,
+        n: 1,
+        queued_s: created,
+        admitted_s: created,
+        slots: vec![slot],
+        pods: vec![pid],
+        end: if end < tl.end_s { SegEnd::Succeeded(end) } else { SegEnd::Running },
+        ready_s: started,
+    });
+    sim.pods.push(Pod {
+        name,
+        uid: job_rng.uuid(),
+        job: j,
+        seg,
+        index: 0,
+        node,
+        slots: vec![slot],
+        created_s: created,
+        unschedulable: false,
+        sched_s: sched,
+        pull_s: pull,
+        started_s: started,
+        end_s: end,
+        term: Term::Completed,
+        crash: None,
+        disruption: None,
+        delete_req_s: None,
+        gone_s: None,
+        cancelled: false,
+        idle,
+        xid: None,
+        team: 0,
+        fb_milli,
+        ip,
+    });
+    end
 }
 
 impl Sched<'_> {
@@ -1555,7 +1764,9 @@ fn finish(seed: u64, cl: &Cluster, tl: &Timeline, sim: &mut Sim) {
         }
     }
     let mut rng = Rng::stream(seed, tag::PICK, 0);
-    let wanted = 3 + cl.nodes.len() / 40;
+    // Not on DRA GPUs: counted and drawn as before that pool existed.
+    let dra = |p: &Pod| cl.nodes[p.node as usize].pool == PoolId::Dra;
+    let wanted = 3 + cl.nodes.iter().filter(|n| n.pool != PoolId::Dra).count() / 40;
     let mut candidates: Vec<u32> = sim
         .pods
         .iter()
@@ -1564,6 +1775,7 @@ fn finish(seed: u64, cl: &Cluster, tl: &Timeline, sim: &mut Sim) {
             // Room for the error's samples between container start, metrics start and failure.
             let room = 6 * tl.interval_ms;
             p.term == Term::Error
+                && !dra(p)
                 && !p.cancelled
                 && p.end_s < tl.end_s
                 && p.end_s * 1000 > tl.start_ms() + room

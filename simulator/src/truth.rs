@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::cluster::{CLUSTER_QUEUES, Cluster, NAMESPACES, POOLS, PoolId, Timeline};
+use crate::cluster::{CLUSTER_QUEUES, Cluster, N_POOLS, NAMESPACES, POOLS, PoolId, Timeline};
 use crate::out::{MS_PER_DAY, month_string, next_month_start_ms, rfc3339};
 use crate::schedule::{
     FailReason, Group, Job, SegEnd, Shape, Sim, Term, accepted_units, cq_gpu_flavor_pools, run_team,
@@ -147,6 +147,11 @@ pub struct Acc {
     pub lost_gpus: BTreeSet<(u32, u32, u32)>,
     /// [month][team][reason][pool]: unallocated and allocated-idle time by why it was idle.
     reasons: Vec<u64>,
+    /// [month][team][state][pool]: the time under `sharing = "measured"` (docs/accounting.md
+    /// "Measured sharing"), in millionths of the amounts of `cells` (so sevenths x ms x SCALE x
+    /// 10^6): a time-sliced pod's part is its millionths of the piece, exactly; all else is as
+    /// in `cells`.
+    measured: Vec<u128>,
     /// [month][team][state][basis]: energy numerators (docs/accounting.md "Energy"), kept as exact
     /// integers so that sums do not depend on thread or summation order. Each is a sum of
     /// (mJ-rate x amount), where the amount is the span piece's sevenths x ms x SCALE:
@@ -168,12 +173,13 @@ impl Acc {
         Acc {
             months,
             teams,
-            cells: vec![(0, 0); months * teams * 5 * 4],
-            unobserved: vec![0; months * 4],
+            cells: vec![(0, 0); months * teams * 5 * N_POOLS],
+            unobserved: vec![0; months * N_POOLS],
             seg: vec![0; segs],
             lost: BTreeMap::new(),
             lost_gpus: BTreeSet::new(),
-            reasons: vec![0; months * teams * REASONS.len() * 4],
+            reasons: vec![0; months * teams * REASONS.len() * N_POOLS],
+            measured: vec![0; months * teams * 5 * N_POOLS],
             energy: vec![0; months * teams * 5 * ENERGY_BASES],
         }
     }
@@ -202,7 +208,7 @@ impl Acc {
     }
 
     fn reason_index(&self, month: usize, team: usize, reason: Reason, pool: usize) -> usize {
-        ((month * self.teams + team) * REASONS.len() + reason as usize) * 4 + pool
+        ((month * self.teams + team) * REASONS.len() + reason as usize) * N_POOLS + pool
     }
 
     /// Files idle time under its reason; the same amount must also go to the reason's state
@@ -229,7 +235,7 @@ impl Acc {
         amount: u64,
         provisional: bool,
     ) {
-        let i = ((month * self.teams + team) * 5 + state as usize) * 4 + pool as usize;
+        let i = ((month * self.teams + team) * 5 + state as usize) * N_POOLS + pool as usize;
         let c = &mut self.cells[i];
         c.0 += amount;
         if provisional {
@@ -237,9 +243,16 @@ impl Acc {
         }
     }
 
+    /// Files time under `sharing = "measured"`, in the units of `measured`.
+    #[inline]
+    pub fn add_measured(&mut self, month: usize, team: usize, state: State, pool: PoolId, amount: u128) {
+        let i = ((month * self.teams + team) * 5 + state as usize) * N_POOLS + pool as usize;
+        self.measured[i] += amount;
+    }
+
     #[inline]
     pub fn add_unobserved(&mut self, month: usize, pool: PoolId, amount: u64) {
-        self.unobserved[month * 4 + pool as usize] += amount;
+        self.unobserved[month * N_POOLS + pool as usize] += amount;
     }
 
     pub fn merge(&mut self, other: &Acc) {
@@ -258,6 +271,9 @@ impl Acc {
         }
         self.lost_gpus.extend(other.lost_gpus.iter().copied());
         for (a, b) in self.reasons.iter_mut().zip(&other.reasons) {
+            *a += b;
+        }
+        for (a, b) in self.measured.iter_mut().zip(&other.measured) {
             *a += b;
         }
         for (a, b) in self.energy.iter_mut().zip(&other.energy) {
@@ -303,6 +319,28 @@ pub struct Expected {
     pub counter_resets: u64,
     /// GPU quota per month, ClusterQueue and GPU pool flavor ([`quota_rows`]).
     pub quota: Vec<QuotaRow>,
+    /// The GPU-hours of `gpu_hours` as the ledger gives them with `[accounting] sharing =
+    /// "measured"` (docs/accounting.md "Measured sharing"). Only time-sliced GPUs (pool t4)
+    /// differ from `gpu_hours`.
+    pub measured_sharing: MeasuredSharing,
+}
+
+/// The figures `sharing = "measured"` changes.
+#[derive(Serialize)]
+pub struct MeasuredSharing {
+    /// Per (month, team, state, pool), as `gpu_hours` without its provisional and hardware-fault
+    /// parts; sorted the same way.
+    pub gpu_hours: Vec<MeasuredRow>,
+}
+
+#[derive(Serialize)]
+pub struct MeasuredRow {
+    pub month: String,
+    pub team: String,
+    pub state: &'static str,
+    pub model_name: &'static str,
+    pub pool: &'static str,
+    pub gpu_hours: f64,
 }
 
 /// One ClusterQueue's GPU quota on one pool's flavor in one month ([`quota_rows`]).
@@ -371,6 +409,8 @@ pub struct ConfigOut {
     pub scrape_interval_s: u32,
     pub start: String,
     pub end: String,
+    /// Whether DRA series carry pod labels ([`crate::SimOptions`]); the figures are the same.
+    pub dra_pod_labels: bool,
 }
 
 #[derive(Serialize)]
@@ -456,8 +496,10 @@ pub fn cluster_queue_of(ns: usize) -> String {
         .unwrap_or_default()
 }
 
+#[allow(clippy::too_many_arguments)]
 pub fn build_expected(
     cfg: &crate::SimConfig,
+    opts: &crate::SimOptions,
     cl: &Cluster,
     tl: &Timeline,
     sim: &Sim,
@@ -483,7 +525,7 @@ pub fn build_expected(
             for (s, state) in STATES.iter().enumerate() {
                 for pool in POOLS {
                     let (total, prov) =
-                        acc.cells[((m * acc.teams + t) * 5 + s) * 4 + pool as usize];
+                        acc.cells[((m * acc.teams + t) * 5 + s) * N_POOLS + pool as usize];
                     if total == 0 {
                         continue;
                     }
@@ -506,6 +548,28 @@ pub fn build_expected(
     gpu_hours.sort_by(|a, b| {
         (&a.month, &a.team, a.state, a.pool).cmp(&(&b.month, &b.team, b.state, b.pool))
     });
+    let mut measured = Vec::new();
+    for m in 0..acc.months {
+        for t in 0..acc.teams {
+            for (s, state) in STATES.iter().enumerate() {
+                for pool in POOLS {
+                    let v = acc.measured[((m * acc.teams + t) * 5 + s) * N_POOLS + pool as usize];
+                    if v == 0 {
+                        continue;
+                    }
+                    measured.push(MeasuredRow {
+                        month: months.names[m].clone(),
+                        team: sim.teams[t].clone(),
+                        state,
+                        model_name: pool.spec().model,
+                        pool: pool.spec().name,
+                        gpu_hours: v as f64 / 1e6 / 7.0 / SCALE as f64 / 3_600_000.0,
+                    });
+                }
+            }
+        }
+    }
+    measured.sort_by(|a, b| (&a.month, &a.team, a.state, a.pool).cmp(&(&b.month, &b.team, b.state, b.pool)));
     let (idle_reasons, stranded) = idle_rows(months, sim, acc);
     let mut energy = Vec::new();
     for m in 0..acc.months {
@@ -522,7 +586,7 @@ pub fn build_expected(
     let mut unobserved = Vec::new();
     for m in 0..acc.months {
         for pool in POOLS {
-            let v = acc.unobserved[m * 4 + pool as usize];
+            let v = acc.unobserved[m * N_POOLS + pool as usize];
             if v > 0 {
                 unobserved.push(UnobservedRow {
                     month: months.names[m].clone(),
@@ -653,6 +717,7 @@ pub fn build_expected(
             scrape_interval_s: cfg.scrape_interval_s,
             start: rfc3339(tl.start_s),
             end: rfc3339(tl.end_s),
+            dra_pod_labels: opts.dra_pod_labels,
         },
         totals: Totals {
             samples: counts.samples,
@@ -671,6 +736,7 @@ pub fn build_expected(
         anomaly_spikes: spikes(cl, tl, sim),
         counter_resets: counted.resets,
         quota: quota_rows(cl, tl, sim),
+        measured_sharing: MeasuredSharing { gpu_hours: measured },
     }
 }
 
@@ -848,8 +914,8 @@ pub fn pending_intervals(sim: &Sim, job: &Job) -> Vec<(i64, i64)> {
 /// which some Workload asking for whole GPUs (`nvidia.com/gpu`) waits in a ClusterQueue one of
 /// whose GPU flavors selects the pool's nodes. Each Workload's ClusterQueue is its namespace's
 /// (the LocalQueue there points at it).
-pub fn stranding_windows(sim: &Sim) -> [Vec<(i64, i64)>; 4] {
-    let mut out: [Vec<(i64, i64)>; 4] = Default::default();
+pub fn stranding_windows(sim: &Sim) -> [Vec<(i64, i64)>; N_POOLS] {
+    let mut out: [Vec<(i64, i64)>; N_POOLS] = Default::default();
     for job in &sim.jobs {
         let Some(cq) = NAMESPACES[job.ns].cq else { continue };
         if !matches!(job.group, Group::Whole(_)) || job.per_pod == 0 {
@@ -979,6 +1045,6 @@ mod tests {
         let mut b = Acc::new(1, 2, 1);
         b.merge(&a);
         b.merge(&a);
-        assert_eq!(b.cells[5 * 4 + PoolId::L4 as usize], (14, 14));
+        assert_eq!(b.cells[5 * N_POOLS + PoolId::L4 as usize], (14, 14));
     }
 }
