@@ -590,7 +590,7 @@ def config_sql(config_path: Path) -> list[str]:
     )])
     gpu_classes = a.get("gpu_device_classes", ["gpu.nvidia.com"])
     out += table_sql("gpu_device_classes", [("device_class", "VARCHAR")], [(c,) for c in gpu_classes])
-    mapped = sorted({m["name"] for m in a.get("device_class_mappings", []) if set(m["device_class_names"]) & set(gpu_classes)})
+    mapped = sorted({m["name"] for m in a.get("device_class_mappings", []) if m["name"] != "nvidia.com/gpu" and set(m["device_class_names"]) & set(gpu_classes)})
     out += table_sql("gpu_resource_names", [("resource", "VARCHAR")], [(n,) for n in mapped])
     # Label keys in file order, each key's values in file order (TOML tables keep it in Python).
     by_label = [(k, v, money(p)) for k, values in prices.get("by_node_label", {}).items() for v, p in values.items()]

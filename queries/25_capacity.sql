@@ -59,13 +59,19 @@ GROUP BY s.namespace, s.workload, COALESCE(w.whole_gpu_count, w.gpu_count), COAL
          s.queued_at, w.deleted_at;
 
 -- The ResourceFlavors each ClusterQueue offers GPUs from (its resource groups covering
--- nvidia.com/gpu; `gpu_flavors` is their names, comma-separated), from its latest version.
+-- nvidia.com/gpu; `gpu_flavors` is their names, comma-separated, or covering a name Kueue's
+-- deviceClassMappings count GPU devices as: `gpu_resource_names`), from its latest version.
 CREATE OR REPLACE VIEW cluster_queue_gpu_flavors AS
-SELECT cluster_queue, flavor
+SELECT DISTINCT cluster_queue, flavor
 FROM (
     SELECT name AS cluster_queue, unnest(string_to_array(gpu_flavors, ',')) AS flavor
     FROM kueue_queues_latest
     WHERE kind = 'ClusterQueue' AND gpu_flavors IS NOT NULL
+    UNION ALL
+    SELECT q.name, unnest(string_to_array(label(q.flavors_by_resource, r.resource), ','))
+    FROM gpu_resource_names r
+    CROSS JOIN kueue_queues_latest q
+    WHERE q.kind = 'ClusterQueue' AND label(q.flavors_by_resource, r.resource) IS NOT NULL
 );
 
 -- The nodes each ResourceFlavor selects: those carrying every one of its nodeLabels.

@@ -47,39 +47,76 @@ CROSS JOIN (SELECT MIN(first_ms) AS first_ms, MAX(last_ms) AS last_ms FROM obser
 WHERE h.hour_number * 3600000 < e.last_ms AND h.hour_number * 3600000 + 3600000 > e.first_ms;
 
 -- Each version of a ClusterQueue's GPU quota per flavor, from when it was observed until its
--- next version (a deleted ClusterQueue has none after).
+-- next version (a deleted ClusterQueue has none after): its nominalQuota of nvidia.com/gpu,
+-- plus that of each name Kueue's deviceClassMappings count GPU devices as (`gpu_resource_names`).
 CREATE OR REPLACE VIEW quota_nominal_windows AS
-SELECT cluster_queue, flavor, CAST(label(gpu_nominal, flavor) AS DECIMAL(38, 0)) AS nominal, from_ms, to_ms
-FROM (
-    SELECT cluster_queue, gpu_nominal, from_ms, to_ms, unnest(string_to_array(gpu_flavors, ',')) AS flavor
+WITH versions AS (
+    SELECT cluster_queue, gpu_nominal, gpu_flavors, nominal_by_resource, flavors_by_resource, from_ms, to_ms
     FROM (
-        SELECT name AS cluster_queue, gpu_nominal, gpu_flavors, event_type,
+        SELECT name AS cluster_queue, gpu_nominal, gpu_flavors, nominal_by_resource, flavors_by_resource, event_type,
                epoch_ms(observed_at) AS from_ms,
                COALESCE(LEAD(epoch_ms(observed_at)) OVER (PARTITION BY name ORDER BY observed_at, seq),
                         9223372036854775807) AS to_ms
         FROM kueue_queues
         WHERE kind = 'ClusterQueue'
     )
-    WHERE event_type <> 'DELETED' AND gpu_nominal IS NOT NULL AND gpu_flavors IS NOT NULL AND to_ms > from_ms
+    WHERE event_type <> 'DELETED' AND to_ms > from_ms
+),
+quotas AS (
+    SELECT cluster_queue, flavor, CAST(label(gpu_nominal, flavor) AS DECIMAL(38, 0)) AS nominal, from_ms, to_ms
+    FROM (
+        SELECT cluster_queue, gpu_nominal, from_ms, to_ms, unnest(string_to_array(gpu_flavors, ',')) AS flavor
+        FROM versions
+        WHERE gpu_nominal IS NOT NULL AND gpu_flavors IS NOT NULL
+    )
+    WHERE label(gpu_nominal, flavor) IS NOT NULL
+    UNION ALL
+    SELECT cluster_queue, flavor, CAST(label(nominal_by_resource, flavor || ' ' || resource) AS DECIMAL(38, 0)), from_ms, to_ms
+    FROM (
+        SELECT v.cluster_queue, v.nominal_by_resource, v.from_ms, v.to_ms, r.resource,
+               unnest(string_to_array(label(v.flavors_by_resource, r.resource), ',')) AS flavor
+        FROM gpu_resource_names r
+        CROSS JOIN versions v
+        WHERE label(v.flavors_by_resource, r.resource) IS NOT NULL
+    )
+    WHERE label(nominal_by_resource, flavor || ' ' || resource) IS NOT NULL
 )
-WHERE label(gpu_nominal, flavor) IS NOT NULL;
+SELECT cluster_queue, flavor, SUM(nominal) AS nominal, from_ms, to_ms
+FROM quotas
+GROUP BY cluster_queue, flavor, from_ms, to_ms;
 
 -- The GPU quota each admitted Workload uses per flavor (its latest version that says), in the
--- ClusterQueue that admitted it, over each of its run segments.
+-- ClusterQueue that admitted it, over each of its run segments: nvidia.com/gpu and the mapped
+-- GPU names alike.
 CREATE OR REPLACE VIEW quota_used_windows AS
-SELECT w.admitted_cluster_queue AS cluster_queue, f.flavor, CAST(label(u.gpu_usage, f.flavor) AS DECIMAL(38, 0)) AS units,
+WITH usage AS (
+    SELECT namespace, name, gpu_usage, usage_by_resource FROM (
+        SELECT namespace, name, gpu_usage, usage_by_resource,
+               ROW_NUMBER() OVER (PARTITION BY namespace, name ORDER BY observed_at DESC, seq DESC) AS version_rank
+        FROM workloads WHERE gpu_usage IS NOT NULL OR usage_by_resource IS NOT NULL
+    ) WHERE version_rank = 1
+),
+units AS (
+    SELECT w.namespace, w.workload, f.cluster_queue, f.flavor, CAST(label(u.gpu_usage, f.flavor) AS DECIMAL(38, 0)) AS units
+    FROM usage u
+    JOIN workloads_latest w ON w.namespace = u.namespace AND w.workload = u.name
+    JOIN cluster_queue_gpu_flavors f ON f.cluster_queue = w.admitted_cluster_queue
+    WHERE label(u.gpu_usage, f.flavor) IS NOT NULL
+    UNION ALL
+    SELECT w.namespace, w.workload, f.cluster_queue, f.flavor,
+           CAST(label(u.usage_by_resource, f.flavor || ' ' || r.resource) AS DECIMAL(38, 0))
+    FROM gpu_resource_names r
+    CROSS JOIN usage u
+    JOIN workloads_latest w ON w.namespace = u.namespace AND w.workload = u.name
+    JOIN cluster_queue_gpu_flavors f ON f.cluster_queue = w.admitted_cluster_queue
+    WHERE label(u.usage_by_resource, f.flavor || ' ' || r.resource) IS NOT NULL
+)
+SELECT x.cluster_queue, x.flavor, SUM(x.units) AS units,
        epoch_ms(s.admitted_at) AS from_ms, COALESCE(epoch_ms(s.ended_at), 9223372036854775807) AS to_ms
 FROM workload_segments s
-JOIN workloads_latest w ON w.namespace = s.namespace AND w.workload = s.workload
-JOIN (
-    SELECT namespace, name, gpu_usage FROM (
-        SELECT namespace, name, gpu_usage,
-               ROW_NUMBER() OVER (PARTITION BY namespace, name ORDER BY observed_at DESC, seq DESC) AS version_rank
-        FROM workloads WHERE gpu_usage IS NOT NULL
-    ) WHERE version_rank = 1
-) u ON u.namespace = s.namespace AND u.name = s.workload
-JOIN cluster_queue_gpu_flavors f ON f.cluster_queue = w.admitted_cluster_queue
-WHERE s.admitted_at IS NOT NULL AND label(u.gpu_usage, f.flavor) IS NOT NULL;
+JOIN units x ON x.namespace = s.namespace AND x.workload = s.workload
+WHERE s.admitted_at IS NOT NULL
+GROUP BY x.cluster_queue, x.flavor, s.namespace, s.workload, s.admitted_at, s.ended_at;
 
 -- Nominal and used quota per hour, ClusterQueue and flavor (units x ns).
 CREATE OR REPLACE VIEW quota_queue_hours AS

@@ -465,7 +465,8 @@ impl Accounting {
         let mut names: Vec<String> = self
             .device_class_mappings
             .iter()
-            .filter(|m| m.device_class_names.iter().any(|c| self.gpu_device_classes.contains(c)))
+            // nvidia.com/gpu is a GPU resource already; counting it again would count twice.
+            .filter(|m| m.name != "nvidia.com/gpu" && m.device_class_names.iter().any(|c| self.gpu_device_classes.contains(c)))
             .map(|m| m.name.clone())
             .collect();
         names.sort();

@@ -182,7 +182,7 @@ pub const JOBS: Table = Table {
     dedup: DedupScope::Table,
 };
 
-const WORKLOADS_COLUMNS: [Column; 27] = cat(
+const WORKLOADS_COLUMNS: [Column; 28] = cat(
     OBJ,
     [
         col("api_version", Utf8, false, "kueue.x-k8s.io/v1beta1 or v1beta2"),
@@ -207,6 +207,7 @@ const WORKLOADS_COLUMNS: [Column; 27] = cat(
         col("gpu_usage", Utf8, true, "nvidia.com/gpu quota the admission uses per flavor, JSON {\"<flavor>\":\"<units>\"}: status.admission.podSetAssignments resourceUsage (else count x the pod set's request); null when not admitted"),
         col("claim_templates", Utf8, true, "DRA claims the Workload's pods make from templates, JSON {\"<ResourceClaimTemplate name>\":\"<pods>\"}: over pod sets, the pod set's count for each spec.resourceClaims entry naming a resourceClaimTemplateName (also the pre-1.31 source.resourceClaimTemplateName); null when none"),
         col("pod_resources", Utf8, true, "Extended resources the Workload asks for, JSON {\"<resource>\":\"<units>\"}: over pod sets, count x the per-pod sum over containers of each resource whose name holds a '/' (nvidia.com/gpu, a DeviceClass extendedResourceName...), limit else request, whole quantities only; null when none"),
+        col("usage_by_resource", Utf8, true, "Quota the admission uses of every resource, JSON {\"<flavor> <resource>\":\"<units>\"}: status.admission.podSetAssignments flavors and resourceUsage (whole units); null when not admitted"),
     ],
 );
 
@@ -275,7 +276,7 @@ pub const K8S_EVENTS: Table = Table {
     dedup: DedupScope::Table,
 };
 
-const KUEUE_QUEUES_COLUMNS: [Column; 17] = cat(
+const KUEUE_QUEUES_COLUMNS: [Column; 19] = cat(
     OBJ,
     [
         col("api_version", Utf8, false, "kueue.x-k8s.io/v1beta1 or v1beta2"),
@@ -290,6 +291,8 @@ const KUEUE_QUEUES_COLUMNS: [Column; 17] = cat(
         col("node_labels", Utf8, true, "ResourceFlavor: spec.nodeLabels as a JSON object (the nodes the flavor selects); null when it has none"),
         col("labels", Utf8, true, "metadata.labels as a JSON object (a ClusterQueue's owner team label)"),
         col("gpu_nominal", Utf8, true, "ClusterQueue: nominalQuota of nvidia.com/gpu per flavor, JSON {\"<flavor>\":\"<units>\"} (whole units)"),
+        col("flavors_by_resource", Utf8, true, "ClusterQueue: the flavors of every resource its resource groups cover, JSON {\"<resource>\":\"<flavor>,<flavor>\"} in the order Kueue tries them (a name Kueue's deviceClassMappings count DRA devices as is one of them)"),
+        col("nominal_by_resource", Utf8, true, "ClusterQueue: nominalQuota of every covered resource with a whole-number quota, JSON {\"<flavor> <resource>\":\"<units>\"}"),
     ],
 );
 

@@ -445,6 +445,7 @@ impl K8sTables {
             ("gpu_usage", opt_text(&admitted_gpu_usage(obj))),
             ("claim_templates", opt_text(&workload_claim_templates(obj))),
             ("pod_resources", opt_text(&workload_extended_resources(obj))),
+            ("usage_by_resource", opt_text(&admitted_usage_by_resource(obj))),
         ]);
         self.workloads.add(row);
 
@@ -508,6 +509,8 @@ impl K8sTables {
             ("node_labels", opt_text(&if id.kind == "ResourceFlavor" { json_at(obj, &["spec", "nodeLabels"]) } else { None })),
             ("labels", opt_text(&id.labels)),
             ("gpu_nominal", opt_text(&if id.kind == "ClusterQueue" { gpu_nominal(obj) } else { None })),
+            ("flavors_by_resource", opt_text(&if id.kind == "ClusterQueue" { flavors_by_resource(obj) } else { None })),
+            ("nominal_by_resource", opt_text(&if id.kind == "ClusterQueue" { nominal_by_resource(obj) } else { None })),
         ]);
         self.queues.add(row);
     }
@@ -841,6 +844,56 @@ fn admitted_gpu_usage(obj: &Value) -> Option<String> {
         }
     }
     (!usage.is_empty()).then(|| canonical_json(&Value::Object(usage.into_iter().map(|(f, u)| (f, Value::String(u.to_string()))).collect())))
+}
+
+/// Every resource a ClusterQueue's resource groups cover, with the flavors offering it in the
+/// order Kueue tries them: `{"<resource>":"<flavor>,<flavor>"}`. The ledger picks the GPU
+/// resources out (a name Kueue's deviceClassMappings count DRA devices as is configured there,
+/// not here). `None` when no group covers anything.
+fn flavors_by_resource(obj: &Value) -> Option<String> {
+    let groups = path(obj, &["spec", "resourceGroups"])?.as_array()?;
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for g in groups {
+        let flavors: Vec<&str> = g.get("flavors").and_then(Value::as_array).into_iter().flatten().filter_map(|f| f.get("name").and_then(Value::as_str)).collect();
+        for resource in g.get("coveredResources").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
+            out.entry(resource.to_owned()).or_default().extend(flavors.iter().map(|f| f.to_string()));
+        }
+    }
+    let out: Map<String, Value> = out.into_iter().filter(|(_, f)| !f.is_empty()).map(|(r, f)| (r, Value::String(f.join(",")))).collect();
+    (!out.is_empty()).then(|| canonical_json(&Value::Object(out)))
+}
+
+/// A ClusterQueue's whole-number nominalQuota of every resource, `{"<flavor> <resource>":"<units>"}`
+/// (a flavor name is a DNS label, so the space cannot occur in it). `None` when there is none.
+fn nominal_by_resource(obj: &Value) -> Option<String> {
+    let groups = path(obj, &["spec", "resourceGroups"])?.as_array()?;
+    let mut out = Map::new();
+    for f in groups.iter().flat_map(|g| g.get("flavors").and_then(Value::as_array).into_iter().flatten()) {
+        let Some(flavor) = f.get("name").and_then(Value::as_str) else { continue };
+        for r in f.get("resources").and_then(Value::as_array).into_iter().flatten() {
+            let (Some(name), Some(units)) = (r.get("name").and_then(Value::as_str), r.get("nominalQuota").and_then(quantity)) else { continue };
+            out.insert(format!("{flavor} {name}"), Value::String(units.to_string()));
+        }
+    }
+    (!out.is_empty()).then(|| canonical_json(&Value::Object(out)))
+}
+
+/// The quota an admitted Workload uses of every resource, `{"<flavor> <resource>":"<units>"}`:
+/// each pod set assignment's flavor and whole-number `resourceUsage` of the resource, summed
+/// over pod sets. `None` when not admitted or nothing has a flavor and a usage.
+fn admitted_usage_by_resource(obj: &Value) -> Option<String> {
+    let assignments = path(obj, &["status", "admission", "podSetAssignments"])?.as_array()?;
+    let mut usage: BTreeMap<String, i64> = BTreeMap::new();
+    for a in assignments {
+        let Some(Value::Object(flavors)) = a.get("flavors") else { continue };
+        for (resource, flavor) in flavors {
+            let (Some(flavor), Some(units)) = (flavor.as_str(), path(a, &["resourceUsage", resource]).and_then(quantity)) else { continue };
+            if units > 0 {
+                *usage.entry(format!("{flavor} {resource}")).or_insert(0) += units;
+            }
+        }
+    }
+    (!usage.is_empty()).then(|| canonical_json(&Value::Object(usage.into_iter().map(|(k, u)| (k, Value::String(u.to_string()))).collect())))
 }
 
 /// `{"<podset>":{"<resource>":"<flavor>"}}` from status.admission.podSetAssignments.
@@ -1922,6 +1975,47 @@ status:
         assert_eq!(l.strs("kueue_queues", "labels"), [some(r#"{"team":"nlp"}"#)]);
         assert_eq!(l.strs("kueue_queues", "gpu_nominal"), [some(r#"{"h100":"16","h100-spot":"8"}"#)]);
         assert_eq!(l.strs("workloads", "gpu_usage"), [some(r#"{"h100":"16","h100-spot":"1"}"#)]);
+        // Every resource, for the ledger to pick the GPU ones (a DRA device class mapping's name).
+        assert_eq!(l.strs("kueue_queues", "flavors_by_resource"), [some(r#"{"cpu":"default","nvidia.com/gpu":"h100,h100-spot"}"#)]);
+        assert_eq!(l.strs("kueue_queues", "nominal_by_resource"), [some(r#"{"default cpu":"64","h100 nvidia.com/gpu":"16","h100-spot nvidia.com/gpu":"8"}"#)]);
+        assert_eq!(l.strs("workloads", "usage_by_resource"), [some(r#"{"default cpu":"8","h100 nvidia.com/gpu":"16","h100-spot nvidia.com/gpu":"1"}"#)]);
+    }
+
+    /// With Kueue's deviceClassMappings, a ClusterQueue covers a name of its own for DRA devices
+    /// (`whole-gpus`), and an admission uses it: both are kept by resource name.
+    #[test]
+    fn quota_of_a_device_class_mapping_is_kept_by_resource() {
+        let text = r#"
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: cq-dra}
+spec:
+  resourceGroups:
+  - coveredResources: [whole-gpus]
+    flavors: [{name: dra-h100, resources: [{name: whole-gpus, nominalQuota: 8}]}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Workload
+metadata: {name: train, namespace: ml}
+spec:
+  queueName: ml
+  podSets:
+  - name: main
+    count: 2
+    template: {spec: {resourceClaims: [{name: gpu, resourceClaimTemplateName: single-gpu}], containers: [{name: c, resources: {claims: [{name: gpu}]}}]}}
+status:
+  admission:
+    clusterQueue: cq-dra
+    podSetAssignments:
+    - {name: main, count: 2, flavors: {whole-gpus: dra-h100}, resourceUsage: {whole-gpus: "2"}}
+"#;
+        let l = load_text("dra-quota.yaml", text);
+        assert!(l.diags.is_clean(), "{:?}", l.diags);
+        assert_eq!(l.strs("kueue_queues", "gpu_flavors"), [None], "no nvidia.com/gpu");
+        assert_eq!(l.strs("kueue_queues", "flavors_by_resource"), [some(r#"{"whole-gpus":"dra-h100"}"#)]);
+        assert_eq!(l.strs("kueue_queues", "nominal_by_resource"), [some(r#"{"dra-h100 whole-gpus":"8"}"#)]);
+        assert_eq!(l.strs("workloads", "usage_by_resource"), [some(r#"{"dra-h100 whole-gpus":"2"}"#)]);
+        assert_eq!(l.strs("workloads", "claim_templates"), [some(r#"{"single-gpu":"2"}"#)]);
     }
 
     #[test]
