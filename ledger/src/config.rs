@@ -1085,23 +1085,23 @@ fn accounting(doc: &Document<'_>, raw: Option<RawAccounting>) -> Accounting {
         let name = match m.name {
             Some(n) if !n.get_ref().is_empty() => {
                 if acc.device_class_mappings.iter().any(|d: &DeviceClassMapping| &d.name == n.get_ref()) {
-                    doc.report(n.span(), &format!("{key}.name"), format!("{:?} is mapped twice", n.get_ref()));
+                    doc.report(n.span(), format!("{key}.name"), format!("{:?} is mapped twice", n.get_ref()));
                 }
                 Some(n.into_inner())
             }
             Some(n) => {
-                doc.report(n.span(), &format!("{key}.name"), "must be a resource name (e.g. whole-gpus)".to_string());
+                doc.report(n.span(), format!("{key}.name"), "must be a resource name (e.g. whole-gpus)".to_string());
                 None
             }
             None => {
-                doc.report(span.clone(), &format!("{key}.name"), "missing: the resource name Kueue counts the devices as".to_string());
+                doc.report(span.clone(), format!("{key}.name"), "missing: the resource name Kueue counts the devices as".to_string());
                 None
             }
         };
         let classes = match m.device_class_names {
-            Some(c) => names(doc, c.into_inner(), &format!("{key}.device_class_names"), "a DeviceClass name"),
+            Some(c) => names(doc, c.into_inner(), format!("{key}.device_class_names"), "a DeviceClass name"),
             None => {
-                doc.report(span, &format!("{key}.device_class_names"), "missing: the DeviceClasses Kueue counts".to_string());
+                doc.report(span, format!("{key}.device_class_names"), "missing: the DeviceClasses Kueue counts".to_string());
                 Vec::new()
             }
         };
