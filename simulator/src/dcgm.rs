@@ -6,6 +6,14 @@
 //! `# TYPE` lines and no sample timestamps. Nodes are independent (own PRNG stream, own files),
 //! so they are written on several threads with identical output.
 //!
+//! A GPU several pods share writes a series per pod, each with the device's values: a
+//! time-sliced T4 (as dcgm-exporter `--kubernetes-virtual-gpus` writes it) besides has the
+//! device's own `DCGM_FI_DEV_GPU_UTIL` without pod labels and each pod's own utilisation with
+//! `pod_uid` and `vgpu`, so that each pod is active by its own (and, with `sharing =
+//! "measured"`, holds its utilisation's part); the pods of a DRA-shared GPU (one claim for two
+//! pods, or two claims by consumed capacity) are active by the device's values. Series of DRA
+//! GPUs carry the `dra_*` labels of the claim the pod holds the GPU through.
+//!
 //! A scrape outside the [`Window`] is simulated and accounted all the same, only not written;
 //! a file with nothing in the window is not written at all.
 

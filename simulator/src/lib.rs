@@ -1,10 +1,11 @@
 //! A deterministic GPU cluster simulator for testing gpuledger end to end.
 //!
 //! [`simulate`] invents a Kubernetes cluster with NVIDIA GPUs (H100, A100 split into MIG
-//! instances, L4, T4), teams that submit jobs through Kueue, and a few days of its life: queueing,
-//! admission, preemption and requeue, runs that succeed, fail (OOMKilled, errors, GPU XID
-//! errors) or are still running, idle stretches, exporter outages. It writes what a platform team
-//! would have recorded with standard tools, in the formats gpuledger's collector reads:
+//! instances, L4, time-sliced T4, and H100s handed out by Dynamic Resource Allocation), teams
+//! that submit jobs through Kueue, and a few days of its life: queueing, admission, preemption
+//! and requeue, runs that succeed, fail (OOMKilled, errors, GPU XID errors) or are still
+//! running, idle stretches, exporter outages. It writes what a platform team would have
+//! recorded with standard tools, in the formats gpuledger's collector reads:
 //!
 //! ```text
 //! <out>/dcgm/<node>/<YYYY-MM-DD>.prom     Prometheus /federate text, one file per node and day
@@ -13,18 +14,32 @@
 //! <out>/kubernetes/nodes.json             kubectl get nodes -o json
 //! <out>/kubernetes/nodes.watch.jsonl      Node changes (cordon, NotReady), one per line
 //! <out>/kubernetes/kueue.yaml             ResourceFlavors, ClusterQueues, LocalQueues
+//! <out>/kubernetes/dra.yaml               DeviceClass, ResourceClaimTemplates, ResourceSlices
 //! <out>/kubernetes/workloads.watch.json   kubectl --watch --output-watch-events (pretty)
 //! <out>/kubernetes/jobs.watch.jsonl       watch events, one per line
 //! <out>/kubernetes/pods.watch.jsonl       watch events, one per line
+//! <out>/kubernetes/resourceclaims.watch.jsonl  ResourceClaims (resource.k8s.io/v1), one per line
 //! <out>/kubernetes/events.json            core/v1 Event List
 //! <out>/kubernetes/events-v1.jsonl        events.k8s.io/v1 Events, one per line
 //! <out>/inference/<YYYY-MM-DD>.prom       vLLM servers' token and request counters, per pod
 //! <out>/expected.json                     the ledger figures this capture implies
 //! ```
 //!
+//! The DCGM text has the shapes dcgm-exporter gives them:
+//! - a time-sliced T4 that pods hold (`--kubernetes-virtual-gpus`): the device's
+//!   `DCGM_FI_DEV_GPU_UTIL` without pod labels, each pod's own utilisation with `pod_uid` and
+//!   `vgpu`, and each pod's copy of every other field (the device's values) with `vgpu`;
+//! - a DRA GPU (`KUBERNETES_ENABLE_DRA`): the pod labels and `dra_claim_name`,
+//!   `dra_claim_namespace`, `dra_device_name`, `dra_driver_name`, `dra_pool_name`, one series
+//!   per pod: pods with a claim each from the `single-gpu` template, two pods sharing one claim
+//!   made by name (`shared-gpu-<n>`), and two claims sharing one device by consumed memory
+//!   (`shareID`, 20Gi and 60Gi). With [`SimOptions::dra_pod_labels`] false the DRA series
+//!   carry only the `dra_*` labels (one per claim), for the same figures.
+//!
 //! `expected.json` is computed from the simulation's own state as each sample is generated,
 //! applying docs/accounting.md's accounting rules, never by reading the files back: it is the answer key
-//! the ledger is tested against. The same configuration always gives the same bytes (a
+//! the ledger is tested against (with `measured_sharing`, the GPU-hours under
+//! `sharing = "measured"`). The same configuration always gives the same bytes (a
 //! home-made seeded PRNG, no dependency on `rand`), whatever the number of threads.
 //!
 //! [`simulate_window`] writes only what was observed in a span of the period (the same cluster,

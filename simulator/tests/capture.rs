@@ -918,3 +918,77 @@ fn dra_series_without_pod_labels_leave_the_truth_as_it_is() {
     }
     assert!(dra_files > 0);
 }
+
+/// docs/accounting.md "Allocation", "Measured sharing", worked from the written text alone:
+/// each observation of a time-sliced GPU covers the time to the next scrape (one interval
+/// where that is beyond 2.5 intervals, and after the last), split among the pods it names, 1/k
+/// each, or under `sharing = "measured"` by their own utilisation in millionths (largest
+/// remainder, ties to the smaller uid; all zero: 1/k). Each team's time-sliced hours in
+/// `gpu_hours` and `measured_sharing` are those sums.
+#[test]
+fn time_sliced_truth_follows_from_the_written_utilisation() {
+    let cfg = small(5);
+    let (dir, _) = run(&cfg);
+    let exp = expected(dir.path());
+    let iv = i64::from(cfg.scrape_interval_s) * 1000;
+    let node = dir.path().join("dcgm/gpu-t4-001");
+    let mut times: Vec<i64> = files(&node).iter().map(|p| sample_time(p, None)).collect();
+    times.sort_unstable();
+    // Teams by namespace: its team label, else its name.
+    let ns_text = std::fs::read_to_string(dir.path().join("kubernetes/namespaces.yaml")).unwrap();
+    let mut team_of: BTreeMap<String, String> = BTreeMap::new();
+    for doc in serde_yaml::Deserializer::from_str(&ns_text) {
+        let v: Value = serde::Deserialize::deserialize(doc).unwrap();
+        let name = v["metadata"]["name"].as_str().unwrap().to_string();
+        let team = v["metadata"]["labels"]["team"].as_str().unwrap_or(&name).to_string();
+        team_of.insert(name, team);
+    }
+    // Per team: (even, measured) GPU-milliseconds x 10^6.
+    let mut got: BTreeMap<String, (u128, u128)> = BTreeMap::new();
+    for (i, &t) in times.iter().enumerate() {
+        let span = match times.get(i + 1) {
+            Some(&next) if (next - t) * 2 <= 5 * iv => next - t,
+            _ => iv,
+        } as u128;
+        // Per GPU: (pod uid, namespace, utilisation) of each pod's own series.
+        let mut gpus: BTreeMap<String, Vec<(String, String, u128)>> = BTreeMap::new();
+        for line in std::fs::read_to_string(node.join(format!("{t}.prom"))).unwrap().lines() {
+            if !line.starts_with("DCGM_FI_DEV_GPU_UTIL{") {
+                continue;
+            }
+            let (_, labels, value, _) = parse_line(line);
+            if let Some(uid) = labels.get("pod_uid") {
+                gpus.entry(labels["UUID"].clone()).or_default().push((uid.clone(), labels["namespace"].clone(), value.parse().unwrap()));
+            }
+        }
+        for mut pods in gpus.into_values() {
+            pods.sort();
+            let (k, total) = (pods.len() as u128, pods.iter().map(|p| p.2).sum::<u128>());
+            let mut ppm: Vec<u128> = pods.iter().map(|p| if total == 0 { 0 } else { p.2 * 1_000_000 / total }).collect();
+            if total > 0 {
+                let mut order: Vec<usize> = (0..pods.len()).collect();
+                // Stable: equal remainders stay in uid order.
+                order.sort_by_key(|&i| std::cmp::Reverse(pods[i].2 * 1_000_000 % total));
+                let left = 1_000_000 - ppm.iter().sum::<u128>();
+                for &i in order.iter().take(left as usize) {
+                    ppm[i] += 1;
+                }
+            }
+            for (p, share) in pods.iter().zip(ppm) {
+                let e = got.entry(team_of[&p.1].clone()).or_default();
+                e.0 += span * 1_000_000 / k;
+                e.1 += if total == 0 { span * 1_000_000 / k } else { span * share };
+            }
+        }
+    }
+    assert!(got.len() >= 2, "{got:?}");
+    let truth = |rows: &Value, team: &str| -> f64 {
+        rows.as_array().unwrap().iter().filter(|r| r["pool"] == "t4" && r["team"] == team).map(|r| f(&r["gpu_hours"])).sum()
+    };
+    for (team, (even, measured)) in &got {
+        let hours = |v: u128| v as f64 / 1e6 / 3.6e6;
+        let (e, m) = (truth(&exp["gpu_hours"], team), truth(&exp["measured_sharing"]["gpu_hours"], team));
+        assert!((hours(*even) - e).abs() < 1e-6, "{team}: even {} from the text, {e} in expected.json", hours(*even));
+        assert!((hours(*measured) - m).abs() < 1e-6, "{team}: measured {} from the text, {m} in expected.json", hours(*measured));
+    }
+}
