@@ -1099,7 +1099,7 @@ fn accounting(doc: &Document<'_>, raw: Option<RawAccounting>) -> Accounting {
             }
         };
         let classes = match m.device_class_names {
-            Some(c) => names(doc, c.into_inner(), format!("{key}.device_class_names"), "a DeviceClass name"),
+            Some(c) => names(doc, c.into_inner(), &format!("{key}.device_class_names"), "a DeviceClass name"),
             None => {
                 doc.report(span, format!("{key}.device_class_names"), "missing: the DeviceClasses Kueue counts".to_string());
                 Vec::new()
