@@ -303,6 +303,7 @@ impl SampleTables {
                 "namespace" => strings(&|i| i.namespace.as_deref()),
                 "pod" => strings(&|i| i.pod.as_deref()),
                 "container" => strings(&|i| i.container.as_deref()),
+                "distinct_labels" => strings(&|i| i.distinct.as_deref()),
                 "labels" => {
                     let mut b = StringBuilder::with_capacity(n, n * 32);
                     for i in &self.g_identity {
