@@ -43,7 +43,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let capture = args.dir.join("capture");
     let store = StoreLocation::Local(args.dir.join("store"));
     eprintln!("gpuledger: simulating {} GPUs for {} days into {}", args.gpus, args.days, capture.display());
-    let sim = simulate::Args { out: Some(capture.clone()), store: None, progress: super::progress::ProgressMode::Off, format: SummaryFormat::Text, gpus: args.gpus, days: args.days, seed: 42, scrape_interval: args.scrape_interval, start: "2026-10-30T00:00:00Z".parse()?, emit_from: None, emit_until: None };
+    let sim = simulate::Args { out: Some(capture.clone()), store: None, progress: super::progress::ProgressMode::Off, format: SummaryFormat::Text, gpus: args.gpus, days: args.days, seed: 42, scrape_interval: args.scrape_interval, start: "2026-10-30T00:00:00Z".parse()?, emit_from: None, emit_until: None, dra_pod_labels: true };
     let s = simulate::simulate_with(&sim)?;
     eprintln!("gpuledger: {} files, {} samples written; ingesting into {store}", s.files, s.samples);
     let ingest_args = ingest::Args {

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use gpuledger_collector::feed::{Feed, TextFeed};
 use gpuledger_collector::ingest::{self, IngestOptions, IngestSummary};
 use gpuledger_collector::store::{Store, StoreOptions};
-use gpuledger_simulator::{DcgmSink, SimConfig, SimError, SimSummary, TRUTH_FILE, Window, simulate_to, simulate_window};
+use gpuledger_simulator::{DcgmSink, SimConfig, SimError, SimOptions, SimSummary, TRUTH_FILE, Window, simulate_to_with, simulate_window_with};
 use gpuledger_store::StoreLocation;
 
 use super::summary::{self, SummaryFormat};
@@ -73,6 +73,12 @@ pub struct Args {
     /// writes each observation once.
     #[arg(long, value_name = "TIME")]
     pub emit_until: Option<DateTime<Utc>>,
+    /// Whether the DCGM series of GPUs handed out by DRA claims carry the pod labels beside the
+    /// `dra_*` ones, as dcgm-exporter writes them (true), or only the `dra_*` labels (false: a
+    /// capture whose pod labels were relabelled away; the ledger finds the pods through the
+    /// claims, and the figures are the same).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub dra_pod_labels: bool,
     /// With --store: progress display on stderr while the Kubernetes files are ingested.
     #[arg(long, value_enum, default_value = "auto")]
     pub progress: ProgressMode,
@@ -177,7 +183,8 @@ fn percent_lines() -> impl FnMut(f64) {
 pub fn simulate_with(args: &Args) -> anyhow::Result<SimSummary> {
     let (cfg, window) = config(args)?;
     let Some(out) = &args.out else { bail!("--out is needed to write a capture") };
-    simulate_window(&cfg, &window, out, &mut percent_lines()).with_context(|| format!("simulating into {}", out.display()))
+    let opts = SimOptions { dra_pod_labels: args.dra_pod_labels };
+    simulate_window_with(&cfg, &opts, &window, out, &mut percent_lines()).with_context(|| format!("simulating into {}", out.display()))
 }
 
 /// Hands a node's DCGM text to the collector's parser instead of a file.
@@ -221,7 +228,8 @@ pub fn simulate_into_store(args: &Args, store: &StoreLocation) -> anyhow::Result
     let sim = {
         let feed = Arc::clone(&feed);
         let sink = move || -> Box<dyn DcgmSink> { Box::new(StoreSink(feed.text())) };
-        simulate_to(&cfg, &window, &objects_dir, &sink, &mut percent_lines()).with_context(|| format!("simulating into {store}"))?
+        let opts = SimOptions { dra_pod_labels: args.dra_pod_labels };
+        simulate_to_with(&cfg, &opts, &window, &objects_dir, &sink, &mut percent_lines()).with_context(|| format!("simulating into {store}"))?
     };
     let (mut writer, mut summary) = feed.into_parts()?;
     // Only kubernetes/ is read: the truth beside it needs no skip rule.
