@@ -6,6 +6,7 @@ mod cli;
 mod dashboards;
 mod delta;
 mod deploy;
+mod dra;
 mod drivers;
 mod fleet;
 mod hostile;
