@@ -100,11 +100,11 @@ gpu_extended_resources AS (
 )
 SELECT namespace, name AS workload, SUM(gpus) AS dra_gpus
 FROM (
-    SELECT l.namespace, l.name, CAST(label(l.claim_templates, tg.name) AS BIGINT) * tg.gpus AS gpus
+    SELECT l.namespace, l.name, CAST(CAST(label(l.claim_templates, tg.name) AS DECIMAL(38, 0)) AS BIGINT) * tg.gpus AS gpus
     FROM template_gpus tg
     JOIN latest l ON l.namespace = tg.namespace AND label(l.claim_templates, tg.name) IS NOT NULL
     UNION ALL
-    SELECT l.namespace, l.name, CAST(label(l.pod_resources, e.resource) AS BIGINT)
+    SELECT l.namespace, l.name, CAST(CAST(label(l.pod_resources, e.resource) AS DECIMAL(38, 0)) AS BIGINT)
     FROM gpu_extended_resources e
     CROSS JOIN latest l
     WHERE label(l.pod_resources, e.resource) IS NOT NULL

@@ -64,14 +64,15 @@ GROUP BY s.namespace, s.workload, COALESCE(w.whole_gpu_count, w.gpu_count), COAL
 CREATE OR REPLACE VIEW cluster_queue_gpu_flavors AS
 SELECT DISTINCT cluster_queue, flavor
 FROM (
-    SELECT name AS cluster_queue, unnest(string_to_array(gpu_flavors, ',')) AS flavor
-    FROM kueue_queues_latest
-    WHERE kind = 'ClusterQueue' AND gpu_flavors IS NOT NULL
-    UNION ALL
-    SELECT q.name, unnest(string_to_array(label(q.flavors_by_resource, r.resource), ','))
-    FROM gpu_resource_names r
+    -- Each ClusterQueue once per GPU resource name: nvidia.com/gpu (the null row, `gpu_flavors`)
+    -- and each mapped name. (kueue_queues_latest is read once: Ballista cannot run a plan
+    -- that reads its window twice.)
+    SELECT q.name AS cluster_queue,
+           unnest(string_to_array(CASE WHEN r.resource IS NULL THEN q.gpu_flavors ELSE label(q.flavors_by_resource, r.resource) END, ',')) AS flavor
+    FROM (SELECT resource FROM gpu_resource_names UNION ALL SELECT CAST(NULL AS VARCHAR)) r
     CROSS JOIN kueue_queues_latest q
-    WHERE q.kind = 'ClusterQueue' AND label(q.flavors_by_resource, r.resource) IS NOT NULL
+    WHERE q.kind = 'ClusterQueue'
+      AND CASE WHEN r.resource IS NULL THEN q.gpu_flavors ELSE label(q.flavors_by_resource, r.resource) END IS NOT NULL
 );
 
 -- The nodes each ResourceFlavor selects: those carrying every one of its nodeLabels.

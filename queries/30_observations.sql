@@ -98,11 +98,11 @@ WHERE s.mig_instance IS NULL AND m.uuid IS NULL;
 -- (`dra_mismatches` names it).
 CREATE OR REPLACE VIEW pod_samples AS
 SELECT p.date, p.hostname, p.uuid, p.mig_instance, p.t,
-       COALESCE(p.namespace, c.claim_namespace) AS namespace, COALESCE(p.pod, c.pod) AS pod,
+       COALESCE(p.namespace, c.r_namespace) AS namespace, COALESCE(p.pod, c.r_pod) AS pod,
        p.model_name, p.engine_active, p.gpu_util, p.xid_error, p.energy_mj, p.power_w, p.slices, p.gpu_slices,
-       COALESCE(p.pod_uid, c.pod_uid) AS pod_uid, p.claim_namespace, p.claim,
-       CASE WHEN c.pod IS NOT NULL THEN c.claim_namespace || '/' || c.claim END AS via_claim,
-       CASE WHEN c.pod IS NOT NULL THEN quantity_units(label(c.consumed_capacity, s.dra_capacity_key)) END AS claim_capacity,
+       COALESCE(p.pod_uid, c.r_pod_uid) AS pod_uid, p.claim_namespace, p.claim,
+       CASE WHEN c.r_pod IS NOT NULL THEN c.r_namespace || '/' || c.r_claim END AS via_claim,
+       CASE WHEN c.r_pod IS NOT NULL THEN quantity_units(label(c.r_capacity, s.dra_capacity_key)) END AS claim_capacity,
        CASE WHEN p.engine_active IS NOT NULL THEN p.engine_active >= s.active_threshold_engine
             ELSE COALESCE(p.gpu_util, 0) >= s.active_threshold_util END AS active
 FROM settings s
@@ -125,10 +125,16 @@ GROUP BY date, hostname, uuid, mig_instance, epoch_ms(ts), namespace, pod,
 ) p
 -- Only samples that name a claim can match; a row that names a pod matches at most its own
 -- reservation, so only pod-less rows multiply.
-LEFT JOIN claim_reservations c
-  ON c.claim_namespace = p.claim_namespace AND c.claim = p.claim AND c.device = p.dra_device
- AND p.t >= c.valid_from_ms AND (c.valid_to_ms IS NULL OR p.t < c.valid_to_ms)
- AND (p.pod IS NULL OR (c.pod = p.pod AND c.claim_namespace = p.namespace));
+-- (The reservations' columns under names of their own, and nullable, as the outer side of a
+-- join is: Ballista's executors keep the declared nullability of a column they fill with nulls.)
+LEFT JOIN (
+    SELECT NULLIF(claim_namespace, '') AS r_namespace, NULLIF(claim, '') AS r_claim, device AS r_device, pod AS r_pod,
+           pod_uid AS r_pod_uid, consumed_capacity AS r_capacity, NULLIF(valid_from_ms, -1) AS r_from_ms, valid_to_ms AS r_to_ms
+    FROM claim_reservations
+) c
+  ON c.r_namespace = p.claim_namespace AND c.r_claim = p.claim AND c.r_device = p.dra_device
+ AND p.t >= c.r_from_ms AND (c.r_to_ms IS NULL OR p.t < c.r_to_ms)
+ AND (p.pod IS NULL OR (c.r_pod = p.pod AND c.r_namespace = p.namespace));
 
 -- Samples that name both a pod and a claim the capture holds, where the claim was not reserved
 -- for that pod at that instant: the pod labels win; this names the GPU and time of each.

@@ -4,16 +4,17 @@
 --
 -- Not accounting: these are readings (activity, power, temperature, memory, XID errors), not
 -- GPU time. Read from the samples that count as readings: an HA pair of scrapers counts once
--- (replica_samples, 30_observations.sql). Every sample row weighs the same in a mean; a MIG
--- instance's rows and a shared GPU's per-pod rows repeat the device-wide fields, so they do not
--- bend the means of power or temperature. `date` is the store partition of the samples;
+-- (replica_samples, 30_observations.sql). A GPU's rows at one instant are one reading (a MIG
+-- GPU's instances, a shared GPU's per-pod rows, per-process rows that carry only some fields):
+-- each field's largest value among them, the device's own where the exporter writes per-pod
+-- values beside it; every reading weighs the same in a mean. `date` is the store partition of the samples;
 -- `hour` (RFC 3339, `2026-10-01T13:00:00Z`) and `month` are where they fall, as in
 -- gpu_state_hours (40_states.sql). `node` is the Kubernetes Node the exporter's Hostname names
 -- (hostname_nodes, 40_states.sql), else the Hostname.
 
 -- Per physical GPU and hour. `activity`: engine activity x 100 where the sample has it, else
 -- utilisation, in percent (the activity 30_observations.sql reads). `samples` is the number of
--- rows the means are over, so a coarser bucket can weigh each hour by it.
+-- readings the means are over, so a coarser bucket can weigh each hour by it.
 CREATE OR REPLACE VIEW gpu_hourly AS
 SELECT r.date,
        to_char(to_timestamp_millis(r.hour_number * 3600000), '%Y-%m-%dT%H:00:00Z') AS hour,
@@ -35,7 +36,13 @@ FROM (
            MAX(CASE WHEN xid_error > 0 THEN xid_error END) AS xid_error,
            MIN(CASE WHEN xid_error > 0 THEN ts END) AS first_xid_at,
            MAX(CASE WHEN xid_error > 0 THEN ts END) AS last_xid_at
-    FROM replica_samples
+    FROM (
+        SELECT date, ts, hostname, gpu, uuid, MIN(model_name) AS model_name, MAX(engine_active) AS engine_active,
+               MAX(gpu_util) AS gpu_util, MAX(power_w) AS power_w, MAX(temp_c) AS temp_c, MAX(fb_used_mib) AS fb_used_mib,
+               MAX(xid_error) AS xid_error
+        FROM replica_samples
+        GROUP BY date, ts, hostname, gpu, uuid
+    )
     GROUP BY date, epoch_ms(ts) / 3600000, hostname, gpu, uuid
 ) r
 LEFT JOIN hostname_nodes hn ON hn.hostname = r.hostname;

@@ -63,26 +63,23 @@ WITH versions AS (
     WHERE event_type <> 'DELETED' AND to_ms > from_ms
 ),
 quotas AS (
-    SELECT cluster_queue, flavor, CAST(label(gpu_nominal, flavor) AS DECIMAL(38, 0)) AS nominal, from_ms, to_ms
+    -- Each version once per GPU resource name: nvidia.com/gpu (the null row: `gpu_flavors`,
+    -- `gpu_nominal`) and each mapped name (read in one pass: see cluster_queue_gpu_flavors).
+    SELECT cluster_queue, flavor, from_ms, to_ms,
+           CAST(CASE WHEN resource IS NULL THEN label(gpu_nominal, flavor)
+                     ELSE label(nominal_by_resource, flavor || ' ' || resource) END AS DECIMAL(38, 0)) AS nominal
     FROM (
-        SELECT cluster_queue, gpu_nominal, from_ms, to_ms, unnest(string_to_array(gpu_flavors, ',')) AS flavor
-        FROM versions
-        WHERE gpu_nominal IS NOT NULL AND gpu_flavors IS NOT NULL
-    )
-    WHERE label(gpu_nominal, flavor) IS NOT NULL
-    UNION ALL
-    SELECT cluster_queue, flavor, CAST(label(nominal_by_resource, flavor || ' ' || resource) AS DECIMAL(38, 0)), from_ms, to_ms
-    FROM (
-        SELECT v.cluster_queue, v.nominal_by_resource, v.from_ms, v.to_ms, r.resource,
-               unnest(string_to_array(label(v.flavors_by_resource, r.resource), ',')) AS flavor
-        FROM gpu_resource_names r
+        SELECT v.cluster_queue, v.gpu_nominal, v.nominal_by_resource, v.from_ms, v.to_ms, r.resource,
+               unnest(string_to_array(CASE WHEN r.resource IS NULL THEN v.gpu_flavors
+                                           ELSE label(v.flavors_by_resource, r.resource) END, ',')) AS flavor
+        FROM (SELECT resource FROM gpu_resource_names UNION ALL SELECT CAST(NULL AS VARCHAR)) r
         CROSS JOIN versions v
-        WHERE label(v.flavors_by_resource, r.resource) IS NOT NULL
+        WHERE CASE WHEN r.resource IS NULL THEN v.gpu_flavors ELSE label(v.flavors_by_resource, r.resource) END IS NOT NULL
     )
-    WHERE label(nominal_by_resource, flavor || ' ' || resource) IS NOT NULL
 )
 SELECT cluster_queue, flavor, SUM(nominal) AS nominal, from_ms, to_ms
 FROM quotas
+WHERE nominal IS NOT NULL
 GROUP BY cluster_queue, flavor, from_ms, to_ms;
 
 -- The GPU quota each admitted Workload uses per flavor (its latest version that says), in the
@@ -97,25 +94,19 @@ WITH usage AS (
     ) WHERE version_rank = 1
 ),
 units AS (
-    SELECT w.namespace, w.workload, f.cluster_queue, f.flavor, CAST(label(u.gpu_usage, f.flavor) AS DECIMAL(38, 0)) AS units
-    FROM usage u
-    JOIN workloads_latest w ON w.namespace = u.namespace AND w.workload = u.name
-    JOIN cluster_queue_gpu_flavors f ON f.cluster_queue = w.admitted_cluster_queue
-    WHERE label(u.gpu_usage, f.flavor) IS NOT NULL
-    UNION ALL
     SELECT w.namespace, w.workload, f.cluster_queue, f.flavor,
-           CAST(label(u.usage_by_resource, f.flavor || ' ' || r.resource) AS DECIMAL(38, 0))
-    FROM gpu_resource_names r
+           CAST(CASE WHEN r.resource IS NULL THEN label(u.gpu_usage, f.flavor)
+                     ELSE label(u.usage_by_resource, f.flavor || ' ' || r.resource) END AS DECIMAL(38, 0)) AS units
+    FROM (SELECT resource FROM gpu_resource_names UNION ALL SELECT CAST(NULL AS VARCHAR)) r
     CROSS JOIN usage u
     JOIN workloads_latest w ON w.namespace = u.namespace AND w.workload = u.name
     JOIN cluster_queue_gpu_flavors f ON f.cluster_queue = w.admitted_cluster_queue
-    WHERE label(u.usage_by_resource, f.flavor || ' ' || r.resource) IS NOT NULL
 )
 SELECT x.cluster_queue, x.flavor, SUM(x.units) AS units,
        epoch_ms(s.admitted_at) AS from_ms, COALESCE(epoch_ms(s.ended_at), 9223372036854775807) AS to_ms
 FROM workload_segments s
 JOIN units x ON x.namespace = s.namespace AND x.workload = s.workload
-WHERE s.admitted_at IS NOT NULL
+WHERE s.admitted_at IS NOT NULL AND x.units IS NOT NULL
 GROUP BY x.cluster_queue, x.flavor, s.namespace, s.workload, s.admitted_at, s.ended_at;
 
 -- Nominal and used quota per hour, ClusterQueue and flavor (units x ns).

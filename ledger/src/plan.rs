@@ -146,7 +146,7 @@ pub const MONTH_VIEWS: &[(&str, &str)] = &[("32_spans.sql", "scrape_intervals")]
 /// by every unit, or several times by the steps after it).
 pub const OBJECT_FILES: &[&str] = &["10_objects.sql", "20_runs.sql", "25_capacity.sql"];
 pub const OBJECT_KEEPS: &[&str] =
-    &["pods_latest", "jobs_latest", "workloads_latest", "namespaces_latest", "nodes_latest", "pod_runs", "workload_segments", "node_unavailable", "stranding_windows"];
+    &["pods_latest", "jobs_latest", "workloads_latest", "namespaces_latest", "nodes_latest", "pod_runs", "workload_segments", "node_unavailable", "cluster_queue_gpu_flavors", "stranding_windows"];
 
 /// The monthly steps, once after the units, over the month tables; then the report views.
 pub const MONTHLY_FILES: &[&str] = &["50_units.sql", "55_who_pays.sql", "58_quota.sql", "60_chargeback.sql", "62_quota_monthly.sql", "65_budgets.sql", "67_energy.sql", "68_why_idle.sql", "69_anomalies.sql", "70_queue.sql", "80_failures.sql"];
@@ -155,7 +155,9 @@ pub const MONTHLY_FILES: &[&str] = &["50_units.sql", "55_who_pays.sql", "58_quot
 /// times by the steps after it (run_segments reads priced_state_hours; budget_monthly and the
 /// report views chargeback_monthly), or, as node_model_prices and lost_segment_payers, is the
 /// small side of a join with the month's rows: kept, its row count is known, and DataFusion
-/// builds the join's hash table from it rather than from the month.
+/// builds the join's hash table from it rather than from the month. The quota windows are small
+/// and read by the hourly quota split: kept, a cluster runs that split over two tables instead
+/// of the plans that read every ClusterQueue and Workload version.
 pub const MONTHLY_KEEPS: &[&str] = &[
     "lost_segment_payers",
     "node_model_prices",
@@ -163,6 +165,8 @@ pub const MONTHLY_KEEPS: &[&str] = &[
     "queue_waits",
     "run_failures",
     "priced_state_hours",
+    "quota_nominal_windows",
+    "quota_used_windows",
     "quota_cost_parts",
     "chargeback_monthly",
     "accepted_units_monthly",

@@ -63,7 +63,7 @@ const GPU_SAMPLE_COLUMNS: &[Column] = &[
     col("xid_error", Int64, true, "DCGM_FI_DEV_XID_ERRORS: the last XID error code (0 = none)"),
     col("energy_mj", Float64, true, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, millijoules since boot"),
     col("labels", Utf8, true, "Every other label of the sample, as a JSON object with sorted keys (e.g. pci_bus_id, DCGM_FI_DRIVER_VERSION)"),
-    col("distinct_labels", Utf8, true, "The labels among `labels` that tell a GPU's rows at one time apart, as sorted key=value pairs joined by commas: an HA scraper's replica, the exporter's pod_uid (its per-process series of a time-sliced GPU), a DRA claim (dra_claim_name, dra_claim_namespace); null when none. Part of the key, so that no such row is taken for another's duplicate"),
+    col("distinct_labels", Utf8, true, "The labels among `labels` that tell a GPU's rows at one time apart, as sorted key=value pairs joined by commas: an HA scraper's replica, the exporter's pod_uid (its per-process series of a time-sliced GPU), vgpu (a pod's replicas of one time-sliced GPU), a DRA claim (dra_claim_name, dra_claim_namespace); null when none. Part of the key, so that no such row is taken for another's duplicate"),
 ];
 
 /// One row per GPU (or MIG instance) per sample time.

@@ -502,8 +502,8 @@ amount = 50.0
 /// 8 GPUs for ten days across the October/November boundary, ingested and through the ledger.
 /// The fleet dashboard reads the ledger's hourly rollups, never the raw samples (a month of
 /// samples per panel is what made it slow), and the rollups agree with the samples, computed
-/// here straight from `gpu_samples`: per host without an HA pair of scrapers, its samples, its
-/// hottest reading and its mean power per sample.
+/// here straight from `gpu_samples`: per host without an HA pair of scrapers, its readings (a
+/// GPU's rows at one instant are one), its hottest reading and its mean power per reading.
 fn fleet_reads_rollups_that_agree_with_the_samples(env: &Env, dashboards: &[(String, Value)]) {
     let (_, fleet) = dashboards.iter().find(|(f, _)| f == "gpuledger-fleet.json").expect("the fleet dashboard");
     let mut queries: Vec<String> = panels(fleet).into_iter().flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default()).map(|t| t["rawSql"].to_string()).collect();
@@ -516,7 +516,8 @@ fn fleet_reads_rollups_that_agree_with_the_samples(env: &Env, dashboards: &[(Str
         csv.rows.iter().map(|r| (r[0].clone(), r[1..].iter().map(|v| parse_number(v).unwrap_or(f64::NAN)).collect())).collect()
     };
     let raw = by_host(
-        "SELECT hostname, count(*) AS n, max(temp_c) AS t, avg(power_w) AS p FROM gpu_samples \
+        "SELECT hostname, count(*) AS n, max(temp_c) AS t, avg(power_w) AS p \
+         FROM (SELECT hostname, uuid, ts, max(temp_c) AS temp_c, max(power_w) AS power_w FROM gpu_samples GROUP BY hostname, uuid, ts) \
          WHERE hostname NOT IN (SELECT DISTINCT hostname FROM gpu_samples WHERE strpos(labels, 'replica') > 0) GROUP BY hostname",
     );
     let rolled = by_host("SELECT hostname, sum(samples) AS n, max(max_temp_c) AS t, sum(power_w * samples) / sum(samples) AS p FROM gpu_hourly GROUP BY hostname");

@@ -393,8 +393,10 @@ const MODEL: &[&str] = &["modelName", "model_name"];
 const NAMESPACE: &[&str] = &["exported_namespace", "namespace", "pod_namespace"];
 /// Labels kept in `labels` whose every value needs rows of its own (see `GpuIdentity`).
 /// (A DRA device two claims share has a series per claim; without pod labels only the claim
-/// tells them apart.)
-const DISTINCT: &[&str] = &["__replica__", "dra_claim_name", "dra_claim_namespace", "pod_uid", "prometheus_replica", "replica"];
+/// tells them apart. A pod holding two replicas of one time-sliced GPU has a series per replica,
+/// told apart by `vgpu`: folded into one row, the second's values would go long form or not
+/// depending on where a flush falls.)
+const DISTINCT: &[&str] = &["__replica__", "dra_claim_name", "dra_claim_namespace", "pod_uid", "prometheus_replica", "replica", "vgpu"];
 const POD: &[&str] = &["exported_pod", "pod", "pod_name"];
 const CONTAINER: &[&str] = &["exported_container", "container", "container_name"];
 
