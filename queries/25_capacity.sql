@@ -65,8 +65,8 @@ CREATE OR REPLACE VIEW cluster_queue_gpu_flavors AS
 SELECT DISTINCT cluster_queue, flavor
 FROM (
     -- Each ClusterQueue once per GPU resource name: nvidia.com/gpu (the null row, `gpu_flavors`)
-    -- and each mapped name. (kueue_queues_latest is read once: Ballista cannot run a plan
-    -- that reads its window twice.)
+    -- and each mapped name. (kueue_queues_latest is read once: a plan that read it twice, once
+    -- per resource, was refused by Ballista's executors for the ordering of its window.)
     SELECT q.name AS cluster_queue,
            unnest(string_to_array(CASE WHEN r.resource IS NULL THEN q.gpu_flavors ELSE label(q.flavors_by_resource, r.resource) END, ',')) AS flavor
     FROM (SELECT resource FROM gpu_resource_names UNION ALL SELECT CAST(NULL AS VARCHAR)) r
