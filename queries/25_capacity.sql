@@ -60,19 +60,20 @@ GROUP BY s.namespace, s.workload, COALESCE(w.whole_gpu_count, w.gpu_count), COAL
 
 -- The ResourceFlavors each ClusterQueue offers GPUs from (its resource groups covering
 -- nvidia.com/gpu; `gpu_flavors` is their names, comma-separated, or covering a name Kueue's
--- deviceClassMappings count GPU devices as: `gpu_resource_names`), from its latest version.
+-- deviceClassMappings count GPU devices as: `gpu_resource_names`), from its latest version,
+-- with the resource each offers.
 CREATE OR REPLACE VIEW cluster_queue_gpu_flavors AS
-SELECT DISTINCT cluster_queue, flavor
+SELECT DISTINCT cluster_queue, flavor, resource
 FROM (
     -- Each ClusterQueue once per GPU resource name: nvidia.com/gpu (the null row, `gpu_flavors`)
     -- and each mapped name. (kueue_queues_latest is read once: a plan that read it twice, once
     -- per resource, was refused by Ballista's executors for the ordering of its window.)
-    SELECT q.name AS cluster_queue,
-           unnest(string_to_array(CASE WHEN r.resource IS NULL THEN q.gpu_flavors ELSE label(q.flavors_by_resource, r.resource) END, ',')) AS flavor
-    FROM (SELECT resource FROM gpu_resource_names UNION ALL SELECT CAST(NULL AS VARCHAR)) r
+    SELECT q.name AS cluster_queue, COALESCE(r.mapped, 'nvidia.com/gpu') AS resource,
+           unnest(string_to_array(CASE WHEN r.mapped IS NULL THEN q.gpu_flavors ELSE label(q.flavors_by_resource, r.mapped) END, ',')) AS flavor
+    FROM (SELECT resource AS mapped FROM gpu_resource_names UNION ALL SELECT CAST(NULL AS VARCHAR)) r
     CROSS JOIN kueue_queues_latest q
     WHERE q.kind = 'ClusterQueue'
-      AND CASE WHEN r.resource IS NULL THEN q.gpu_flavors ELSE label(q.flavors_by_resource, r.resource) END IS NOT NULL
+      AND CASE WHEN r.mapped IS NULL THEN q.gpu_flavors ELSE label(q.flavors_by_resource, r.mapped) END IS NOT NULL
 );
 
 -- The nodes each ResourceFlavor selects: those carrying every one of its nodeLabels.

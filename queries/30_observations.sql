@@ -41,7 +41,9 @@ WITH holders AS (
     SELECT hostname, uuid, ts, namespace, pod, label(labels, 'dra_mig_profile') AS profile,
            DENSE_RANK() OVER (PARTITION BY hostname, uuid, ts, label(labels, 'dra_mig_profile')
                               ORDER BY label(labels, 'dra_mig_device_uuid')) AS slot
-    FROM replica_samples
+    -- (gpu_samples, not replica_samples: this is matched with replica_samples' rows below,
+    -- and each reading of the replica window costs a pass over the day's samples.)
+    FROM gpu_samples
     WHERE mig_instance IS NULL AND pod IS NOT NULL AND strpos(labels, 'dra_mig_profile') > 0
 ),
 free AS (
@@ -50,7 +52,7 @@ free AS (
     FROM (
         SELECT DISTINCT s.hostname, s.uuid, s.ts, s.mig_instance, s.mig_profile
         FROM (SELECT DISTINCT hostname, uuid, ts FROM holders) g
-        JOIN replica_samples s ON s.hostname = g.hostname AND s.uuid = g.uuid AND s.ts = g.ts
+        JOIN gpu_samples s ON s.hostname = g.hostname AND s.uuid = g.uuid AND s.ts = g.ts
         WHERE s.mig_instance IS NOT NULL AND s.pod IS NULL
     )
 )

@@ -94,11 +94,11 @@ WITH usage AS (
     ) WHERE version_rank = 1
 ),
 units AS (
+    -- Per flavor and GPU resource the ClusterQueue offers from it (cluster_queue_gpu_flavors).
     SELECT w.namespace, w.workload, f.cluster_queue, f.flavor,
-           CAST(CASE WHEN r.resource IS NULL THEN label(u.gpu_usage, f.flavor)
-                     ELSE label(u.usage_by_resource, f.flavor || ' ' || r.resource) END AS DECIMAL(38, 0)) AS units
-    FROM (SELECT resource FROM gpu_resource_names UNION ALL SELECT CAST(NULL AS VARCHAR)) r
-    CROSS JOIN usage u
+           CAST(CASE WHEN f.resource = 'nvidia.com/gpu' THEN label(u.gpu_usage, f.flavor)
+                     ELSE label(u.usage_by_resource, f.flavor || ' ' || f.resource) END AS DECIMAL(38, 0)) AS units
+    FROM usage u
     JOIN workloads_latest w ON w.namespace = u.namespace AND w.workload = u.name
     JOIN cluster_queue_gpu_flavors f ON f.cluster_queue = w.admitted_cluster_queue
 )

@@ -146,7 +146,7 @@ pub const MONTH_VIEWS: &[(&str, &str)] = &[("32_spans.sql", "scrape_intervals")]
 /// by every unit, or several times by the steps after it).
 pub const OBJECT_FILES: &[&str] = &["10_objects.sql", "20_runs.sql", "25_capacity.sql"];
 pub const OBJECT_KEEPS: &[&str] =
-    &["pods_latest", "jobs_latest", "workloads_latest", "namespaces_latest", "nodes_latest", "pod_runs", "workload_segments", "node_unavailable", "cluster_queue_gpu_flavors", "stranding_windows"];
+    &["pods_latest", "jobs_latest", "workloads_latest", "namespaces_latest", "nodes_latest", "pod_runs", "workload_segments", "node_unavailable", "cluster_queue_gpu_flavors", "stranding_windows", "claim_reservations"];
 
 /// The monthly steps, once after the units, over the month tables; then the report views.
 pub const MONTHLY_FILES: &[&str] = &["50_units.sql", "55_who_pays.sql", "58_quota.sql", "60_chargeback.sql", "62_quota_monthly.sql", "65_budgets.sql", "67_energy.sql", "68_why_idle.sql", "69_anomalies.sql", "70_queue.sql", "80_failures.sql"];
