@@ -964,7 +964,7 @@ fn time_sliced_truth_follows_from_the_written_utilisation() {
         for mut pods in gpus.into_values() {
             pods.sort();
             let (k, total) = (pods.len() as u128, pods.iter().map(|p| p.2).sum::<u128>());
-            let mut ppm: Vec<u128> = pods.iter().map(|p| if total == 0 { 0 } else { p.2 * 1_000_000 / total }).collect();
+            let mut ppm: Vec<u128> = pods.iter().map(|p| (p.2 * 1_000_000).checked_div(total).unwrap_or(0)).collect();
             if total > 0 {
                 let mut order: Vec<usize> = (0..pods.len()).collect();
                 // Stable: equal remainders stay in uid order.

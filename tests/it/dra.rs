@@ -37,7 +37,8 @@ fn line(metric: &str, labels: &[(String, String)], extra: &[(&str, &str)], value
 
 /// A DRA-held GPU's series for `pods` (one series per pod, the same values), as the exporter
 /// writes them with KUBERNETES_ENABLE_DRA; without pod labels when `pod_labels` is false.
-fn dra_series(out: &mut String, dev: &[(String, String)], claim: &str, device: &str, pool: &str, pods: &[&str], util: f64, pod_labels: bool) {
+/// `at`: the claim, its device and the device's pool.
+fn dra_series(out: &mut String, dev: &[(String, String)], (claim, device, pool): (&str, &str, &str), pods: &[&str], util: f64, pod_labels: bool) {
     for pod in pods {
         let mut extra = vec![
             ("dra_claim_name", claim),
@@ -88,8 +89,8 @@ fn capture(dir: &Path, pod_labels: bool) {
     // One scrape per file, named by its time: the exporter writes no per-sample timestamps.
     for (i, at) in SCRAPES.iter().enumerate() {
         let mut dra = String::new();
-        dra_series(&mut dra, &a, "train-0-gpu", "gpu-0", "dra-node-1", &["train-0"], 95.0, pod_labels);
-        dra_series(&mut dra, &b, "shared-gpu", "gpu-1", "dra-node-1", &["infer-a", "infer-b"], 80.0, pod_labels);
+        dra_series(&mut dra, &a, ("train-0-gpu", "gpu-0", "dra-node-1"), &["train-0"], 95.0, pod_labels);
+        dra_series(&mut dra, &b, ("shared-gpu", "gpu-1", "dra-node-1"), &["infer-a", "infer-b"], 80.0, pod_labels);
         std::fs::write(dir.join("scrapes").join("dra").join(format!("{at}.prom")), dra).unwrap();
         let (device, pa, pb) = per_process[i];
         let mut sliced = String::new();
