@@ -1956,7 +1956,7 @@ support = 50.0
         assert_eq!(c.prices.default, m("2"));
         assert_eq!(c.accounting.idle_policy, IdlePolicy::Platform);
         let pools: Vec<_> = c.prices.by_node_label.iter().filter(|p| p.label_key == "gpuledger.io/pool").map(|p| (p.label_value.as_str(), p.price)).collect();
-        assert_eq!(pools, [("h100", m("2.49")), ("a100-mig", m("1.6")), ("l4", m("0.8")), ("t4", m("0.35"))]);
+        assert_eq!(pools, [("h100", m("2.49")), ("h100-dra", m("2.49")), ("a100-mig", m("1.6")), ("l4", m("0.8")), ("t4", m("0.35"))]);
         assert!(c.prices.by_model.iter().any(|(model, p)| model == "NVIDIA H100 80GB HBM3" && *p == m("2.49")));
         let months: BTreeSet<_> = c.overheads.iter().map(|o| o.month.as_str()).collect();
         assert_eq!(months, BTreeSet::from(["2026-10", "2026-11"]));
