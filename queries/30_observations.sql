@@ -146,6 +146,14 @@ FROM (SELECT DISTINCT namespace, name FROM resource_claims) k
 JOIN pod_samples p ON p.claim_namespace = k.namespace AND p.claim = k.name
 WHERE p.pod IS NOT NULL AND p.via_claim IS NULL;
 
+-- The mismatches of a day, one row per GPU, pod and claim with the first and last instant and
+-- the number of samples: what `gpuledger ledger` warns about.
+CREATE OR REPLACE VIEW day_dra_mismatches AS
+SELECT hostname, uuid, mig_instance, namespace, pod, claim_namespace, claim, t / 86400000 AS day_number,
+       MIN(t) AS first_t, MAX(t) AS last_t, COUNT(*) AS samples
+FROM dra_mismatches
+GROUP BY hostname, uuid, mig_instance, namespace, pod, claim_namespace, claim, t / 86400000;
+
 -- The instants that start an observation, how many pods hold the GPU in that observation (k
 -- pods sharing the GPU hold 1/k each, or their measured shares: 40_states.sql), and the next
 -- such instant in the data at hand; with the GPU's energy counter and power reading at the

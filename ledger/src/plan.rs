@@ -71,8 +71,8 @@ pub const PASS1: Pass = Pass {
             file: "30_observations.sql",
             reads: &[],
             keeps: &[("pod_samples", Own::All), ("observation_starts", Own::All)],
-            yields: &[("day_first_starts", Own::DayNumber), ("day_last_xids", Own::DayNumber), ("day_active_bounds", Own::DayNumber), ("day_pods", Own::DayNumber)],
-            lets_go: &["replica_samples", "counted_samples", "pod_samples", "day_first_starts", "xid_readings", "day_last_xids", "day_active_bounds", "day_pods"],
+            yields: &[("day_first_starts", Own::DayNumber), ("day_last_xids", Own::DayNumber), ("day_active_bounds", Own::DayNumber), ("day_pods", Own::DayNumber), ("day_dra_mismatches", Own::DayNumber)],
+            lets_go: &["replica_samples", "counted_samples", "pod_samples", "day_first_starts", "xid_readings", "day_last_xids", "day_active_bounds", "day_pods", "dra_mismatches", "day_dra_mismatches"],
         },
         Step {
             file: "31_intervals.sql",
@@ -125,8 +125,9 @@ pub const PASS2: Pass = Pass {
 };
 
 /// The day tables the monthly steps read, each under the name the SQL reads it by: every
-/// unit's yield of pass 2, and the spacing counts (`32_spans.sql`'s `scrape_intervals` is
-/// created again over the month's, for `55_who_pays.sql`).
+/// unit's yield of pass 2, the spacing counts (`32_spans.sql`'s `scrape_intervals` is
+/// created again over the month's, for `55_who_pays.sql`), and the DRA mismatches (the run
+/// warns of them).
 pub const MONTH_TABLES: &[(&str, &str)] = &[
     ("gpu_state_hours", "gpu_state_hours"),
     ("unobserved_gpu_hours", "unobserved_gpu_hours"),
@@ -137,6 +138,7 @@ pub const MONTH_TABLES: &[(&str, &str)] = &[
     ("node_hourly", "node_hourly"),
     ("xid_errors", "xid_errors"),
     ("spacing_counts", "spacing_counts"),
+    ("day_dra_mismatches", "day_dra_mismatches"),
 ];
 
 /// The views of the sample steps the monthly steps read, created again over the month tables.

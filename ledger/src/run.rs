@@ -88,6 +88,25 @@ pub async fn missing_queue_objects(accounting: &Accounting) -> Result<Vec<String
     lines(accounting, "SELECT kind || ' ' || name FROM missing_queue_objects ORDER BY kind, name").await
 }
 
+/// Samples that name a pod and a ResourceClaim the claim was not reserved for at the time
+/// (docs/accounting.md "DRA": the pod labels count), one line per GPU, pod and claim, naming the
+/// GPU and the first and last such instant; the earliest first.
+pub async fn dra_mismatches(accounting: &Accounting) -> Result<Vec<String>> {
+    let utc = |t: &str| format!("to_char(to_timestamp_millis({t}), '%Y-%m-%dT%H:%M:%SZ')");
+    let sql = format!(
+        "SELECT 'GPU ' || uuid || COALESCE(' MIG instance ' || CAST(mig_instance AS VARCHAR), '') || ' on ' || hostname
+                || ': ' || CAST(SUM(samples) AS VARCHAR) || ' sample(s) from ' || {first} || ' to ' || {last}
+                || ' name pod ' || namespace || '/' || pod || ' and claim ' || claim_namespace || '/' || claim
+                || ', which was not reserved for that pod then (the pod labels count)'
+         FROM day_dra_mismatches
+         GROUP BY hostname, uuid, mig_instance, namespace, pod, claim_namespace, claim
+         ORDER BY MIN(first_t), hostname, uuid, mig_instance, namespace, pod, claim_namespace, claim",
+        first = utc("MIN(first_t)"),
+        last = utc("MAX(last_t)"),
+    );
+    lines(accounting, &sql).await
+}
+
 /// The first column of `sql`'s rows, as text lines.
 async fn lines(accounting: &Accounting, sql: &str) -> Result<Vec<String>> {
     Ok(gpuledger_engine::exec::strings(&accounting.query(sql).await?, 0).into_iter().flatten().collect())

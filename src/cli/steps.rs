@@ -55,6 +55,7 @@ pub async fn run_accounting(store: &StoreLocation, config: &Config, options: &Ru
     };
     let (accounting, memory) = gpuledger_ledger::run::account(store, config, options, engine, &mut report).await.with_context(|| format!("accounting over {store}"))?;
     print_bad_annotations(&gpuledger_ledger::run::bad_annotations(&accounting).await?);
+    print_dra_mismatches(&gpuledger_ledger::run::dra_mismatches(&accounting).await?);
     for missing in gpuledger_ledger::run::missing_queue_objects(&accounting).await? {
         eprintln!("gpuledger: warning: {missing} is not in the capture: GPU Workloads waited for it, but it selects no node, so their waits strand no capacity");
     }
@@ -73,6 +74,18 @@ fn print_bad_annotations(lines: &[String]) {
     }
     if lines.len() > SHOWN {
         eprintln!("  ... and {} more (SELECT * FROM bad_annotations)", lines.len() - SHOWN);
+    }
+}
+
+/// Samples whose pod labels and ResourceClaim disagree: a warning per GPU, pod and claim, the
+/// first few named.
+fn print_dra_mismatches(lines: &[String]) {
+    const SHOWN: usize = 10;
+    for line in lines.iter().take(SHOWN) {
+        eprintln!("gpuledger: warning: {line}");
+    }
+    if lines.len() > SHOWN {
+        eprintln!("gpuledger: warning: ... and {} more GPUs, pods and claims whose samples and claims disagree", lines.len() - SHOWN);
     }
 }
 

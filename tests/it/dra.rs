@@ -129,8 +129,10 @@ fn figures(rows: &[(&str, &str, f64)]) -> BTreeMap<(String, String), f64> {
     rows.iter().map(|(r, s, v)| ((r.to_string(), s.to_string()), *v)).collect()
 }
 
-fn ledger(store: &Path, config: &Path) {
-    run(&["ledger", "--store", &store.display().to_string(), "--config", &config.display().to_string(), "--progress", "off", "--full"], 0);
+/// Runs `gpuledger ledger` and returns the warnings it printed.
+fn ledger(store: &Path, config: &Path) -> Vec<String> {
+    let out = run(&["ledger", "--store", &store.display().to_string(), "--config", &config.display().to_string(), "--progress", "off", "--full"], 0);
+    String::from_utf8_lossy(&out.stderr).lines().filter(|l| l.starts_with("gpuledger: warning:")).map(str::to_string).collect()
 }
 
 #[test]
@@ -168,10 +170,10 @@ fn exporter_shaped_dra_and_per_process_captures_are_shared_as_worked_out_by_hand
         ("pod/slice-b", "productive", 15.0),
         ("pod/slice-b", "allocated_idle", 30.0),
     ]);
-    ledger(&store_a, &even);
+    assert_eq!(ledger(&store_a, &even), Vec::<String>::new(), "pod labels the claims agree with: no warning");
     assert_eq!(seconds(&store_a), want_even, "pod labels beside the claim's");
     // The same capture without pod labels on the DRA series: the claims' reservedFor pods.
-    ledger(&store_b, &even);
+    assert_eq!(ledger(&store_b, &even), Vec::<String>::new(), "no pod labels: nothing to disagree with");
     assert_eq!(seconds(&store_b), want_even, "only dra_* labels: the same figures");
     let chargeback = |store: &Path| query(store, "SELECT * FROM chargeback_monthly ORDER BY month, team");
     assert_eq!(chargeback(&store_a), chargeback(&store_b), "the same chargeback either way");
@@ -191,6 +193,34 @@ fn exporter_shaped_dra_and_per_process_captures_are_shared_as_worked_out_by_hand
     assert_eq!(seconds(&store_a), want_measured);
     let recorded = query(&store_a, "SELECT COUNT(*) AS n FROM priced_state_hours");
     assert!(recorded[0]["n"].as_i64().unwrap() > 0);
+}
+
+#[test]
+fn a_pod_the_claim_was_not_reserved_for_keeps_the_gpu_and_is_warned_of() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("even.toml");
+    std::fs::write(&config, "[prices]\ndefault = 1.0\n").unwrap();
+    let dir = tmp.path().join("capture");
+    capture(&dir, true);
+    // In the last scrape GPU-a's series name pod `intruder`, but claim train-0-gpu is reserved
+    // for train-0 alone.
+    let last = dir.join("scrapes").join("dra").join(format!("{}.prom", SCRAPES[2]));
+    let text = std::fs::read_to_string(&last).unwrap();
+    assert!(text.contains("pod=\"train-0\""));
+    std::fs::write(&last, text.replace("pod=\"train-0\"", "pod=\"intruder\"")).unwrap();
+    let store = tmp.path().join("store");
+    ingest(&[&dir], &store);
+
+    let warnings = ledger(&store, &config);
+    // 2026-10-05T10:01:00Z is the third scrape; its two series of GPU-a are one sample of the pod.
+    assert_eq!(
+        warnings,
+        ["gpuledger: warning: GPU GPU-aaaaaaaa-0000-0000-0000-000000000001 on dra-node-1: 1 sample(s) from 2026-10-05T10:01:00Z to 2026-10-05T10:01:00Z name pod ml/intruder and claim ml/train-0-gpu, which was not reserved for that pod then (the pod labels count)"]
+    );
+    // The pod labels count: train-0 holds GPU-a for two 30 s observations, the intruder for one.
+    let got = seconds(&store);
+    assert_eq!(got.get(&("pod/train-0".to_string(), "productive".to_string())), Some(&60.0), "{got:?}");
+    assert_eq!(got.get(&("pod/intruder".to_string(), "productive".to_string())), Some(&30.0), "{got:?}");
 }
 
 /// GPU-hours per (month, team, state, model) of the stored ledger.
