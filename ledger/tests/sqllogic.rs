@@ -147,25 +147,38 @@ fn main() {
     let is_flag_value = |i: usize| i > 0 && takes_value.contains(&args[i - 1].as_str());
     let filter: Option<String> = args.iter().enumerate().find(|(i, a)| !a.starts_with('-') && !is_flag_value(*i)).map(|(_, a)| a.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
-    let mut failed = Vec::new();
-    let mut ran = 0;
-    for file in slt_files() {
-        let name = file.file_name().unwrap_or_default().to_string_lossy().into_owned();
-        if filter.as_deref().is_some_and(|f| !name.contains(f)) {
-            continue;
+    let files: Vec<PathBuf> = slt_files()
+        .into_iter()
+        .filter(|f| filter.as_deref().is_none_or(|want| f.file_name().unwrap_or_default().to_string_lossy().contains(want)))
+        .collect();
+    let ran = files.len();
+    // The files are independent (a session each) and mostly single-threaded planning: one per
+    // core at a time, each worker thread driving its own file on the shared runtime.
+    let queue = std::sync::Mutex::new(files.into_iter());
+    let failed = std::sync::Mutex::new(Vec::new());
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(ran.max(1));
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let Some(file) = queue.lock().expect("queue").next() else { break };
+                    let name = file.file_name().unwrap_or_default().to_string_lossy().into_owned();
+                    let started = std::time::Instant::now();
+                    let mut runner = sqllogictest::Runner::new(|| async { Session::new() });
+                    runner.with_column_validator(sqllogictest::default_column_validator);
+                    match runtime.block_on(runner.run_file_async(&file)) {
+                        Ok(()) => println!("ok      {name} ({:.1} s)", started.elapsed().as_secs_f64()),
+                        Err(e) => {
+                            println!("FAILED  {name}\n{}\n", e.display(false));
+                            failed.lock().expect("failed list").push(name);
+                        }
+                    }
+                }
+            });
         }
-        ran += 1;
-        let started = std::time::Instant::now();
-        let mut runner = sqllogictest::Runner::new(|| async { Session::new() });
-        runner.with_column_validator(sqllogictest::default_column_validator);
-        match runtime.block_on(runner.run_file_async(&file)) {
-            Ok(()) => println!("ok      {name} ({:.1} s)", started.elapsed().as_secs_f64()),
-            Err(e) => {
-                println!("FAILED  {name}\n{}\n", e.display(false));
-                failed.push(name);
-            }
-        }
-    }
+    });
+    let mut failed = failed.into_inner().expect("failed list");
+    failed.sort();
     println!("\n{ran} .slt files run, {} failed", failed.len());
     if ran == 0 && filter.is_none() {
         eprintln!("no .slt file found under queries/tests");
