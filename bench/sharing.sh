@@ -40,6 +40,10 @@ say "$ROWS GPU rows, $CLAIMS ResourceClaim rows"
 sed 's/^sharing = "even"/sharing = "measured"/' examples/gpuledger.toml > "$W/measured.toml"
 grep -q '^sharing = "measured"' "$W/measured.toml" || { say "examples/gpuledger.toml sets no sharing line to change"; exit 2; }
 
+# The seconds of the last run's steps matching $1, summed: a step line names the SQL file run or
+# the view kept (its SELECT), once per day unit.
+step() { grep 'step done' "$W/log" | grep -E "step=($1) seconds" | sed -E 's/.* seconds=([0-9.]+).*/\1/' | awk '{s += $1} END {printf "%.1f", s}'; }
+
 printf '%-15s %5s %9s %9s %14s %10s\n' run round seconds peak_MiB pod_samples_s states_s
 for round in $(seq 1 "$ROUNDS"); do
   for run in ${PEER_BIN:+peer/even} pods/even pods/measured claims/even; do
@@ -49,8 +53,6 @@ for round in $(seq 1 "$ROUNDS"); do
     GPULEDGER_LOG=gpuledger_ledger::timings=debug /usr/bin/time -f '%e %M' -o "$W/time" \
       "$bin" ledger --store "$store" --config "$config" --full --progress off > /dev/null 2> "$W/log"
     read -r secs kib < "$W/time"
-    # A step line names the SQL file run or the view kept (its SELECT), once per day unit.
-    step() { grep 'step done' "$W/log" | grep -E "step=($1) seconds" | sed -E 's/.* seconds=([0-9.]+).*/\1/' | awk '{s += $1} END {printf "%.1f", s}'; }
     printf '%-15s %5s %9s %9d %14s %10s\n' "$run" "$round" "$secs" $((kib / 1024)) "$(step 'SELECT \* FROM pod_samples')" \
       "$(step '40_states.sql|SELECT \* FROM gpu_state_hours')"
     if [ "$run" = pods/even ] || [ "$run" = claims/even ]; then
